@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One batch on the lent H200 (device tool): GPU tests, then a notebook's measurement plan.
+# Usage (on the device, repo root as cwd):  bash ci/h200_batch.sh NOTEBOOK [NOTEBOOK...]
+# Writes under $OUT: gpu-tests.log, bench-<nb>.log and results/<gpu-slug>/<nb>.jsonl
+set -uo pipefail
+export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/results"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+rc=0
+if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
+  python3 -m pytest -q -m gpu tests -p no:cacheprovider -x 2>&1 | tail -n 40 | tee "$OUT/gpu-tests.log" || rc=1
+fi
+for nb in "$@"; do
+  python3 -m gluon_lab bench "$nb" --results-dir "$OUT/results" > "$OUT/bench-$nb.log" 2>&1 || rc=1
+  tail -n 120 "$OUT/bench-$nb.log"
+done
+exit $rc

@@ -1,0 +1,48 @@
+"""variant="auto": pick the fastest recorded variant for this GPU, op, dtype and nearest shape.
+
+Reads results/<gpu-slug>/*.jsonl once per process. Only records that passed correctness and whose
+kernel source is unchanged (not stale) vote. Returns None when nothing is recorded, and the
+caller falls back to ops.AUTO_PREFERENCE."""
+from __future__ import annotations
+
+import functools
+import math
+import os
+from pathlib import Path
+
+RESULTS_DIR = Path(os.environ.get("GLUON_LAB_RESULTS", Path(__file__).resolve().parent.parent / "results"))
+
+
+@functools.lru_cache(maxsize=8)
+def _table(slug: str):
+    from . import ops, results
+    d = RESULTS_DIR / slug
+    if not d.is_dir():
+        return None
+    df = results.load(d, on_error="warn")
+    if not len(df):
+        return None
+    df = df[df["passed"].fillna(False).astype(bool) & df["ms_median"].notna()]
+    df = results.mark_stale(df, ops.current_hash)
+    return df[~df["stale"]]
+
+
+def best_variant(op: str, inputs) -> str | None:
+    from . import device
+    x = inputs[0]
+    if not getattr(x, "is_cuda", False):
+        return None
+    info = device.gpu_info(x.device.index or 0)
+    df = _table(info["gpu_slug"]) if info else None
+    if df is None or not len(df):
+        return None
+    dt = str(x.dtype).replace("torch.", "")
+    sub = df[(df["op"] == op) & (df["dtype"] == dt)]
+    if op == "matmul" or not len(sub):
+        return None
+    N = x.shape[-1]
+    M = max(1, x.numel() // max(N, 1))
+    dist = ((sub["N"].astype(float) / N).map(math.log).abs() * 4 + (sub["M"].astype(float) / M).map(math.log).abs())
+    nearest = sub[dist == dist.min()]
+    best = nearest.groupby("variant")["ms_median"].median().sort_values()
+    return str(best.index[0]) if len(best) else None

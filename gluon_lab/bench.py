@@ -1,0 +1,428 @@
+"""One measured case -> one Record: correctness vs float64, timing, byte/FLOP model, SOL.
+
+Correctness: fresh random inputs per case (never zeros), outputs poisoned with NaN before the run
+(variants that take ``out=``), a float64 reference, per-dtype tolerances; NaN never passes unless
+the reference is NaN at the same place.
+
+Timers (every Record names its timer):
+* "do_bench-l2flush": triton.testing.do_bench, which zeroes a 256 MB buffer before every call
+  (L2 cold) and times each call with CUDA events; median / min / max over the calls.
+* "cudagraph": QuACK-style. The op is captured K times into one CUDA graph, each capture on its
+  own copy of the inputs, the copies together > 3x L2, so every launch finds its inputs cold in
+  L2 and no host launch overhead is on the clock. Time per launch = replay time / K; median /
+  min / max over replays. Default for cases under ~100 us, where do_bench measures host launch
+  jitter (seen on the H200: one 4096x4096 bf16 RMSNorm read 22% and 62% SOL in consecutive
+  do_bench calls).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from . import device, reference
+from .results import Record, append_records, provenance, store_path
+
+GRAPH_THRESHOLD_MS = 0.100  # below this do_bench's per-call timing includes host launch jitter
+ROTATE_L2_FACTOR = 3  # rotated input copies together exceed 3x L2 (QuACK's bench_utils uses the same idea)
+ROTATE_MAX_BYTES = 6 * 2**30  # cap on the memory the copies may take
+ROTATE_MAX_COPIES = 256
+
+# (atol, rtol) against the float64 reference. bf16 keeps 8 mantissa bits: rounding the output
+# alone costs up to 2^-9 relative; fp32 accumulation order adds a little on long rows.
+TOLERANCES = {"bfloat16": (2e-2, 2e-2), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
+MATMUL_TOLERANCES = {"bfloat16": (1e-1, 2e-2), "float16": (2e-2, 5e-3)}
+
+_TORCH_DT = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def torch_dtype(name: str):
+    return getattr(_torch(), _TORCH_DT[name])
+
+
+# ----------------------------------------------------------------------------------------------
+# inputs
+
+def make_inputs(op: str, shape: dict, dtype: str, *, seed: int, device_: str = "cuda", scale: float = 1.0):
+    """Fresh random inputs for op (normal, never zeros). scale multiplies x (large-magnitude rows)."""
+    torch = _torch()
+    g = torch.Generator(device=device_).manual_seed(seed)
+    dt = torch_dtype(dtype)
+
+    def rnd(*s, mean=0.0, std=1.0):
+        return (torch.randn(*s, generator=g, device=device_, dtype=torch.float32) * std + mean).to(dt)
+
+    if op == "matmul":
+        M, N, K = shape["M"], shape["N"], shape["K"]
+        return (rnd(M, K), rnd(K, N))
+    M, N = shape["M"], shape["N"]
+    x = rnd(M, N, std=scale)
+    if op == "rms_norm":
+        return (x, rnd(N, mean=1.0, std=0.5))
+    if op == "layer_norm":
+        return (x, rnd(N, mean=1.0, std=0.5), rnd(N, std=0.5))
+    if op == "l2_norm":
+        return (x, )
+    if op == "add_rms_norm":
+        return (x, rnd(M, N, std=scale), rnd(N, mean=1.0, std=0.5))
+    if op == "copy":
+        return (x, )
+    raise KeyError(op)
+
+
+DEFAULT_EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5, "l2_norm": 1e-12, "add_rms_norm": 1e-6}
+
+
+def _as_tuple(o):
+    return o if isinstance(o, tuple) else (o, )
+
+
+def poisoned_out(op: str, inputs):
+    torch = _torch()
+    x = inputs[0]
+    nan = lambda: torch.full(x.shape, float("nan"), dtype=x.dtype, device=x.device)  # noqa: E731
+    return (nan(), nan()) if op == "add_rms_norm" else nan()
+
+
+# ----------------------------------------------------------------------------------------------
+# correctness
+
+def compare(got, ref, dtype: str, tol=None) -> dict:
+    """max_abs_err, rel_err (||got-ref|| / ||ref||) and passed. NaN/Inf must match the reference."""
+    torch = _torch()
+    atol, rtol = tol or TOLERANCES[dtype]
+    max_abs, num, den, ok = 0.0, 0.0, 0.0, True
+    for g, r in zip(_as_tuple(got), _as_tuple(ref)):
+        g = g.reshape(r.shape).double()
+        r = r.double()
+        if not torch.equal(torch.isnan(g), torch.isnan(r)) or not torch.equal(torch.isposinf(g), torch.isposinf(r)) \
+                or not torch.equal(torch.isneginf(g), torch.isneginf(r)):
+            ok = False
+        fin = torch.isfinite(r) & torch.isfinite(g)
+        d = (g - r).abs()[fin]
+        if d.numel():
+            max_abs = max(max_abs, d.max().item())
+            num += d.pow(2).sum().item()
+            den += r[fin].pow(2).sum().item()
+            if not bool((d <= atol + rtol * r[fin].abs()).all()):
+                ok = False
+    return {"max_abs_err": max_abs, "rel_err": math.sqrt(num / den) if den > 0 else 0.0, "passed": bool(ok)}
+
+
+def reference_outputs(op: str, inputs, eps=None, row_chunk: int = 4096):
+    """float64 reference, computed in row chunks so 32768x16384 fits comfortably."""
+    torch = _torch()
+    ref = reference.REFERENCES[op]
+    if op == "matmul":
+        return ref(*inputs)
+    eps = DEFAULT_EPS[op] if eps is None else eps
+    x = inputs[0]
+    M = x.shape[0]
+    outs = []
+    for s in range(0, M, row_chunk):
+        sl = slice(s, min(M, s + row_chunk))
+        if op == "rms_norm":
+            outs.append(_as_tuple(ref(x[sl], inputs[1], eps)))
+        elif op == "layer_norm":
+            outs.append(_as_tuple(ref(x[sl], inputs[1], inputs[2], eps)))
+        elif op == "l2_norm":
+            outs.append(_as_tuple(ref(x[sl], eps)))
+        elif op == "add_rms_norm":
+            outs.append(_as_tuple(ref(x[sl], inputs[1][sl], inputs[2], eps)))
+    res = tuple(torch.cat([o[i] for o in outs]) for i in range(len(outs[0])))
+    return res if len(res) > 1 else res[0]
+
+
+def check_correctness(op: str, variant: str, inputs, eps=None, tol=None) -> dict:
+    """Run the variant once on poisoned outputs and compare with float64. Includes 'error' when
+    the variant raised (recorded as a failed case, never skipped)."""
+    from .ops import get_variant
+    v = get_variant(op, variant)
+    kw = {} if op == "matmul" else {"eps": DEFAULT_EPS[op] if eps is None else eps}
+    if v.supports_out:
+        kw["out"] = poisoned_out(op, inputs)
+    got = v.fn(*inputs, **kw)
+    _torch().cuda.synchronize()
+    ref = reference_outputs(op, inputs, eps)
+    dt = ops_dtype(inputs[0])
+    if tol is None and op == "matmul":
+        tol = MATMUL_TOLERANCES[dt]
+        # matmul error grows with K: scale atol with sqrt(K)
+        tol = (tol[0] * math.sqrt(inputs[0].shape[1] / 1024), tol[1])
+    return compare(got, ref, dt, tol)
+
+
+def ops_dtype(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+# ----------------------------------------------------------------------------------------------
+# timers
+
+@dataclass
+class Timing:
+    ms_median: float
+    ms_min: float
+    ms_max: float
+    n_reps: int
+    timer: str
+
+
+def time_do_bench(fn: Callable, warmup_ms: int = 25, rep_ms: int = 100) -> Timing:
+    import triton.testing
+    times = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+    return Timing(statistics.median(times), min(times), max(times), len(times), "do_bench-l2flush")
+
+
+def _l2_bytes() -> int:
+    info = device.gpu_info()
+    if info and info.get("l2_bytes"):
+        return info["l2_bytes"]
+    return 50 * 2**20
+
+
+def rotation_copies(bytes_per_call: int, l2_bytes: int | None = None) -> int:
+    """How many input copies so that the copies together exceed ROTATE_L2_FACTOR x L2."""
+    l2 = l2_bytes or _l2_bytes()
+    k = math.ceil(ROTATE_L2_FACTOR * l2 / max(1, bytes_per_call)) + 1
+    k = min(k, ROTATE_MAX_COPIES, max(2, ROTATE_MAX_BYTES // max(1, bytes_per_call)))
+    return max(2, k)
+
+
+def time_cudagraph(calls: Sequence[Callable], reps: int | None = None, warmup_replays: int = 3,
+                   target_ms: float = 300.0) -> Timing:
+    """Capture calls[0..K-1] (each on its own input copy) into one graph and replay it.
+    Time per call = replay time / K. Replays run back to back; reps are sized to ~target_ms."""
+    torch = _torch()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for c in calls:  # warm-up outside capture (compilation, autotune, allocator)
+            c()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for c in calls:
+            c()
+    for _ in range(warmup_replays):
+        g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    g.replay()
+    end.record()
+    end.synchronize()
+    one = max(start.elapsed_time(end), 1e-3)
+    if reps is None:
+        reps = int(min(200, max(10, target_ms / one)))
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for a, b in evs:
+        a.record()
+        g.replay()
+        b.record()
+    torch.cuda.synchronize()
+    per = [a.elapsed_time(b) / len(calls) for a, b in evs]
+    del g
+    return Timing(statistics.median(per), min(per), max(per), reps, "cudagraph")
+
+
+def quick_estimate_ms(fn: Callable, n: int = 5) -> float:
+    torch = _torch()
+    fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / n
+
+
+# ----------------------------------------------------------------------------------------------
+# metrics (functions of the measured latency)
+
+def gbps(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def tflops(nflops: int, ms: float) -> float:
+    return nflops / (ms * 1e-3) / 1e12
+
+
+@dataclass
+class Ceilings:
+    copy_gbps: float
+    matmul_tflops: float
+    copy_bytes: int
+    records: list
+
+
+def measure_ceilings(prov: dict | None = None, copy_gib: float = 2.0, matmul_n: int = 8192) -> Ceilings:
+    """Device-to-device copy over copy_gib GiB (read + write counted) and bf16 matmul_n^3 torch.matmul.
+    Both with do_bench (L2 flushed; each call is far above 100 us). Returns the ceilings and their Records."""
+    if not device.cuda_available():
+        raise device.GPUUnavailableError("measure_ceilings needs a CUDA GPU")
+    torch = _torch()
+    prov = prov or provenance()
+    spec = device.lookup_spec(prov.get("gpu_name") or "")
+    n = int(copy_gib * 2**30) // 2
+    src = torch.randn(n, device="cuda", dtype=torch.float32).to(torch.bfloat16)
+    dst = torch.empty_like(src)
+    t = time_do_bench(lambda: dst.copy_(src), warmup_ms=50, rep_ms=300)
+    ok = torch.equal(dst, src)
+    nbytes = 2 * src.numel() * src.element_size()
+    copy_gbps = gbps(nbytes, t.ms_median)
+    del src, dst
+    recs = [Record(op="copy", variant="torch", pattern="ceiling", shape={"bytes": n * 2}, dtype="bfloat16",
+                   config={"what": "dst.copy_(src), read+write counted"}, **dataclasses.asdict(t), bytes=nbytes,
+                   gbps=copy_gbps, sol_datasheet_pct=100 * copy_gbps / spec.hbm_gbps if spec else None,
+                   sol_measured_pct=100.0, passed=ok, **prov)]
+    a = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(matmul_n, matmul_n, device="cuda", dtype=torch.bfloat16)
+    t = time_do_bench(lambda: torch.matmul(a, b), warmup_ms=100, rep_ms=500)
+    nfl = 2 * matmul_n**3
+    mm = tflops(nfl, t.ms_median)
+    recs.append(Record(op="matmul", variant="torch", pattern="ceiling",
+                       shape={"M": matmul_n, "N": matmul_n, "K": matmul_n}, dtype="bfloat16",
+                       config={"what": "torch.matmul (cuBLAS), random normal inputs"}, **dataclasses.asdict(t),
+                       bytes=3 * matmul_n**2 * 2, flops=nfl, tflops=mm,
+                       sol_datasheet_pct=100 * mm / spec.bf16_tflops if spec else None, sol_measured_pct=100.0,
+                       passed=True, **prov))
+    del a, b
+    torch.cuda.empty_cache()
+    return Ceilings(copy_gbps=copy_gbps, matmul_tflops=mm, copy_bytes=nbytes, records=recs)
+
+
+# ----------------------------------------------------------------------------------------------
+# a measurement session: provenance + ceilings of this run + records
+
+class Session:
+    """Everything measured in one run shares provenance, run_id and the ceilings measured at its
+    start, so SOL vs measured ceilings compares numbers taken minutes apart on the same GPU."""
+
+    def __init__(self, notebook: str, results_dir: str = "results", ceilings: bool = True, **ceiling_kw):
+        if not device.cuda_available():
+            raise device.GPUUnavailableError("a measurement Session needs a CUDA GPU; use mode='replay' on CPU")
+        self.notebook = notebook
+        self.results_dir = results_dir
+        self.prov = provenance()
+        self.info = device.gpu_info()
+        self.spec = device.lookup_spec(self.info["gpu_name"])
+        self.records: list[Record] = []
+        self.saved = 0
+        self.ceilings = measure_ceilings(self.prov, **ceiling_kw) if ceilings else None
+        if self.ceilings:
+            self.records.extend(self.ceilings.records)
+        self._seed = 1234
+
+    def next_seed(self) -> int:
+        self._seed += 1
+        return self._seed
+
+    def measure(self, op: str, variant: str, shape: dict, dtype: str, *, timer: str = "auto", config=None,
+                eps=None, scale: float = 1.0) -> Record:
+        torch = _torch()
+        from .ops import get_variant
+        v = get_variant(op, variant)
+        inputs = make_inputs(op, shape, dtype, seed=self.next_seed(), scale=scale)
+        nbytes = reference.bytes_moved(op, shape, dtype)
+        nfl = reference.flops(op, shape)
+        base = dict(op=op, variant=variant, pattern=v.pattern, shape=dict(shape), dtype=dtype,
+                    config=dict(config or {}), bytes=nbytes, flops=nfl, kernel_source_hash=v.source_hash, **self.prov)
+        try:
+            corr = check_correctness(op, variant, inputs, eps)
+        except Exception as e:  # a crashing variant is a failed record, not a silent skip
+            torch.cuda.synchronize()
+            rec = Record(**base, passed=False, notes=f"error: {type(e).__name__}: {e}"[:500])
+            self.records.append(rec)
+            return rec
+        kw = {} if op == "matmul" else {"eps": DEFAULT_EPS[op] if eps is None else eps}
+        call = self._make_call(v, op, inputs, kw)
+        if timer == "auto":
+            timer = "cudagraph" if quick_estimate_ms(call) < GRAPH_THRESHOLD_MS else "do_bench-l2flush"
+        if timer == "cudagraph":
+            k = rotation_copies(nbytes, self.info.get("l2_bytes"))
+            calls = [call] + [self._make_call(v, op, tuple(t.clone() for t in inputs), kw) for _ in range(k - 1)]
+            t = time_cudagraph(calls)
+            del calls
+        elif timer == "do_bench-l2flush":
+            t = time_do_bench(call)
+        else:
+            raise ValueError(f"timer must be 'auto', 'cudagraph' or 'do_bench-l2flush', got {timer!r}")
+        del inputs, call
+        rec = Record(**base, **dataclasses.asdict(t), **corr, **self.metrics(nbytes, nfl, t.ms_median, op))
+        if rec.sol_datasheet_pct and rec.sol_datasheet_pct > 100:
+            rec.notes = "over 100% of the datasheet: cache reuse leaked into the timing"
+        self.records.append(rec)
+        return rec
+
+    def measure_copy(self, shape: dict, dtype: str, timer: str = "auto") -> Record:
+        """A plain y.copy_(x) of one (M, N) operand: the achievable bandwidth at that size."""
+        torch = _torch()
+        x = make_inputs("copy", shape, dtype, seed=self.next_seed())[0]
+        nbytes = 2 * x.numel() * x.element_size()
+        mk = lambda src: (lambda dst=torch.empty_like(src): dst.copy_(src))  # noqa: E731
+        call = mk(x)
+        if timer == "auto":
+            timer = "cudagraph" if quick_estimate_ms(call) < GRAPH_THRESHOLD_MS else "do_bench-l2flush"
+        if timer == "cudagraph":
+            k = rotation_copies(nbytes, self.info.get("l2_bytes"))
+            t = time_cudagraph([call] + [mk(x.clone()) for _ in range(k - 1)])
+        else:
+            t = time_do_bench(call)
+        rec = Record(op="copy", variant="torch", pattern="ceiling", shape={**shape, "bytes": x.numel() * x.element_size()},
+                     dtype=dtype, config={"what": "y.copy_(x) at this shape"}, **dataclasses.asdict(t), bytes=nbytes,
+                     flops=0, passed=True, **self.metrics(nbytes, 0, t.ms_median), **self.prov)
+        self.records.append(rec)
+        return rec
+
+    @staticmethod
+    def _make_call(v, op, inputs, kw):
+        if v.supports_out:
+            out = tuple(_torch().empty_like(inputs[0]) for _ in range(2)) if op == "add_rms_norm" \
+                else _torch().empty_like(inputs[0])
+            return lambda: v.fn(*inputs, out=out, **kw)
+        return lambda: v.fn(*inputs, **kw)
+
+    def metrics(self, nbytes: int, nfl: int, ms: float, op: str = "") -> dict:
+        bw = gbps(nbytes, ms)
+        tf = tflops(nfl, ms) if nfl else None
+        m = {"gbps": bw, "tflops": tf}
+        if op == "matmul":  # compute-bound: SOL against tensor-core throughput
+            if self.spec:
+                m["sol_datasheet_pct"] = 100 * tf / self.spec.bf16_tflops
+            if self.ceilings:
+                m["sol_measured_pct"] = 100 * tf / self.ceilings.matmul_tflops
+            return m
+        if self.spec:
+            m["sol_datasheet_pct"] = 100 * bw / self.spec.hbm_gbps
+        if self.ceilings:
+            m["sol_measured_pct"] = 100 * bw / self.ceilings.copy_gbps
+        return m
+
+    def sweep(self, cases: Sequence[dict], desc: str = "sweep") -> list[Record]:
+        """cases: dicts of measure() kwargs. A tqdm bar shows progress."""
+        from tqdm.auto import tqdm
+        out = []
+        for c in tqdm(cases, desc=desc, mininterval=5):
+            if c.get("op") == "copy":
+                out.append(self.measure_copy(c["shape"], c["dtype"], c.get("timer", "auto")))
+            else:
+                out.append(self.measure(**c))
+            self.save()  # append as we go: a run cut short keeps what it measured
+        return out
+
+    def save(self) -> str:
+        path = store_path(self.results_dir, self.info["gpu_slug"], self.notebook)
+        self.saved += append_records(path, self.records)
+        self.records = []
+        return f"{path} ({self.saved} records this run)"

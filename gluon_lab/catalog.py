@@ -1,0 +1,148 @@
+"""Registers every variant. Baselines live here; each pattern module registers its own
+variants when imported (import order = the order variants are listed)."""
+from __future__ import annotations
+
+import functools
+
+from . import ops
+from .kernels import baselines as B
+from .ops import register, rows_2d
+
+_ARGS = {"rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias"), "l2_norm": ("x", ),
+         "add_rms_norm": ("x", "residual", "weight")}
+
+
+# ----------------------------------------------------------------------------------------------
+# torch eager (runs on CPU too)
+
+@register("rms_norm", "torch", pattern="baseline", needs_cuda=False, description="F.rms_norm")
+def rms_norm_torch(x, weight, eps=1e-6, out=None):
+    import torch.nn.functional as F
+    return F.rms_norm(x, (x.shape[-1], ), weight, eps)
+
+
+@register("layer_norm", "torch", pattern="baseline", needs_cuda=False, description="F.layer_norm")
+def layer_norm_torch(x, weight, bias, eps=1e-5, out=None):
+    import torch.nn.functional as F
+    return F.layer_norm(x, (x.shape[-1], ), weight, bias, eps)
+
+
+@register("l2_norm", "torch", pattern="baseline", needs_cuda=False, description="F.normalize(p=2, dim=-1)")
+def l2_norm_torch(x, eps=1e-12, out=None):
+    import torch.nn.functional as F
+    return F.normalize(x, p=2.0, dim=-1, eps=eps)
+
+
+@register("add_rms_norm", "torch", pattern="baseline", needs_cuda=False, description="eager x + residual, F.rms_norm")
+def add_rms_norm_torch(x, residual, weight, eps=1e-6, out=None):
+    import torch.nn.functional as F
+    s = x + residual
+    return F.rms_norm(s, (x.shape[-1], ), weight, eps), s
+
+
+@register("matmul", "torch", pattern="baseline", needs_cuda=False, description="torch.matmul (cuBLAS on CUDA)")
+def matmul_torch(a, b, out=None):
+    import torch
+    return torch.matmul(a, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# torch.compile (default mode) of the eager fp32 formula
+
+@functools.lru_cache(maxsize=None)
+def compiled_formula(op: str):
+    import torch
+    import torch._dynamo
+    # One specialization per shape and dtype: the default recompile limit (8) would silently
+    # send later shapes of a sweep back to eager.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4096)
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 65536)
+    return torch.compile(B.FORMULAS[op], dynamic=False)
+
+
+@register("rms_norm", "inductor", pattern="baseline", sources=(B.rms_norm_formula, ),
+          description="torch.compile(default) of the eager fp32 formula")
+def rms_norm_inductor(x, weight, eps=1e-6, out=None):
+    return compiled_formula("rms_norm")(x, weight, eps)
+
+
+@register("layer_norm", "inductor", pattern="baseline", sources=(B.layer_norm_formula, ),
+          description="torch.compile(default) of the eager fp32 formula")
+def layer_norm_inductor(x, weight, bias, eps=1e-5, out=None):
+    return compiled_formula("layer_norm")(x, weight, bias, eps)
+
+
+@register("l2_norm", "inductor", pattern="baseline", sources=(B.l2_norm_formula, ),
+          description="torch.compile(default) of the eager fp32 formula")
+def l2_norm_inductor(x, eps=1e-12, out=None):
+    return compiled_formula("l2_norm")(x, eps)
+
+
+@register("add_rms_norm", "inductor", pattern="baseline", sources=(B.add_rms_norm_formula, B.rms_norm_formula),
+          description="torch.compile(default) of eager x + residual and the fp32 formula")
+def add_rms_norm_inductor(x, residual, weight, eps=1e-6, out=None):
+    return compiled_formula("add_rms_norm")(x, residual, weight, eps)
+
+
+# ----------------------------------------------------------------------------------------------
+# plain Triton: one row per program, row in registers
+
+def _check_triton_row(x, *rest):
+    N = x.shape[-1]
+    B._block(N)  # raises ValueError above the register cap
+    rows_2d("x", x)
+
+
+def _empty_like_rows(x, out):
+    import torch
+    if out is None:
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if out.shape != x.shape or out.dtype != x.dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape {tuple(x.shape)}")
+    return out
+
+
+@register("rms_norm", "triton", pattern="baseline", sources=(B.rms_norm_triton, B.rms_norm_triton_kernel),
+          supports_out=True, check=_check_triton_row,
+          codegen=lambda N, dtype: B.triton_codegen_spec("rms_norm", N, dtype),
+          description="plain Triton, one row per program, BLOCK=next_pow2(N) in registers")
+def rms_norm_triton(x, weight, eps=1e-6, out=None):
+    out = _empty_like_rows(x, out)
+    B.rms_norm_triton(rows_2d("x", x), weight, eps, out.view(-1, x.shape[-1]))
+    return out
+
+
+@register("layer_norm", "triton", pattern="baseline", sources=(B.layer_norm_triton, B.layer_norm_triton_kernel),
+          supports_out=True, check=_check_triton_row,
+          codegen=lambda N, dtype: B.triton_codegen_spec("layer_norm", N, dtype),
+          description="plain Triton, one row per program, BLOCK=next_pow2(N) in registers")
+def layer_norm_triton(x, weight, bias, eps=1e-5, out=None):
+    out = _empty_like_rows(x, out)
+    B.layer_norm_triton(rows_2d("x", x), weight, bias, eps, out.view(-1, x.shape[-1]))
+    return out
+
+
+@register("l2_norm", "triton", pattern="baseline", sources=(B.l2_norm_triton, B.l2_norm_triton_kernel),
+          supports_out=True, check=_check_triton_row,
+          codegen=lambda N, dtype: B.triton_codegen_spec("l2_norm", N, dtype),
+          description="plain Triton, one row per program, BLOCK=next_pow2(N) in registers")
+def l2_norm_triton(x, eps=1e-12, out=None):
+    out = _empty_like_rows(x, out)
+    B.l2_norm_triton(rows_2d("x", x), eps, out.view(-1, x.shape[-1]))
+    return out
+
+
+@register("add_rms_norm", "triton", pattern="baseline",
+          sources=(B.add_rms_norm_triton, B.add_rms_norm_triton_kernel), supports_out=True,
+          check=lambda x, r, w: (_check_triton_row(x), rows_2d("residual", r)),
+          codegen=lambda N, dtype: B.triton_codegen_spec("add_rms_norm", N, dtype),
+          description="plain Triton, one row per program; writes y and x + residual")
+def add_rms_norm_triton(x, residual, weight, eps=1e-6, out=None):
+    y, s = out if out is not None else (None, None)
+    y, s = _empty_like_rows(x, y), _empty_like_rows(x, s)
+    N = x.shape[-1]
+    B.add_rms_norm_triton(rows_2d("x", x), rows_2d("residual", residual), weight, eps, y.view(-1, N), s.view(-1, N))
+    return y, s
+
+
+assert set(ops.OPS) >= set(_ARGS)

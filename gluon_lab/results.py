@@ -1,0 +1,328 @@
+"""Record schema, append-only JSONL store, provenance, kernel-source hashes and staleness.
+
+One measured case = one Record = one JSON line in results/<gpu-slug>/<notebook>.jsonl.
+Writes are append-only: each append takes an exclusive lock on the file and writes all lines with
+one O_APPEND write, so concurrent writers never interleave partial lines. A malformed line is
+reported with file:line (MalformedRecordError, or a warning plus ``df.attrs["malformed"]``),
+never silently dropped.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime as _dt
+import fcntl
+import hashlib
+import inspect
+import json
+import os
+import platform
+import subprocess
+import textwrap
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+SCHEMA_VERSION = 1
+TIMERS = ("do_bench-l2flush", "cudagraph")
+
+
+@dataclass
+class Record:
+    op: str
+    variant: str
+    pattern: str
+    shape: dict  # {"M": .., "N": ..[, "K": ..]}
+    dtype: str  # "bfloat16" | "float16" | "float32"
+    config: dict = field(default_factory=dict)  # num_warps, NUM_STAGES, chunk, ...
+    ms_median: float | None = None
+    ms_min: float | None = None
+    ms_max: float | None = None
+    n_reps: int | None = None
+    timer: str | None = None
+    bytes: int | None = None
+    flops: int | None = None
+    gbps: float | None = None
+    tflops: float | None = None
+    sol_datasheet_pct: float | None = None
+    sol_measured_pct: float | None = None
+    max_abs_err: float | None = None
+    rel_err: float | None = None
+    passed: bool | None = None
+    gpu_name: str | None = None
+    sm_count: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    triton: str | None = None
+    python: str | None = None
+    git_commit: str | None = None
+    kernel_source_hash: str | None = None
+    run_id: str | None = None
+    timestamp: str | None = None
+    notes: str | None = None
+    schema: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Record":
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = [k for k in ("op", "variant", "pattern", "shape", "dtype") if k not in d]
+        if missing:
+            raise ValueError(f"missing required field(s) {missing}")
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown}")
+        if not isinstance(d["shape"], dict):
+            raise ValueError("shape must be an object like {\"M\": 4096, \"N\": 5120}")
+        if d.get("timer") is not None and d["timer"] not in TIMERS:
+            raise ValueError(f"timer must be one of {TIMERS}, got {d['timer']!r}")
+        return cls(**d)
+
+
+class MalformedRecordError(ValueError):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------
+# provenance
+
+def git_commit(repo: Path | None = None) -> str:
+    """HEAD commit (+ '-dirty' when tracked files differ). GLUON_LAB_GIT_COMMIT overrides: the
+    device machine receives a copy of the working tree without .git, so the caller passes it."""
+    env = os.environ.get("GLUON_LAB_GIT_COMMIT")
+    if env:
+        return env
+    repo = repo or Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
+
+
+def provenance(run_id: str | None = None) -> dict:
+    """Fields every Record of one run shares: GPU, driver, versions, commit, run id, time."""
+    from . import device
+    prov: dict[str, Any] = {"python": platform.python_version(), "git_commit": git_commit(),
+                            "run_id": run_id or new_run_id(),
+                            "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    try:
+        import torch
+        prov["torch"] = torch.__version__
+    except ImportError:  # pragma: no cover
+        prov["torch"] = None
+    try:
+        import triton
+        prov["triton"] = triton.__version__
+    except ImportError:  # pragma: no cover
+        prov["triton"] = None
+    info = device.gpu_info()
+    if info:
+        prov.update(gpu_name=info["gpu_name"], sm_count=info["sm_count"], driver=info["driver"], cuda=info["cuda"])
+    return prov
+
+
+# ----------------------------------------------------------------------------------------------
+# kernel source hash
+
+def _unwrap(obj):
+    """The Python function behind a @triton.jit / @gluon.jit object (or the object itself)."""
+    return getattr(obj, "fn", obj)
+
+
+def _is_jit(obj) -> bool:
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, JITFunction)
+
+
+def _referenced_callables(fn) -> list:
+    """Jit functions (and plain helpers from our package) referenced by name in fn's source."""
+    f = _unwrap(fn)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(f)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    attrs = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)]
+    g = getattr(f, "__globals__", {})
+    out = []
+    for name in sorted(names):
+        obj = g.get(name)
+        if obj is not None and _is_jit(obj):
+            out.append(obj)
+    for a in attrs:  # module.helper (e.g. norm_math.rms_rstd)
+        mod = g.get(a.value.id)
+        if inspect.ismodule(mod) and mod.__name__.startswith("gluon_lab"):
+            obj = getattr(mod, a.attr, None)
+            if obj is not None and _is_jit(obj):
+                out.append(obj)
+    return out
+
+
+def kernel_source_hash(*fns: Callable) -> str:
+    """sha256 (16 hex) over the source of the given functions and, transitively, every
+    @jit function they call. Depends on source text only (not paths), so a record measured on
+    the device can be checked against the source on any machine."""
+    seen: dict[str, str] = {}
+    stack = list(fns)
+    while stack:
+        fn = stack.pop()
+        f = _unwrap(fn)
+        key = f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+        if key in seen:
+            continue
+        try:
+            src = textwrap.dedent(inspect.getsource(f))
+        except (OSError, TypeError):
+            src = repr(f)
+        seen[key] = src
+        stack.extend(_referenced_callables(fn))
+    h = hashlib.sha256()
+    for key in sorted(seen):
+        h.update(key.encode())
+        h.update(b"\0")
+        h.update(seen[key].encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------
+# JSONL store
+
+def store_path(results_dir: str | os.PathLike, gpu_slug: str, notebook: str) -> Path:
+    return Path(results_dir) / gpu_slug / f"{notebook}.jsonl"
+
+
+def append_records(path: str | os.PathLike, records: Iterable[Record | dict]) -> int:
+    """Append records as JSON lines under an exclusive lock with a single O_APPEND write."""
+    lines = []
+    for r in records:
+        rec = r if isinstance(r, Record) else Record.from_dict(r)
+        lines.append(rec.to_json() + "\n")
+    if not lines:
+        return 0
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(lines).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            # A file whose last write died mid-line must not glue our first line onto it.
+            size = os.fstat(fd).st_size
+            if size:
+                with open(path, "rb") as fh:
+                    fh.seek(size - 1)
+                    if fh.read(1) != b"\n":
+                        data = b"\n" + data
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    return len(lines)
+
+
+def read_records(path: str | os.PathLike, on_error: str = "raise") -> tuple[list[Record], list[str]]:
+    """Parse a JSONL store. on_error: "raise" (MalformedRecordError naming file:line) or "warn"
+    (warning per bad line; the messages are returned)."""
+    if on_error not in ("raise", "warn"):
+        raise ValueError("on_error must be 'raise' or 'warn'")
+    recs, bad = [], []
+    path = Path(path)
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                if not isinstance(d, dict):
+                    raise ValueError("line is not a JSON object")
+                recs.append(Record.from_dict(d))
+            except (ValueError, TypeError) as e:
+                msg = f"{path}:{lineno}: malformed record: {e}"
+                if on_error == "raise":
+                    raise MalformedRecordError(msg) from e
+                warnings.warn(msg, stacklevel=2)
+                bad.append(msg)
+    return recs, bad
+
+
+def load(paths, on_error: str = "raise"):
+    """Load one or more JSONL stores (files or folders) into a pandas DataFrame.
+
+    Adds columns M, N, K (from shape), config_key (stable string of config) and source.
+    ``df.attrs["malformed"]`` lists file:line messages for bad lines (on_error="warn")."""
+    import pandas as pd
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files.extend(sorted(p.rglob("*.jsonl")) if p.is_dir() else [p] if p.exists() else [])
+    rows, malformed = [], []
+    for f in files:
+        recs, bad = read_records(f, on_error=on_error)
+        malformed.extend(bad)
+        for r in recs:
+            d = dataclasses.asdict(r)
+            for k in ("M", "N", "K"):
+                d[k] = r.shape.get(k)
+            d["config_key"] = json.dumps(r.config, sort_keys=True)
+            d["source"] = str(f)
+            rows.append(d)
+    cols = [f.name for f in dataclasses.fields(Record)] + ["M", "N", "K", "config_key", "source"]
+    df = pd.DataFrame(rows, columns=cols)
+    df.attrs["malformed"] = malformed
+    return df
+
+
+def mark_stale(df, current_hash: Callable[[str, str], str | None]):
+    """Add a boolean 'stale' column: the record's kernel_source_hash differs from the hash of the
+    current source of (op, variant). Records of variants that no longer exist are stale too;
+    ceiling records (no kernel of ours) carry hash None and are never stale."""
+    cache: dict = {}
+
+    def is_stale(row) -> bool:
+        if row["kernel_source_hash"] is None:
+            return False
+        key = (row["op"], row["variant"])
+        if key not in cache:
+            try:
+                cache[key] = current_hash(*key)
+            except KeyError:
+                cache[key] = "<removed>"
+        return cache[key] != row["kernel_source_hash"]
+
+    df = df.copy()
+    df["stale"] = df.apply(is_stale, axis=1) if len(df) else []
+    return df
+
+
+def latest(df, keys=("op", "variant", "dtype", "M", "N", "K", "config_key", "timer")):
+    """Keep the newest record of each case (append-only stores keep history)."""
+    if not len(df):
+        return df
+    keys = [k for k in keys if k in df.columns]
+    return (df.sort_values("timestamp").groupby(keys, dropna=False, sort=False).tail(1)
+            .reset_index(drop=True))
