@@ -348,7 +348,7 @@ class Session:
         kw = {} if op == "matmul" else {"eps": DEFAULT_EPS[op] if eps is None else eps}
         call = self._make_call(v, op, inputs, kw)
         if timer == "auto":
-            timer = "cudagraph" if quick_estimate_ms(call) < GRAPH_THRESHOLD_MS else "do_bench-l2flush"
+            timer = self.pick_timer(nbytes, nfl, call)
         if timer == "cudagraph":
             k = rotation_copies(nbytes, self.info.get("l2_bytes"))
             calls = [call] + [self._make_call(v, op, tuple(t.clone() for t in inputs), kw) for _ in range(k - 1)]
@@ -373,7 +373,7 @@ class Session:
         mk = lambda src: (lambda dst=torch.empty_like(src): dst.copy_(src))  # noqa: E731
         call = mk(x)
         if timer == "auto":
-            timer = "cudagraph" if quick_estimate_ms(call) < GRAPH_THRESHOLD_MS else "do_bench-l2flush"
+            timer = self.pick_timer(nbytes, 0, call)
         if timer == "cudagraph":
             k = rotation_copies(nbytes, self.info.get("l2_bytes"))
             t = time_cudagraph([call] + [mk(x.clone()) for _ in range(k - 1)])
@@ -384,6 +384,17 @@ class Session:
                      flops=0, passed=True, **self.metrics(nbytes, 0, t.ms_median), **self.prov)
         self.records.append(rec)
         return rec
+
+    def pick_timer(self, nbytes: int, nfl: int, call) -> str:
+        """cudagraph when the case would take under GRAPH_THRESHOLD_MS at the ceilings measured in
+        this run (the kernel's duration at speed of light; a host-side estimate would count
+        Python/guard overhead and misjudge short kernels), else do_bench with L2 flush."""
+        if self.ceilings:
+            est = max(nbytes / (self.ceilings.copy_gbps * 1e9),
+                      nfl / (self.ceilings.matmul_tflops * 1e12) if nfl and nfl > 64 * nbytes else 0) * 1e3
+        else:
+            est = quick_estimate_ms(call)
+        return "cudagraph" if est < GRAPH_THRESHOLD_MS else "do_bench-l2flush"
 
     @staticmethod
     def _make_call(v, op, inputs, kw):
