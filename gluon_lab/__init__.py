@@ -14,7 +14,7 @@ Importing this package never touches CUDA: GPU-only variants fail at call time w
 """
 from __future__ import annotations
 
-from .ops import OPS, check_norm_args, check_tensor, dispatch, variants
+from .ops import OPS, check_norm_args, check_tensor, dispatch, get_variant, variants
 from .device import GPUUnavailableError
 
 __version__ = "0.1.0"
@@ -22,8 +22,10 @@ __all__ = ["rms_norm", "layer_norm", "l2_norm", "add_rms_norm", "matmul", "varia
            "GPUUnavailableError"]
 
 
-def _empty_result(x, n_out=1):
+def _empty_result(x, n_out=1, op=None, variant="auto"):
     import torch
+    if variant != "auto":
+        get_variant(op, variant)  # an unknown variant is an error even for empty input
     outs = tuple(torch.empty_like(x) for _ in range(n_out))
     return outs if n_out > 1 else outs[0]
 
@@ -39,7 +41,7 @@ def rms_norm(x, weight, eps=1e-6, *, variant="auto"):
     check_norm_args(x, weight)
     eps = _check_eps(eps)
     if x.numel() == 0:
-        return _empty_result(x)
+        return _empty_result(x, 1, "rms_norm", variant)
     return dispatch("rms_norm", variant, (x, weight), eps=eps)
 
 
@@ -50,7 +52,7 @@ def layer_norm(x, weight, bias, eps=1e-5, *, variant="auto"):
         raise ValueError("bias is required (shape (N,)); pass torch.zeros(N) for none")
     eps = _check_eps(eps)
     if x.numel() == 0:
-        return _empty_result(x)
+        return _empty_result(x, 1, "layer_norm", variant)
     return dispatch("layer_norm", variant, (x, weight, bias), eps=eps)
 
 
@@ -59,7 +61,7 @@ def l2_norm(x, eps=1e-12, *, variant="auto"):
     check_norm_args(x, need_weight=False)
     eps = _check_eps(eps)
     if x.numel() == 0:
-        return _empty_result(x)
+        return _empty_result(x, 1, "l2_norm", variant)
     return dispatch("l2_norm", variant, (x, ), eps=eps)
 
 
@@ -68,7 +70,7 @@ def add_rms_norm(x, residual, weight, eps=1e-6, *, variant="auto"):
     check_norm_args(x, weight, residual=residual)
     eps = _check_eps(eps)
     if x.numel() == 0:
-        return _empty_result(x, 2)
+        return _empty_result(x, 2, "add_rms_norm", variant)
     return dispatch("add_rms_norm", variant, (x, residual, weight), eps=eps)
 
 

@@ -293,6 +293,8 @@ def load(paths, on_error: str = "raise"):
             rows.append(d)
     cols = [f.name for f in dataclasses.fields(Record)] + ["M", "N", "K", "config_key", "source"]
     df = pd.DataFrame(rows, columns=cols)
+    for k in ("M", "N", "K"):
+        df[k] = df[k].astype("Int64")  # integers with <NA> where a record has no such dimension
     df.attrs["malformed"] = malformed
     return df
 
@@ -303,8 +305,10 @@ def mark_stale(df, current_hash: Callable[[str, str], str | None]):
     ceiling records (no kernel of ours) carry hash None and are never stale."""
     cache: dict = {}
 
+    import pandas as pd
+
     def is_stale(row) -> bool:
-        if row["kernel_source_hash"] is None:
+        if pd.isna(row["kernel_source_hash"]):
             return False
         key = (row["op"], row["variant"])
         if key not in cache:
@@ -315,7 +319,7 @@ def mark_stale(df, current_hash: Callable[[str, str], str | None]):
         return cache[key] != row["kernel_source_hash"]
 
     df = df.copy()
-    df["stale"] = df.apply(is_stale, axis=1) if len(df) else []
+    df["stale"] = df.apply(is_stale, axis=1).astype(bool) if len(df) else pd.Series([], dtype=bool)
     return df
 
 

@@ -1,0 +1,81 @@
+"""The correctness comparator and the timer arithmetic, on CPU tensors."""
+import math
+
+import pytest
+import torch
+
+from gluon_lab import bench, reference
+
+
+def _case(dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 1000, generator=g).to(dtype)
+    w = torch.randn(1000, generator=g).to(dtype)
+    return x, w, reference.rms_norm(x, w, 1e-6)
+
+
+def test_correct_output_passes():
+    x, w, ref = _case()
+    r = bench.compare(torch.nn.functional.rms_norm(x, (1000, ), w, 1e-6), ref, "bfloat16")
+    assert r["passed"] and 0 < r["max_abs_err"] < 0.1 and r["rel_err"] < 1e-2
+
+
+def test_unwritten_poisoned_rows_fail():
+    x, w, ref = _case()
+    out = torch.full_like(x, float("nan"))
+    out[:15] = ref[:15].to(x.dtype)
+    assert not bench.compare(out, ref, "bfloat16")["passed"]
+
+
+def test_nan_never_passes_and_nan_in_reference_must_be_matched():
+    x, w, ref = _case(torch.float32)
+    good = ref.float()
+    bad = good.clone()
+    bad[3, 3] = float("nan")
+    assert bench.compare(good, ref, "float32")["passed"]
+    assert not bench.compare(bad, ref, "float32")["passed"]
+    ref2 = ref.clone()
+    ref2[3] = float("nan")
+    assert not bench.compare(good, ref2, "float32")["passed"]  # torch would propagate NaN; we must too
+    good2 = good.clone()
+    good2[3] = float("nan")
+    assert bench.compare(good2, ref2, "float32")["passed"]
+
+
+def test_inf_must_match():
+    ref = torch.tensor([1.0, float("inf")], dtype=torch.float64)
+    assert not bench.compare(torch.tensor([1.0, float("-inf")]), ref, "float32")["passed"]
+    assert bench.compare(torch.tensor([1.0, float("inf")]), ref, "float32")["passed"]
+
+
+def test_wrong_values_fail_and_tolerance_is_per_dtype():
+    x, w, ref = _case(torch.float32)
+    assert not bench.compare((ref * 1.001).float(), ref, "float32")["passed"]
+    assert bench.compare((ref * 1.001).float(), ref, "bfloat16")["passed"]
+
+
+def test_tuple_outputs_compare_each():
+    x, w, ref = _case(torch.float32)
+    assert not bench.compare((ref.float(), ref.float() + 1), (ref, ref), "float32")["passed"]
+
+
+def test_reference_chunks_agree():
+    x = torch.randn(37, 64, dtype=torch.float32)
+    w = torch.randn(64)
+    full = reference.rms_norm(x, w, 1e-6)
+    chunked = bench.reference_outputs("rms_norm", (x, w), row_chunk=5)
+    assert torch.equal(full, chunked)
+
+
+@pytest.mark.parametrize("nbytes", [2**20, 64 * 2**20, 2 * 2**30])
+def test_rotation_copies_exceed_three_l2(nbytes):
+    l2 = 50 * 2**20
+    k = bench.rotation_copies(nbytes, l2)
+    assert k >= 2
+    assert k * nbytes > 3 * l2 or k == bench.ROTATE_MAX_COPIES
+
+
+def test_metrics():
+    assert bench.gbps(4e9, 1.0) == pytest.approx(4000.0)
+    assert bench.tflops(2e12, 1000.0) == pytest.approx(2.0)
+    assert math.isclose(bench.gbps(reference.bytes_moved("l2_norm", {"M": 1, "N": 1}, "float32"), 1e-3), 8e-3)
