@@ -10,10 +10,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 rc=0
 if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -q -m gpu tests -p no:cacheprovider -x 2>&1 | tail -n 40 | tee "$OUT/gpu-tests.log" || rc=1
+  python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider -x 2>&1 | tail -n 40 | tee "$OUT/gpu-tests.log" || rc=1
 fi
 for nb in "$@"; do
-  python3 -m gluon_lab bench "$nb" --results-dir "$OUT/results" ${QUICK:+--quick} > "$OUT/bench-$nb.log" 2>&1 || rc=1
+  python3 -m gluon_lab bench "$nb" --results-dir "$OUT/results" ${QUICK:+--quick} ${PARTS:+--parts $PARTS} > "$OUT/bench-$nb.log" 2>&1 || rc=1
   tail -n 120 "$OUT/bench-$nb.log"
 done
 exit $rc

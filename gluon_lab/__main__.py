@@ -25,6 +25,7 @@ def main(argv=None) -> int:
     b.add_argument("notebook", help="e.g. 00-ceilings")
     b.add_argument("--results-dir", default="results")
     b.add_argument("--quick", action="store_true")
+    b.add_argument("--parts", default=None, help="comma-separated parts of the plan (notebook-specific)")
     c = sub.add_parser("ceilings", help="measure copy bandwidth and bf16 matmul throughput")
     r = sub.add_parser("report", help="execute the notebooks (papermill) and render reports/ (nbconvert)")
     r.add_argument("--mode", default="auto", choices=["auto", "measure", "replay"])
@@ -44,7 +45,8 @@ def main(argv=None) -> int:
         from .experiments import EXPERIMENTS
         if a.notebook not in EXPERIMENTS:
             p.error(f"unknown notebook {a.notebook!r}; known: {sorted(EXPERIMENTS)}")
-        recs, where = EXPERIMENTS[a.notebook](results_dir=a.results_dir, quick=a.quick)
+        kw = {"parts": tuple(a.parts.split(","))} if a.parts else {}
+        recs, where = EXPERIMENTS[a.notebook](results_dir=a.results_dir, quick=a.quick, **kw)
         print(_table(recs))
         print(f"wrote {where}")
         bad = [r for r in recs if r.passed is False]

@@ -140,7 +140,7 @@ def reference_outputs(op: str, inputs, eps=None, row_chunk: int = 4096):
     return res if len(res) > 1 else res[0]
 
 
-def check_correctness(op: str, variant: str, inputs, eps=None, tol=None) -> dict:
+def check_correctness(op: str, variant: str, inputs, eps=None, tol=None, config=None) -> dict:
     """Run the variant once on poisoned outputs and compare with float64. Includes 'error' when
     the variant raised (recorded as a failed case, never skipped)."""
     from .ops import get_variant
@@ -148,6 +148,8 @@ def check_correctness(op: str, variant: str, inputs, eps=None, tol=None) -> dict
     kw = {} if op == "matmul" else {"eps": DEFAULT_EPS[op] if eps is None else eps}
     if v.supports_out:
         kw["out"] = poisoned_out(op, inputs)
+    if config is not None:
+        kw["config"] = config
     got = v.fn(*inputs, **kw)
     _torch().cuda.synchronize()
     ref = reference_outputs(op, inputs, eps)
@@ -336,16 +338,23 @@ class Session:
         inputs = make_inputs(op, shape, dtype, seed=self.next_seed(), scale=scale)
         nbytes = reference.bytes_moved(op, shape, dtype)
         nfl = reference.flops(op, shape)
+        cfg_obj, rec_config = None, dict(config or {})
+        if v.configure is not None:  # the record carries the full config the kernel ran with
+            cfg_obj = v.configure(shape.get("M"), shape.get("N"), dtype, dict(config or {}))
+            rec_config = {**dataclasses.asdict(cfg_obj), **{k: x for k, x in (config or {}).items()
+                                                            if k not in dataclasses.asdict(cfg_obj)}}
         base = dict(op=op, variant=variant, pattern=v.pattern, shape=dict(shape), dtype=dtype,
-                    config=dict(config or {}), bytes=nbytes, flops=nfl, kernel_source_hash=v.source_hash, **self.prov)
+                    config=rec_config, bytes=nbytes, flops=nfl, kernel_source_hash=v.source_hash, **self.prov)
         try:
-            corr = check_correctness(op, variant, inputs, eps)
+            corr = check_correctness(op, variant, inputs, eps, config=cfg_obj)
         except Exception as e:  # a crashing variant is a failed record, not a silent skip
             torch.cuda.synchronize()
             rec = Record(**base, passed=False, notes=f"error: {type(e).__name__}: {e}"[:500])
             self.records.append(rec)
             return rec
         kw = {} if op == "matmul" else {"eps": DEFAULT_EPS[op] if eps is None else eps}
+        if cfg_obj is not None:
+            kw["config"] = cfg_obj
         call = self._make_call(v, op, inputs, kw)
         if timer == "auto":
             timer = self.pick_timer(nbytes, nfl, call)

@@ -146,3 +146,104 @@ def add_rms_norm_triton(x, residual, weight, eps=1e-6, out=None):
 
 
 assert set(ops.OPS) >= set(_ARGS)
+
+
+# ----------------------------------------------------------------------------------------------
+# torch.compile mode="max-autotune-no-cudagraphs" (RMSNorm table of pattern 1)
+
+@functools.lru_cache(maxsize=None)
+def compiled_formula_max_autotune(op: str):
+    import torch
+    compiled_formula(op)  # same recompile limits
+    return torch.compile(B.FORMULAS[op], dynamic=False, mode="max-autotune-no-cudagraphs")
+
+
+@register("rms_norm", "inductor-max-autotune", pattern="baseline", sources=(B.rms_norm_formula, ),
+          description="torch.compile(mode='max-autotune-no-cudagraphs') of the eager fp32 formula")
+def rms_norm_inductor_max_autotune(x, weight, eps=1e-6, out=None):
+    return compiled_formula_max_autotune("rms_norm")(x, weight, eps)
+
+
+# ----------------------------------------------------------------------------------------------
+# Liger-Kernel (optional peer; pure Python on top of Triton). casting_mode="gemma" = fp32 math
+# throughout, the same numerics as every other variant here (Liger's default "llama" multiplies
+# by the weight in the input dtype).
+
+def _liger_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+def _liger_sources():
+    if not _liger_available():
+        return ()
+    from liger_kernel.ops import fused_add_rms_norm, layer_norm, rms_norm
+    return (rms_norm._rms_norm_forward_kernel, layer_norm._layer_norm_forward_kernel,
+            fused_add_rms_norm._fused_add_rms_norm_forward_kernel) \
+        if all(hasattr(m, n) for m, n in ((rms_norm, "_rms_norm_forward_kernel"),
+                                           (layer_norm, "_layer_norm_forward_kernel"),
+                                           (fused_add_rms_norm, "_fused_add_rms_norm_forward_kernel"))) else ()
+
+
+@register("rms_norm", "liger", pattern="baseline", available=_liger_available, sources=_liger_sources(),
+          description="Liger-Kernel LigerRMSNormFunction (casting_mode='gemma')")
+def rms_norm_liger(x, weight, eps=1e-6, out=None):
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    return LigerRMSNormFunction.apply(x, weight, eps, 0.0, "gemma", False)
+
+
+@register("layer_norm", "liger", pattern="baseline", available=_liger_available, sources=_liger_sources(),
+          description="Liger-Kernel LigerLayerNormFunction")
+def layer_norm_liger(x, weight, bias, eps=1e-5, out=None):
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+    return LigerLayerNormFunction.apply(x, weight, bias, eps)
+
+
+@register("add_rms_norm", "liger", pattern="baseline", available=_liger_available, sources=_liger_sources(),
+          description="Liger-Kernel LigerFusedAddRMSNormFunction (casting_mode='gemma')")
+def add_rms_norm_liger(x, residual, weight, eps=1e-6, out=None):
+    from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+    return LigerFusedAddRMSNormFunction.apply(x, residual, weight, eps, 0.0, "gemma", False)
+
+
+# ----------------------------------------------------------------------------------------------
+# pattern 1: TMA caching of reused inputs
+
+from .kernels import norm_math as _NM  # noqa: E402
+from .kernels import tma_cache as _T  # noqa: E402
+
+
+def _tma_variant(op: str):
+    def fn(*inputs, eps, out=None, config=None):
+        if op == "add_rms_norm":
+            x, r, w = inputs
+            return _T.launch(op, x, r, w, None, eps, out=out, config=config)
+        if op == "layer_norm":
+            x, w, b = inputs
+            return _T.launch(op, x, None, w, b, eps, out=out, config=config)
+        if op == "l2_norm":
+            return _T.launch(op, inputs[0], None, None, None, eps, out=out, config=config)
+        x, w = inputs
+        return _T.launch(op, x, None, w, None, eps, out=out, config=config)
+
+    fn.__name__ = fn.__qualname__ = f"{op}_gluon_tma"
+
+    def check(*inputs):
+        x = inputs[0]
+        rest = inputs[1:]
+        _T.check(op, x, *rest)
+
+    register(op, "gluon-tma", pattern="tma-caching", needs_hopper=True, supports_out=True, check=check,
+             sources=(_T.launch, _T.check, _T.TmaCacheConfig, _T.tma_cache_norm_kernel, _NM.row_stats,
+                      _NM.normalize_chunk),
+             codegen=lambda N, dtype, config=None: _T.codegen_spec(op, N, dtype, config),
+             configure=lambda M, N, dtype, overrides: _T.TmaCacheConfig.make(op, N, dtype, M, **overrides),
+             description="row(s) TMA-copied once into smem, both passes read smem; plain or TMA stores")(fn)
+
+
+for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
+    _tma_variant(_op)
+
+# variant="auto" without records: the pattern first, then the plain Triton kernel
+for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
+    ops.AUTO_PREFERENCE[_op] = ["gluon-tma", "triton", "torch"]

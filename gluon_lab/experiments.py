@@ -50,3 +50,119 @@ def run_ceilings(results_dir: str = "results", quick: bool = False, plan: Ceilin
 
 
 EXPERIMENTS = {"00-ceilings": run_ceilings}
+
+
+# ----------------------------------------------------------------------------------------------
+# 01-tma-caching
+
+@dataclass(frozen=True)
+class TmaCachingPlan:
+    """Pattern 1. Parts run in separate batches when a GPU call is time-limited:
+    'rms' = RMSNorm bf16 grid (all baselines, both store paths, max-autotune);
+    'others' = LayerNorm / add+RMSNorm / L2Norm bf16 grids; 'sweep' = num_warps x rows_per_cta x store;
+    'inductor-code' = the Triton kernels Inductor generates, kept for the CPU codegen census."""
+    Ms: tuple = (4096, 8192, 16384, 32768)
+    Ns: tuple = (4096, 8192, 16384)
+    dtype: str = "bfloat16"
+    rms_variants: tuple = ("torch", "inductor", "inductor-max-autotune", "triton", "liger", "gluon-tma")
+    other_variants: tuple = ("torch", "inductor", "triton", "liger", "gluon-tma")
+    other_ops: tuple = ("layer_norm", "add_rms_norm", "l2_norm")
+    sweep_M: int = 16384
+    sweep_Ns: tuple = (1024, 4096, 16384)
+    sweep_warps: tuple = (4, 8, 16)
+    sweep_rows: tuple = (1, 2, 4)
+    inductor_code_Ns: tuple = (4096, 16384)
+
+    @classmethod
+    def quick(cls):
+        return cls(Ms=(1024, ), Ns=(1024, 4096), sweep_M=1024, sweep_Ns=(1024, ), sweep_warps=(4, ), sweep_rows=(1, 2),
+                   inductor_code_Ns=(1024, ))
+
+
+def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
+    from . import ops
+    cases = []
+    shapes = [{"M": M, "N": N} for M in plan.Ms for N in plan.Ns]
+    if "rms" in parts:
+        for s in shapes:
+            cases.append({"op": "copy", "shape": s, "dtype": plan.dtype})
+            for v in plan.rms_variants:
+                if v in ops.variants("rms_norm"):
+                    cases.append({"op": "rms_norm", "variant": v, "shape": s, "dtype": plan.dtype})
+            cases.append({"op": "rms_norm", "variant": "gluon-tma", "shape": s, "dtype": plan.dtype,
+                          "config": {"tma_store": True}})
+    if "others" in parts:
+        for op in plan.other_ops:
+            for s in shapes:
+                for v in plan.other_variants:
+                    if v in ops.variants(op):
+                        cases.append({"op": op, "variant": v, "shape": s, "dtype": plan.dtype})
+                cases.append({"op": op, "variant": "gluon-tma", "shape": s, "dtype": plan.dtype,
+                              "config": {"tma_store": True}})
+    if "sweep" in parts:
+        for N in plan.sweep_Ns:
+            for nw in plan.sweep_warps:
+                if N < 8 * 32 * nw:  # the register tile (8 bf16 x 32 lanes x warps) must fit in the row
+                    continue
+                for r in plan.sweep_rows:
+                    for ts in (False, True):
+                        cases.append({"op": "rms_norm", "variant": "gluon-tma", "shape": {"M": plan.sweep_M, "N": N},
+                                      "dtype": plan.dtype, "config": {"num_warps": nw, "rows_per_cta": r,
+                                                                      "tma_store": ts, "study": "sweep"}})
+    return cases
+
+
+def capture_inductor_kernels(op: str, shape: dict, dtype: str) -> list[dict]:
+    """Compile the eager formula with a fresh torch.compile, run it, and return the generated Triton
+    kernels: source, chosen config, num_warps, shared bytes and PTX (for the CPU census)."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+    from . import bench
+    from .kernels import baselines as B
+    inputs = bench.make_inputs(op, shape, dtype, seed=7)
+    fn = torch.compile(B.FORMULAS[op], dynamic=False)
+    _, codes = run_and_get_code(fn, *inputs, bench.DEFAULT_EPS[op])
+    out = []
+    try:
+        from torch._inductor.codecache import PyCodeCache
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+        mods = PyCodeCache.modules if isinstance(PyCodeCache.modules, list) else list(PyCodeCache.modules.values())
+    except Exception as e:  # internal API moved: keep the source, say why the PTX is missing
+        return [{"source_module": codes[-1] if codes else "", "error": f"{type(e).__name__}: {e}"}]
+    for m in mods:
+        for name, obj in vars(m).items():
+            if isinstance(obj, CachingAutotuner) and any(name in c for c in codes):
+                entry = {"name": name, "source": getattr(obj.fn, "src", ""), "triton_meta": repr(obj.triton_meta)}
+                try:
+                    L = obj.launchers[0]
+                    entry.update(config=repr(L.config), ptx=L.bin.asm["ptx"], num_warps=L.bin.metadata.num_warps,
+                                 shared=L.bin.metadata.shared)
+                except Exception as e:
+                    entry["error"] = f"{type(e).__name__}: {e}"
+                out.append(entry)
+    return out
+
+
+def run_tma_caching(results_dir: str = "results", quick: bool = False, plan: TmaCachingPlan | None = None,
+                    parts=("rms", "others", "sweep", "inductor-code")):
+    import json
+    from pathlib import Path
+    from .bench import Session
+    from .results import atomic_write_text
+    plan = plan or (TmaCachingPlan.quick() if quick else TmaCachingPlan())
+    s = Session("01-tma-caching", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
+    recs = list(s.records)
+    s.save()
+    recs += s.sweep(tma_caching_cases(plan, parts), desc="01-tma-caching")
+    if "inductor-code" in parts:
+        art = {}
+        for N in plan.inductor_code_Ns:
+            for op in ("rms_norm", "layer_norm"):
+                art[f"{op}/{plan.dtype}/M=4096/N={N}"] = capture_inductor_kernels(op, {"M": 4096, "N": N}, plan.dtype)
+        path = Path(results_dir) / s.info["gpu_slug"] / "01-tma-caching.inductor-kernels.json"
+        atomic_write_text(path, json.dumps({"gpu": s.info["gpu_name"], "torch": s.prov["torch"],
+                                            "triton": s.prov["triton"], "kernels": art}, indent=1))
+    return recs, s.save()
+
+
+EXPERIMENTS["01-tma-caching"] = run_tma_caching

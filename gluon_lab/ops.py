@@ -31,6 +31,7 @@ class Variant:
     supports_out: bool = False  # fn accepts out= (pre-allocated, poisonable outputs)
     check: Callable | None = None  # check(*inputs) -> raises ValueError/TypeError if ineligible
     codegen: Callable | None = None  # codegen(N=.., dtype=..) -> compile_sm90 kwargs
+    configure: Callable | None = None  # configure(M, N, dtype, overrides: dict) -> config object (dataclass)
     available: Callable[[], bool] = field(default=lambda: True)
     description: str = ""
 

@@ -330,3 +330,19 @@ def latest(df, keys=("op", "variant", "dtype", "M", "N", "K", "config_key", "tim
     keys = [k for k in keys if k in df.columns]
     return (df.sort_values("timestamp").groupby(keys, dropna=False, sort=False).tail(1)
             .reset_index(drop=True))
+
+
+def atomic_write_text(path, text: str) -> None:
+    """Write a whole file atomically (temp file in the same folder, then rename)."""
+    import tempfile
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -1,0 +1,100 @@
+"""The per-op math of the four norms, as @gluon.jit helpers shared by every pattern.
+
+Each helper walks a row buffer that already sits in shared memory ([R, N_PAD] of the input dtype,
+R rows) in CHUNK-wide slices, converting to fp32 only at the point of use. Patterns differ in how
+the row gets into shared memory (one TMA copy, power-of-2 chunks, a ring slot...) and where the
+output goes; the arithmetic below is the same for all of them, so a numerics fix lands once.
+
+Tail handling for non-power-of-2 rows (pattern 2): the buffer may be wider than N; TMA zero-fills
+past the end, which is harmless for sums of x and x², but NOT for sum((x - mean)²): the padded
+lanes would add mean² each. `MASK_TAIL` masks them out of that pass.
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+# op codes, passed to the kernels as the constexpr OP
+OP_CODES = {"rms_norm": 0, "layer_norm": 1, "l2_norm": 2, "add_rms_norm": 3}
+
+
+@gluon.jit
+def load_chunk(buf, c: gl.constexpr, CHUNK: gl.constexpr, L: gl.constexpr):
+    """Chunk c of every row in buf as fp32 registers (layout L)."""
+    return buf.slice(c * CHUNK, CHUNK, dim=1).load(L).to(gl.float32)
+
+
+@gluon.jit
+def row_sum(buf, CHUNK: gl.constexpr, NUM_CHUNKS: gl.constexpr, L: gl.constexpr, SQUARE: gl.constexpr):
+    """sum(x) or sum(x²) over each row of buf (fp32, one value per row, SliceLayout(1, L))."""
+    R: gl.constexpr = buf.shape[0]
+    acc = gl.zeros([R, CHUNK], gl.float32, L)
+    for c in gl.static_range(NUM_CHUNKS):
+        x = load_chunk(buf, c, CHUNK, L)
+        if SQUARE:
+            acc += x * x
+        else:
+            acc += x
+    return gl.sum(acc, axis=1)
+
+
+@gluon.jit
+def row_sum_sq_dev(buf, mean, N, CHUNK: gl.constexpr, NUM_CHUNKS: gl.constexpr, L: gl.constexpr,
+                   MASK_TAIL: gl.constexpr):
+    """sum((x - mean)²) per row (LayerNorm's second pass). Lanes at or past column N are excluded
+    when MASK_TAIL (zero-filled padding would otherwise add mean² each)."""
+    R: gl.constexpr = buf.shape[0]
+    mean2 = gl.expand_dims(mean, 1)
+    cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
+    acc = gl.zeros([R, CHUNK], gl.float32, L)
+    for c in gl.static_range(NUM_CHUNKS):
+        d = load_chunk(buf, c, CHUNK, L) - mean2
+        if MASK_TAIL:
+            d = gl.where(gl.expand_dims(c * CHUNK + cols0 < N, 0), d, 0.0)
+        acc += d * d
+    return gl.sum(acc, axis=1)
+
+
+@gluon.jit
+def rms_rstd(sum_sq, N, eps):
+    return gl.rsqrt(sum_sq / N + eps)
+
+
+@gluon.jit
+def l2_inv_norm(sum_sq, eps):
+    # x / max(||x||, eps), as F.normalize
+    return 1.0 / gl.maximum(gl.sqrt(sum_sq), eps)
+
+
+@gluon.jit
+def row_stats(buf, N, eps, OP: gl.constexpr, CHUNK: gl.constexpr, NUM_CHUNKS: gl.constexpr, L: gl.constexpr,
+              MASK_TAIL: gl.constexpr):
+    """(shift, scale) per row such that y = (x - shift) * scale [* w (+ b)] for every op."""
+    if OP == 1:  # LayerNorm: two passes over smem (mean, then centred variance): exact, and cheap from smem
+        mean = row_sum(buf, CHUNK, NUM_CHUNKS, L, False) / N
+        var = row_sum_sq_dev(buf, mean, N, CHUNK, NUM_CHUNKS, L, MASK_TAIL) / N
+        return mean, gl.rsqrt(var + eps)
+    else:
+        ss = row_sum(buf, CHUNK, NUM_CHUNKS, L, True)
+        if OP == 2:
+            scale = l2_inv_norm(ss, eps)
+        else:
+            scale = rms_rstd(ss, N, eps)
+        return gl.zeros_like(scale), scale
+
+
+@gluon.jit
+def normalize_chunk(x, shift, scale, w_ptr, b_ptr, cols, N, OP: gl.constexpr, MASK_TAIL: gl.constexpr):
+    """y (fp32) for one chunk: (x - shift) * scale, times w (and plus b for LayerNorm); L2 has no weight."""
+    y = (x - gl.expand_dims(shift, 1)) * gl.expand_dims(scale, 1)
+    if OP != 2:
+        if MASK_TAIL:
+            w = gl.load(w_ptr + cols, mask=cols < N, other=0.0).to(gl.float32)
+        else:
+            w = gl.load(w_ptr + cols).to(gl.float32)
+        y = y * gl.expand_dims(w, 0)
+        if OP == 1:
+            if MASK_TAIL:
+                b = gl.load(b_ptr + cols, mask=cols < N, other=0.0).to(gl.float32)
+            else:
+                b = gl.load(b_ptr + cols).to(gl.float32)
+            y = y + gl.expand_dims(b, 0)
+    return y

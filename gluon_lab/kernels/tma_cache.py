@@ -1,0 +1,257 @@
+"""Pattern 1 — TMA caching of reused inputs (variant "gluon-tma").
+
+A norm reads its input twice: once to reduce, once to normalize. The plain Triton kernel keeps the
+row in registers (spills as N grows); Inductor's looped reductions read it from DRAM twice and
+hope for L2. Here each CTA TMA-copies its R rows ([R, N], one logical copy that the compiler splits
+into [R, 256] boxes, all completing on one mbarrier) into shared memory ONCE, in the input's
+narrow dtype; every pass (sum, centred sum, normalize) reads the rows from shared memory and
+converts to fp32 at the point of use (gluon_lab.kernels.norm_math). add_rms_norm caches both x
+and residual. The output leaves either through plain vectorized stores or, from shared memory,
+through a TMA store (TmaCacheConfig.tma_store) — both are measured.
+
+Shared-memory limit (why N stops where it does): one CTA can have at most 227 KB (232448 B) of
+shared memory on H100/H200. The cached rows take R * N * itemsize bytes (twice that for
+add_rms_norm), plus a few hundred bytes of reduction scratch and the barrier, so with R = 1:
+  bf16/fp16: N <= 65536 (128 KB; 131072 would need 256 KB)       add_rms_norm: N <= 32768
+  fp32:      N <= 32768 (128 KB)                                  add_rms_norm: N <= 16384
+Larger (and non-power-of-2) rows are pattern 2's job (gluon-chunked: chunks + streaming).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+from . import norm_math
+from .norm_math import OP_CODES
+
+SMEM_LIMIT = 232448  # bytes of shared memory one CTA may use on sm_90
+SMEM_RESERVE = 2048  # reduction scratch + barrier + alignment (measured: metadata.shared - rows <= 1 KB)
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@gluon.jit(do_not_specialize=["M", "eps"])  # one compile serves every row count
+def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride, s_stride, eps,
+                          N: gl.constexpr, OP: gl.constexpr, TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
+    """R rows per program. x_desc block [R, N]; r_desc / s_desc only used by add_rms_norm (OP 3),
+    y_desc / s_desc only with TMA_STORE, y_ptr / s_ptr only without it."""
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    dtype: gl.constexpr = x_desc.dtype
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth  # 16-byte vectors: 8 x bf16/fp16, 4 x fp32
+    CHUNK: gl.constexpr = VEC * 32 * num_warps  # one register tile: every thread holds one vector per row
+    NUM_CHUNKS: gl.constexpr = N // CHUNK
+    gl.static_assert(N % CHUNK == 0, "N must be a multiple of VEC * 32 * num_warps")
+    L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
+
+    row0 = gl.program_id(0) * R
+
+    # 1. One TMA copy per reused input into shared memory, one barrier, one expect (total bytes).
+    xbuf = gl.allocate_shared_memory(dtype, [R, N], x_desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    if OP == 3:
+        rbuf = gl.allocate_shared_memory(dtype, [R, N], r_desc.layout)
+        mbarrier.expect(bar, x_desc.block_type.nbytes + r_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(x_desc, [row0, 0], bar, xbuf)
+        tma.async_copy_global_to_shared(r_desc, [row0, 0], bar, rbuf)
+    else:
+        mbarrier.expect(bar, x_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(x_desc, [row0, 0], bar, xbuf)
+
+    rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, L))
+    cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
+    row_ok = gl.expand_dims(rows < M, 1)
+    y_row = gl.expand_dims(rows.to(gl.int64) * y_stride, 1)
+
+    mbarrier.wait(bar, 0)  # fresh barrier: the first completion is phase 0
+    mbarrier.invalidate(bar)
+
+    # 2. add_rms_norm: s = x + residual in the input dtype (as eager). s overwrites the residual's
+    #    buffer in place (same thread, same elements), leaves once for the caller, and is what the
+    #    norm reads from now on.
+    if OP == 3:
+        s_row = gl.expand_dims(rows.to(gl.int64) * s_stride, 1)
+        for c in gl.static_range(NUM_CHUNKS):
+            xs = xbuf.slice(c * CHUNK, CHUNK, dim=1)
+            rs = rbuf.slice(c * CHUNK, CHUNK, dim=1)
+            s = xs.load(L) + rs.load(L)
+            rs.store(s)
+            if not TMA_STORE:
+                gl.store(s_ptr + s_row + gl.expand_dims(c * CHUNK + cols0, 0), s, mask=row_ok)
+        if TMA_STORE:
+            fence_async_shared()
+            tma.async_copy_shared_to_global(s_desc, [row0, 0], rbuf)
+        src = rbuf
+    else:
+        src = xbuf
+
+    # 3. Statistics from shared memory (norm_math: one or two passes, fp32 at the point of use).
+    shift, scale = norm_math.row_stats(src, N, eps, OP, CHUNK, NUM_CHUNKS, L, False)
+
+    # 4. Normalize from shared memory; write out.
+    for c in gl.static_range(NUM_CHUNKS):
+        cols = c * CHUNK + cols0
+        x = norm_math.load_chunk(src, c, CHUNK, L)
+        y = norm_math.normalize_chunk(x, shift, scale, w_ptr, b_ptr, cols, N, OP, False).to(dtype)
+        if TMA_STORE:
+            xbuf.slice(c * CHUNK, CHUNK, dim=1).store(y)  # x (or x of add+norm) is no longer needed
+        else:
+            gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=row_ok)
+    if TMA_STORE:
+        fence_async_shared()  # generic-proxy smem writes -> visible to the TMA (async proxy) store
+        tma.async_copy_shared_to_global(y_desc, [row0, 0], xbuf)
+        tma.store_wait(0)  # shared memory must outlive the bulk copies reading it
+
+
+# ----------------------------------------------------------------------------------------------
+# configuration (QuACK-style: a frozen dataclass whose thresholds carry their reasons)
+
+@dataclass(frozen=True)
+class TmaCacheConfig:
+    num_warps: int
+    rows_per_cta: int
+    tma_store: bool
+
+    @staticmethod
+    def max_n(op: str, dtype: str, rows_per_cta: int = 1) -> int:
+        """Largest power-of-2 N whose cached rows fit in one CTA's shared memory."""
+        per_row = ITEMSIZE[dtype] * (2 if op == "add_rms_norm" else 1) * rows_per_cta
+        n = 1
+        while (2 * n) * per_row + SMEM_RESERVE <= SMEM_LIMIT:
+            n *= 2
+        return n
+
+    @staticmethod
+    def min_n(dtype: str) -> int:
+        # one warp's worth of 16-byte vectors: below this the register tile would replicate lanes
+        return 16 // ITEMSIZE[dtype] * 32
+
+    @classmethod
+    def heuristic(cls, op: str, N: int, dtype: str, M: int | None = None) -> "TmaCacheConfig":
+        e = ITEMSIZE[dtype]
+        vec = 16 // e
+        # Warps: 4 up to 4K-element rows, 8 beyond (a CTA's row tile = vec*32*num_warps; more warps
+        # per row shorten the per-row reduction loop; bounded by N / (vec * 32)).
+        nw = 4 if N <= 4096 else 8
+        nw = max(1, min(nw, N // (vec * 32)))
+        # Rows per CTA: keep >= 8 KB of input per TMA copy so small rows still issue large copies
+        # (one 2 KB row per CTA leaves the copy engine latency-bound); bounded by smem.
+        r = 1
+        while r * N * e < 8192 and r < 8:
+            r *= 2
+        while r > 1 and r * N * e * (2 if op == "add_rms_norm" else 1) + SMEM_RESERVE > SMEM_LIMIT:
+            r //= 2
+        # Stores: plain 128-bit stores by default; the TMA-store path is a measured alternative.
+        return cls(num_warps=nw, rows_per_cta=r, tma_store=False)
+
+    @classmethod
+    def make(cls, op: str, N: int, dtype: str, M: int | None = None, **overrides) -> "TmaCacheConfig":
+        """The heuristic's config with some fields overridden (sweeps)."""
+        import dataclasses
+        base = cls.heuristic(op, N, dtype, M)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return dataclasses.replace(base, **{k: v for k, v in overrides.items() if k in known})
+
+
+def _gl_dtype(dtype: str):
+    return {"bfloat16": gl.bfloat16, "float16": gl.float16, "float32": gl.float32}[dtype]
+
+
+def row_layout(dtype: str):
+    # Swizzle 0: the row is read as contiguous 16-byte vectors per thread (conflict-free), and a
+    # [R, N] box with R < 8 rows cannot use a swizzled layout anyway.
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=ITEMSIZE[dtype] * 8, rank=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# validation (before launch, clear errors) and launch
+
+def _dt(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def check(op: str, x, *rest, config: TmaCacheConfig | None = None):
+    """Raise ValueError/TypeError naming the argument and the rule if gluon-tma cannot take x."""
+    dt = _dt(x)
+    N = x.shape[-1]
+    cfg = config or TmaCacheConfig.heuristic(op, N, dt)
+    lo, hi = TmaCacheConfig.min_n(dt), TmaCacheConfig.max_n(op, dt, 1)
+    if N & (N - 1) or not lo <= N <= hi:
+        raise ValueError(f"variant 'gluon-tma' takes power-of-2 N in [{lo}, {hi}] for {dt} {op} (the cached row(s) "
+                         f"must fit in {SMEM_LIMIT // 1024} KB of shared memory); got N={N}. "
+                         "Use variant='gluon-chunked' (any N) or 'torch'")
+    if cfg.rows_per_cta * N * ITEMSIZE[dt] * (2 if op == "add_rms_norm" else 1) + SMEM_RESERVE > SMEM_LIMIT:
+        raise ValueError(f"rows_per_cta={cfg.rows_per_cta} x N={N} {dt} does not fit in shared memory")
+    names = {"rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias"), "l2_norm": ("x", ),
+             "add_rms_norm": ("x", "residual", "weight")}[op]
+    for name, t in zip(names, (x, ) + rest):
+        if t is None:
+            continue
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous in its last dimension (stride(-1) == 1) for TMA; got strides "
+                             f"{tuple(t.stride())}")
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name}'s data pointer must be 16-byte aligned for TMA (got address % 16 = "
+                             f"{t.data_ptr() % 16})")
+        if t.dim() > 1:
+            try:
+                v = t.view(-1, N)
+            except RuntimeError:
+                raise ValueError(f"{name}'s leading dimensions cannot be flattened without a copy (strides "
+                                 f"{tuple(t.stride())}); call .contiguous() first") from None
+            if v.shape[0] > 1 and (v.stride(0) * t.element_size()) % 16:
+                raise ValueError(f"{name}'s row stride must be a multiple of 16 bytes for TMA; got "
+                                 f"{v.stride(0)} elements = {v.stride(0) * t.element_size()} bytes")
+    return cfg
+
+
+def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: TmaCacheConfig | None = None):
+    """Run gluon-tma for op. Returns y (and s = x + residual for add_rms_norm), shaped like x."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    cfg = check(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)), config=config)
+    N = x.shape[-1]
+    dt = _dt(x)
+    x2 = x.view(-1, N)
+    M = x2.shape[0]
+    if out is None:
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        s = torch.empty(x.shape, dtype=x.dtype, device=x.device) if op == "add_rms_norm" else None
+    else:
+        y, s = out if op == "add_rms_norm" else (out, None)
+    y2 = y.view(-1, N)
+    s2 = s.view(-1, N) if s is not None else y2
+    R = cfg.rows_per_cta
+    if R & (R - 1) or not 1 <= R <= 256:
+        raise ValueError(f"rows_per_cta must be a power of two in [1, 256] (a TMA box dimension); got {R}")
+    lay = row_layout(dt)
+    block = [R, N]
+    x_desc = TensorDescriptor.from_tensor(x2, block, lay)
+    r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), block, lay) if op == "add_rms_norm" else x_desc
+    y_desc = TensorDescriptor.from_tensor(y2, block, lay) if cfg.tma_store else x_desc
+    s_desc = TensorDescriptor.from_tensor(s2, block, lay) if (cfg.tma_store and s is not None) else y_desc
+    w = weight if weight is not None else x2
+    b = bias if bias is not None else w
+    grid = (triton_cdiv(M, R), )
+    tma_cache_norm_kernel[grid](x_desc, r_desc, y_desc, s_desc, y2, s2, w, b, M, y2.stride(0), s2.stride(0), eps,
+                                N=N, OP=OP_CODES[op], TMA_STORE=cfg.tma_store, num_warps=cfg.num_warps)
+    return (y, s) if op == "add_rms_norm" else y
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def codegen_spec(op: str, N: int, dtype: str, config: TmaCacheConfig | None = None):
+    """compile_sm90 arguments reproducing what launch() JITs (for CPU codegen inspection)."""
+    cfg = config or TmaCacheConfig.heuristic(op, N, dtype)
+    t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
+    desc = f"tensordesc<{t}[{cfg.rows_per_cta}, {N}],{row_layout(dtype)!r}>"
+    sig = {"x_desc": desc, "r_desc": desc, "y_desc": desc, "s_desc": desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}",
+           "w_ptr": f"*{t}", "b_ptr": f"*{t}", "M": "i32", "y_stride": "i32", "s_stride": "i32", "eps": "fp32",
+           "N": "constexpr", "OP": "constexpr", "TMA_STORE": "constexpr", "num_warps": "constexpr"}
+    return dict(fn=tma_cache_norm_kernel, signature=sig,
+                constexprs={"N": N, "OP": OP_CODES[op], "TMA_STORE": cfg.tma_store, "num_warps": cfg.num_warps},
+                aligned=["y_ptr", "s_ptr", "w_ptr", "b_ptr", "y_stride", "s_stride"], num_warps=cfg.num_warps)

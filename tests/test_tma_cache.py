@@ -1,0 +1,100 @@
+"""gluon-tma on the CPU: the sm_90 code shows the pattern (x arrives only by TMA, is read from
+shared memory by every pass, nothing spills), and bad input is refused with a clear message."""
+import pytest
+import torch
+
+from gluon_lab import codegen
+from gluon_lab.kernels import tma_cache as T
+
+OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("tma_store", [False, True])
+def test_census_shows_the_pattern(op, dtype, tma_store):
+    N = 8192
+    cfg = T.TmaCacheConfig.make(op, N, dtype, tma_store=tma_store)
+    k, c = codegen.inspect_variant(op, "gluon-tma", N=N, dtype=dtype, config=cfg)
+    n_inputs = 2 if op == "add_rms_norm" else 1
+    vec = 16 // T.ITEMSIZE[dtype]
+    chunks = N // (vec * 32 * cfg.num_warps)
+    # x (and residual) arrive only through TMA: one [R, N] copy per input, split in [R, 256] boxes
+    assert c["tma_load"] >= n_inputs and c["sass"]["UTMALDG"] >= n_inputs
+    assert c["tma_boxes"][0]["block_size"] == [cfg.rows_per_cta, 256]
+    # the only global loads left are the weight (and bias): one 128-bit load per chunk each
+    n_param = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
+    assert c["ld_global"] == n_param * chunks and set(c["ld_global_by_bits"]) <= {128}
+    # the reduction and the normalize pass each read the cached row from shared memory (LayerNorm's
+    # mean and centred-variance passes read the same addresses back to back: LLVM merges them)
+    passes = {"rms_norm": 2, "layer_norm": 2, "l2_norm": 2, "add_rms_norm": 3}[op]
+    assert c["ld_shared"] >= passes * chunks
+    assert c["mbarrier_wait"] >= 1 and c["spill_bytes"] == 0
+    row_bytes = cfg.rows_per_cta * N * T.ITEMSIZE[dtype] * n_inputs
+    assert row_bytes <= c["smem_bytes"] <= row_bytes + T.SMEM_RESERVE
+    if tma_store:
+        assert c["tma_store"] >= 1 and c["st_global"] == 0 and c["fence_proxy_async"] >= 1
+    else:
+        assert c["tma_store"] == 0 and set(c["st_global_by_bits"]) == {128}
+
+
+def test_smem_limits_per_dtype():
+    assert T.TmaCacheConfig.max_n("rms_norm", "bfloat16") == 65536
+    assert T.TmaCacheConfig.max_n("rms_norm", "float32") == 32768
+    assert T.TmaCacheConfig.max_n("add_rms_norm", "float16") == 32768
+    assert T.TmaCacheConfig.max_n("add_rms_norm", "float32") == 16384
+
+
+def test_largest_row_compiles_within_the_limit():
+    N = T.TmaCacheConfig.max_n("rms_norm", "bfloat16")
+    _, c = codegen.inspect_variant("rms_norm", "gluon-tma", N=N, dtype="bfloat16")
+    assert N * 2 <= c["smem_bytes"] <= T.SMEM_LIMIT
+
+
+def test_heuristic_reasons_hold():
+    for N in (1024, 2048, 4096, 8192, 65536):
+        cfg = T.TmaCacheConfig.heuristic("rms_norm", N, "bfloat16")
+        assert N % (8 * 32 * cfg.num_warps) == 0
+        assert cfg.rows_per_cta * N * 2 >= min(8192, 8 * N)  # >= 8 KB per copy unless capped
+    assert T.TmaCacheConfig.make("rms_norm", 4096, "bfloat16", tma_store=True, study="x").tma_store
+
+
+def cpu(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape).to(dtype)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((cpu(4, 5120), cpu(5120)), r"power-of-2 N in \[256, 65536\] for bfloat16 rms_norm"),
+    ((cpu(4, 128), cpu(128)), r"power-of-2 N"),
+    ((cpu(2, 131072), cpu(131072)), r"power-of-2 N"),
+    ((cpu(4, 1024, dtype=torch.float32), cpu(1024, dtype=torch.float32)), None),
+    ((cpu(64, 2052)[:, :2048], cpu(2048)), r"row stride must be a multiple of 16 bytes"),
+    ((cpu(2048, 4).t(), cpu(2048)), r"contiguous in its last dimension"),
+    ((cpu(8 * 2048 + 1)[1:].view(8, 2048), cpu(2048)), r"16-byte aligned"),
+])
+def test_check_refuses_bad_input(args, msg):
+    if msg is None:
+        T.check("rms_norm", *args)
+        return
+    with pytest.raises(ValueError, match=msg):
+        T.check("rms_norm", *args)
+
+
+def test_add_rms_limit_is_half():
+    with pytest.raises(ValueError, match=r"\[256, 32768\] for bfloat16 add_rms_norm"):
+        T.check("add_rms_norm", cpu(2, 65536), cpu(2, 65536), cpu(65536))
+
+
+def test_rows_per_cta_must_be_power_of_two():
+    with pytest.raises(ValueError, match="rows_per_cta must be a power of two"):
+        T.launch("rms_norm", cpu(4, 1024), None, cpu(1024), None, 1e-6,
+                 config=T.TmaCacheConfig(num_warps=4, rows_per_cta=3, tma_store=False))
+
+
+def test_gluon_variant_needs_gpu_on_cpu_machine():
+    import gluon_lab as gll
+    from gluon_lab import device
+    if device.cuda_available():
+        pytest.skip("checks the CPU-only message")
+    with pytest.raises(ValueError, match="runs on a CUDA GPU"):
+        gll.rms_norm(cpu(4, 1024), cpu(1024), variant="gluon-tma")

@@ -1,0 +1,111 @@
+"""gluon-tma on the H200 (marked gpu): every op x dtype x N x M against float64, poisoned outputs,
+both store paths, large-magnitude fp16 rows, NaN/Inf propagation, odd layouts."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+def _largest(op, dtype):
+    from gluon_lab.kernels.tma_cache import TmaCacheConfig
+    return TmaCacheConfig.max_n(op, dtype)
+
+
+def _Ns(op, dtype):
+    return sorted({1024, 4096, 8192, 16384, _largest(op, dtype)} & set(range(0, _largest(op, dtype) + 1)))
+
+
+CASES = [(op, dt, N, M) for op in OPS for dt in DTYPES for N in _Ns(op, dt) for M in (1, 3, 1000, 4096)]
+
+
+@pytest.mark.parametrize("op,dtype,N,M", CASES, ids=lambda v: str(v))
+def test_gluon_tma_matches_float64(op, dtype, N, M):
+    from gluon_lab import bench
+    inputs = bench.make_inputs(op, {"M": M, "N": N}, dtype, seed=N + M)
+    res = bench.check_correctness(op, "gluon-tma", inputs)
+    assert res["passed"], res
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("N", [1024, 8192])
+@pytest.mark.parametrize("rows,warps", [(1, 4), (2, 8), (4, 4)])
+def test_gluon_tma_store_paths_and_rows_per_cta(op, N, rows, warps):
+    from gluon_lab import bench
+    from gluon_lab.kernels.tma_cache import TmaCacheConfig
+    for ts in (False, True):
+        cfg = TmaCacheConfig(num_warps=warps, rows_per_cta=rows, tma_store=ts)
+        inputs = bench.make_inputs(op, {"M": 1001, "N": N}, "bfloat16", seed=rows)
+        res = bench.check_correctness(op, "gluon-tma", inputs, config=cfg)
+        assert res["passed"], (cfg, res)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_large_magnitude_fp16_rows(op):
+    """|x| ~ 1e4 in fp16: sum of squares ~ 1e8 * N overflows fp16 but not the fp32 accumulation."""
+    from gluon_lab import bench
+    inputs = bench.make_inputs(op, {"M": 257, "N": 8192}, "float16", seed=11, scale=1e4)
+    res = bench.check_correctness(op, "gluon-tma", inputs)
+    assert res["passed"], res
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_nan_inf_propagate_like_torch(op):
+    import torch
+    import gluon_lab as gll
+    from gluon_lab import bench
+    inputs = list(bench.make_inputs(op, {"M": 8, "N": 4096}, "bfloat16", seed=2))
+    inputs[0][2, 5] = float("nan")
+    inputs[0][5, 7] = float("inf")
+    fn = getattr(gll, op)
+    got = fn(*inputs, variant="gluon-tma")
+    ref = fn(*inputs, variant="torch")
+    got, ref = (got if isinstance(got, tuple) else (got, )), (ref if isinstance(ref, tuple) else (ref, ))
+    for g, r in zip(got, ref):
+        assert torch.equal(torch.isnan(g), torch.isnan(r)), op
+        assert torch.equal(torch.isinf(g), torch.isinf(r)), op
+
+
+def test_leading_dims_and_strided_rows():
+    import torch
+    import gluon_lab as gll
+    x = torch.randn(4, 6, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(gll.rms_norm(x, w, variant="gluon-tma"), gll.rms_norm(x, w, variant="torch"),
+                               atol=2e-2, rtol=2e-2)
+    big = torch.randn(300, 3072, device="cuda", dtype=torch.bfloat16)
+    xs = big[:, :2048]  # row stride 3072 elements (16-byte multiple), not contiguous
+    torch.testing.assert_close(gll.rms_norm(xs, w, variant="gluon-tma"), gll.rms_norm(xs, w, variant="torch"),
+                               atol=2e-2, rtol=2e-2)
+
+
+def test_bad_gpu_inputs_are_refused_before_launch():
+    import torch
+    import gluon_lab as gll
+    w = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
+    big = torch.randn(64, 2052, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="row stride must be a multiple of 16 bytes"):
+        gll.rms_norm(big[:, :2048], w, variant="gluon-tma")
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        gll.rms_norm(big.view(-1)[1:1 + 2048 * 4].view(4, 2048), w, variant="gluon-tma")
+    with pytest.raises(ValueError, match="power-of-2 N"):
+        gll.rms_norm(torch.randn(4, 5120, device="cuda", dtype=torch.bfloat16),
+                     torch.randn(5120, device="cuda", dtype=torch.bfloat16), variant="gluon-tma")
+    with pytest.raises(ValueError, match="power-of-2 N"):
+        gll.rms_norm(torch.randn(2, 131072, device="cuda", dtype=torch.bfloat16),
+                     torch.randn(131072, device="cuda", dtype=torch.bfloat16), variant="gluon-tma")
+    with pytest.raises(ValueError, match="on cpu"):
+        gll.rms_norm(torch.randn(4, 2048, dtype=torch.bfloat16), w, variant="gluon-tma")
+
+
+def test_auto_prefers_pattern_without_records(monkeypatch):
+    import torch
+    from gluon_lab import autoselect, ops
+    monkeypatch.setattr(autoselect, "best_variant", lambda op, inputs: None)
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    assert ops.choose("rms_norm", (x, w)) == "gluon-tma"
+    x = torch.randn(16, 5000, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(5000, device="cuda", dtype=torch.bfloat16)
+    assert ops.choose("rms_norm", (x, w)) == "triton"
