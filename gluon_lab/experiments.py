@@ -3,6 +3,7 @@ the CLI (`python -m gluon_lab bench NOTEBOOK`) call the same code, so a batch ru
 machine and an interactive run in JupyterLab produce the same records."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 
@@ -68,9 +69,10 @@ class TmaCachingPlan:
     other_variants: tuple = ("torch", "inductor", "triton", "liger", "gluon-tma")
     other_ops: tuple = ("layer_norm", "add_rms_norm", "l2_norm")
     sweep_M: int = 16384
-    sweep_Ns: tuple = (1024, 4096, 16384)
+    sweep_Ns: tuple = (1024, 4096, 8192, 16384)
     sweep_warps: tuple = (4, 8, 16)
     sweep_rows: tuple = (1, 2, 4)
+    sweep_flags: tuple = ("tma_store", "one_box", "param_tma")  # full factorial over these booleans
     inductor_code_Ns: tuple = (4096, 16384)
 
     @classmethod
@@ -105,10 +107,11 @@ def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
                 if N < 8 * 32 * nw:  # the register tile (8 bf16 x 32 lanes x warps) must fit in the row
                     continue
                 for r in plan.sweep_rows:
-                    for ts in (False, True):
+                    for bits in itertools.product((False, True), repeat=len(plan.sweep_flags)):
+                        cfg = {"num_warps": nw, "rows_per_cta": r, **dict(zip(plan.sweep_flags, bits)),
+                               "study": "sweep"}
                         cases.append({"op": "rms_norm", "variant": "gluon-tma", "shape": {"M": plan.sweep_M, "N": N},
-                                      "dtype": plan.dtype, "config": {"num_warps": nw, "rows_per_cta": r,
-                                                                      "tma_store": ts, "study": "sweep"}})
+                                      "dtype": plan.dtype, "config": cfg})
     return cases
 
 

@@ -21,7 +21,8 @@ def test_census_shows_the_pattern(op, dtype, tma_store):
     chunks = N // (vec * 32 * cfg.num_warps)
     # x (and residual) arrive only through TMA: one [R, N] copy per input, split in [R, 256] boxes
     assert c["tma_load"] >= n_inputs and c["sass"]["UTMALDG"] >= n_inputs
-    assert c["tma_boxes"][0]["block_size"] == [cfg.rows_per_cta, 256]
+    # one_box (default): the whole [R, N] block is one [R, N/256, 256] TMA box
+    assert c["tma_boxes"][0]["block_size"] == [cfg.rows_per_cta, N // 256, 256] and c["tma_load"] == n_inputs
     # the only global loads left are the weight (and bias): one 128-bit load per chunk each
     n_param = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
     assert c["ld_global"] == n_param * chunks and set(c["ld_global_by_bits"]) <= {128}
@@ -36,6 +37,14 @@ def test_census_shows_the_pattern(op, dtype, tma_store):
         assert c["tma_store"] >= 1 and c["st_global"] == 0 and c["fence_proxy_async"] >= 1
     else:
         assert c["tma_store"] == 0 and set(c["st_global_by_bits"]) == {128}
+
+
+def test_narrow_boxes_split_the_row():
+    cfg = T.TmaCacheConfig.make("rms_norm", 8192, "bfloat16", one_box=False)
+    _, c = codegen.inspect_variant("rms_norm", "gluon-tma", N=8192, dtype="bfloat16", config=cfg)
+    # 32 boxes of [R, 1, 256], spread over the warps: each warp issues 32 / num_warps of them
+    assert c["tma_boxes"][0]["block_size"] == [cfg.rows_per_cta, 1, 256]
+    assert c["tma_load"] == 8192 // 256 // cfg.num_warps
 
 
 def test_smem_limits_per_dtype():
@@ -85,10 +94,13 @@ def test_add_rms_limit_is_half():
         T.check("add_rms_norm", cpu(2, 65536), cpu(2, 65536), cpu(65536))
 
 
-def test_rows_per_cta_must_be_power_of_two():
+def test_config_rules():
     with pytest.raises(ValueError, match="rows_per_cta must be a power of two"):
-        T.launch("rms_norm", cpu(4, 1024), None, cpu(1024), None, 1e-6,
-                 config=T.TmaCacheConfig(num_warps=4, rows_per_cta=3, tma_store=False))
+        T.check("rms_norm", cpu(4, 1024), cpu(1024), config=T.TmaCacheConfig(num_warps=4, rows_per_cta=3,
+                                                                              tma_store=False))
+    with pytest.raises(ValueError, match="num_warps=8 needs N to be a multiple of 2048"):
+        T.check("rms_norm", cpu(4, 1024), cpu(1024), config=T.TmaCacheConfig(num_warps=8, rows_per_cta=1,
+                                                                              tma_store=False))
 
 
 def test_gluon_variant_needs_gpu_on_cpu_machine():

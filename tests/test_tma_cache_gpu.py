@@ -30,12 +30,14 @@ def test_gluon_tma_matches_float64(op, dtype, N, M):
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("N", [1024, 8192])
-@pytest.mark.parametrize("rows,warps", [(1, 4), (2, 8), (4, 4)])
-def test_gluon_tma_store_paths_and_rows_per_cta(op, N, rows, warps):
+@pytest.mark.parametrize("rows,warps,one_box", [(1, 4, True), (2, 4, False), (4, 4, True), (1, 8, False)])
+def test_gluon_tma_store_paths_and_rows_per_cta(op, N, rows, warps, one_box):
     from gluon_lab import bench
     from gluon_lab.kernels.tma_cache import TmaCacheConfig
-    for ts in (False, True):
-        cfg = TmaCacheConfig(num_warps=warps, rows_per_cta=rows, tma_store=ts)
+    for ts, pt in ((False, False), (True, True), (False, True)):
+        cfg = TmaCacheConfig(num_warps=warps, rows_per_cta=rows, tma_store=ts, one_box=one_box, param_tma=pt)
+        if N % (8 * 32 * warps):
+            continue  # refused before launch (tests/test_tma_cache.py checks the message)
         inputs = bench.make_inputs(op, {"M": 1001, "N": N}, "bfloat16", seed=rows)
         res = bench.check_correctness(op, "gluon-tma", inputs, config=cfg)
         assert res["passed"], (cfg, res)

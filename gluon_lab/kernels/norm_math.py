@@ -82,19 +82,24 @@ def row_stats(buf, N, eps, OP: gl.constexpr, CHUNK: gl.constexpr, NUM_CHUNKS: gl
 
 
 @gluon.jit
-def normalize_chunk(x, shift, scale, w_ptr, b_ptr, cols, N, OP: gl.constexpr, MASK_TAIL: gl.constexpr):
-    """y (fp32) for one chunk: (x - shift) * scale, times w (and plus b for LayerNorm); L2 has no weight."""
+def load_param(ptr, cols, N, MASK_TAIL: gl.constexpr):
+    """A weight/bias chunk (fp32, [1, CHUNK]) from global memory (L2-resident: every row reads it).
+    cols: [CHUNK] in SliceLayout(0, L)."""
+    if MASK_TAIL:
+        v = gl.load(ptr + cols, mask=cols < N, other=0.0).to(gl.float32)
+    else:
+        v = gl.load(ptr + cols).to(gl.float32)
+    return gl.expand_dims(v, 0)
+
+
+@gluon.jit
+def normalize_chunk(x, shift, scale, w, b, OP: gl.constexpr):
+    """y (fp32) for one chunk: (x - shift) * scale, times w (plus b for LayerNorm); L2 has no weight.
+    w and b are fp32 [1, CHUNK] tensors in x's layout, broadcast over the rows (ignored where the
+    op has none)."""
     y = (x - gl.expand_dims(shift, 1)) * gl.expand_dims(scale, 1)
     if OP != 2:
-        if MASK_TAIL:
-            w = gl.load(w_ptr + cols, mask=cols < N, other=0.0).to(gl.float32)
-        else:
-            w = gl.load(w_ptr + cols).to(gl.float32)
-        y = y * gl.expand_dims(w, 0)
+        y = y * w
         if OP == 1:
-            if MASK_TAIL:
-                b = gl.load(b_ptr + cols, mask=cols < N, other=0.0).to(gl.float32)
-            else:
-                b = gl.load(b_ptr + cols).to(gl.float32)
-            y = y + gl.expand_dims(b, 0)
+            y = y + b
     return y

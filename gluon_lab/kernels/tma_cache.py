@@ -3,11 +3,16 @@
 A norm reads its input twice: once to reduce, once to normalize. The plain Triton kernel keeps the
 row in registers (spills as N grows); Inductor's looped reductions read it from DRAM twice and
 hope for L2. Here each CTA TMA-copies its R rows ([R, N], one logical copy that the compiler splits
-into [R, 256] boxes, all completing on one mbarrier) into shared memory ONCE, in the input's
+into boxes, all completing on one mbarrier) into shared memory ONCE, in the input's
 narrow dtype; every pass (sum, centred sum, normalize) reads the rows from shared memory and
 converts to fp32 at the point of use (gluon_lab.kernels.norm_math). add_rms_norm caches both x
 and residual. The output leaves either through plain vectorized stores or, from shared memory,
 through a TMA store (TmaCacheConfig.tma_store) — both are measured.
+
+Box shape (TmaCacheConfig.one_box): a TMA box is at most 256 elements per dimension, so a [R, N]
+row block is split by the compiler into N/256 boxes of [R, 256] — 64 TMA instructions for a 16K
+row. Viewing the row as [N/256, 256] (a rank-3 descriptor [M, N/256, 256] with the row stride as
+its outer stride) makes the whole row ONE box, one TMA instruction. Both are measured.
 
 Shared-memory limit (why N stops where it does): one CTA can have at most 227 KB (232448 B) of
 shared memory on H100/H200. The cached rows take R * N * itemsize bytes (twice that for
@@ -18,6 +23,7 @@ Larger (and non-power-of-2) rows are pattern 2's job (gluon-chunked: chunks + st
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from triton.experimental import gluon
@@ -33,11 +39,18 @@ ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])  # one compile serves every row count
-def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride, s_stride, eps,
-                          N: gl.constexpr, OP: gl.constexpr, TMA_STORE: gl.constexpr, num_warps: gl.constexpr):
-    """R rows per program. x_desc block [R, N]; r_desc / s_desc only used by add_rms_norm (OP 3),
-    y_desc / s_desc only with TMA_STORE, y_ptr / s_ptr only without it."""
+def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride,
+                          s_stride, eps, N: gl.constexpr, OP: gl.constexpr, TMA_STORE: gl.constexpr,
+                          PARAM_TMA: gl.constexpr, num_warps: gl.constexpr):
+    """R rows per program. Descriptors are rank 3: global [M, N/W, W], block [R, S, W] with S*W = N
+    (S = N/W: the row is one TMA box; S = 1, W = N: the compiler splits it into [R, 1, 256] boxes).
+    r_desc / s_desc are only used by add_rms_norm (OP 3), y_desc / s_desc only with TMA_STORE,
+    y_ptr / s_ptr only without it. PARAM_TMA: weight (and bias) ride the same barrier into shared
+    memory (w_desc/b_desc, block [1, S, W]) instead of being loaded from global inside the last pass."""
     R: gl.constexpr = x_desc.block_type.shape[0]
+    S: gl.constexpr = x_desc.block_type.shape[1]
+    W: gl.constexpr = x_desc.block_type.shape[2]
+    gl.static_assert(S * W == N, "descriptor block must cover the row: S * W == N")
     dtype: gl.constexpr = x_desc.dtype
     VEC: gl.constexpr = 128 // dtype.primitive_bitwidth  # 16-byte vectors: 8 x bf16/fp16, 4 x fp32
     CHUNK: gl.constexpr = VEC * 32 * num_warps  # one register tile: every thread holds one vector per row
@@ -48,17 +61,32 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, y_ptr, s_ptr, w_ptr, b
     row0 = gl.program_id(0) * R
 
     # 1. One TMA copy per reused input into shared memory, one barrier, one expect (total bytes).
-    xbuf = gl.allocate_shared_memory(dtype, [R, N], x_desc.layout)
+    xbuf3 = gl.allocate_shared_memory(dtype, [R, S, W], x_desc.layout)
+    xbuf = xbuf3.reshape([R, N])  # the same bytes as a [R, N] row block (swizzle 0: plain row-major)
     bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(bar, count=1)
+    HAS_W: gl.constexpr = OP != 2
+    HAS_B: gl.constexpr = OP == 1
+    if PARAM_TMA:
+        if HAS_W:
+            wbuf3 = gl.allocate_shared_memory(dtype, [1, S, W], w_desc.layout)
+            mbarrier.expect(bar, w_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(w_desc, [0, 0, 0], bar, wbuf3)
+            wbuf = wbuf3.reshape([1, N])
+        if HAS_B:
+            bbuf3 = gl.allocate_shared_memory(dtype, [1, S, W], b_desc.layout)
+            mbarrier.expect(bar, b_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(b_desc, [0, 0, 0], bar, bbuf3)
+            bbuf = bbuf3.reshape([1, N])
     if OP == 3:
-        rbuf = gl.allocate_shared_memory(dtype, [R, N], r_desc.layout)
+        rbuf3 = gl.allocate_shared_memory(dtype, [R, S, W], r_desc.layout)
+        rbuf = rbuf3.reshape([R, N])
         mbarrier.expect(bar, x_desc.block_type.nbytes + r_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(x_desc, [row0, 0], bar, xbuf)
-        tma.async_copy_global_to_shared(r_desc, [row0, 0], bar, rbuf)
+        tma.async_copy_global_to_shared(x_desc, [row0, 0, 0], bar, xbuf3)
+        tma.async_copy_global_to_shared(r_desc, [row0, 0, 0], bar, rbuf3)
     else:
         mbarrier.expect(bar, x_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(x_desc, [row0, 0], bar, xbuf)
+        tma.async_copy_global_to_shared(x_desc, [row0, 0, 0], bar, xbuf3)
 
     rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, L))
     cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
@@ -82,7 +110,7 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, y_ptr, s_ptr, w_ptr, b
                 gl.store(s_ptr + s_row + gl.expand_dims(c * CHUNK + cols0, 0), s, mask=row_ok)
         if TMA_STORE:
             fence_async_shared()
-            tma.async_copy_shared_to_global(s_desc, [row0, 0], rbuf)
+            tma.async_copy_shared_to_global(s_desc, [row0, 0, 0], rbuf3)
         src = rbuf
     else:
         src = xbuf
@@ -94,14 +122,26 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, y_ptr, s_ptr, w_ptr, b
     for c in gl.static_range(NUM_CHUNKS):
         cols = c * CHUNK + cols0
         x = norm_math.load_chunk(src, c, CHUNK, L)
-        y = norm_math.normalize_chunk(x, shift, scale, w_ptr, b_ptr, cols, N, OP, False).to(dtype)
+        w = gl.zeros([1, CHUNK], gl.float32, L)
+        b = gl.zeros([1, CHUNK], gl.float32, L)
+        if PARAM_TMA:
+            if HAS_W:
+                w = norm_math.load_chunk(wbuf, c, CHUNK, L)
+            if HAS_B:
+                b = norm_math.load_chunk(bbuf, c, CHUNK, L)
+        else:
+            if HAS_W:
+                w = norm_math.load_param(w_ptr, cols, N, False)
+            if HAS_B:
+                b = norm_math.load_param(b_ptr, cols, N, False)
+        y = norm_math.normalize_chunk(x, shift, scale, w, b, OP).to(dtype)
         if TMA_STORE:
             xbuf.slice(c * CHUNK, CHUNK, dim=1).store(y)  # x (or x of add+norm) is no longer needed
         else:
             gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=row_ok)
     if TMA_STORE:
         fence_async_shared()  # generic-proxy smem writes -> visible to the TMA (async proxy) store
-        tma.async_copy_shared_to_global(y_desc, [row0, 0], xbuf)
+        tma.async_copy_shared_to_global(y_desc, [row0, 0, 0], xbuf3)
         tma.store_wait(0)  # shared memory must outlive the bulk copies reading it
 
 
@@ -113,13 +153,21 @@ class TmaCacheConfig:
     num_warps: int
     rows_per_cta: int
     tma_store: bool
+    one_box: bool = True  # the whole [R, N] block as one TMA box ([R, N/256, 256]) vs N/256 boxes
+    param_tma: bool = False  # weight/bias TMA-loaded into smem on the row's barrier vs gl.load in the last pass
+
+    def smem_bytes(self, op: str, N: int, dtype: str) -> int:
+        """Shared memory the cached rows (and cached weight/bias) take, plus the reserve."""
+        rows = self.rows_per_cta * (2 if op == "add_rms_norm" else 1)
+        params = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op] if self.param_tma else 0
+        return (rows + params) * N * ITEMSIZE[dtype] + SMEM_RESERVE
 
     @staticmethod
     def max_n(op: str, dtype: str, rows_per_cta: int = 1) -> int:
         """Largest power-of-2 N whose cached rows fit in one CTA's shared memory."""
-        per_row = ITEMSIZE[dtype] * (2 if op == "add_rms_norm" else 1) * rows_per_cta
+        cfg = TmaCacheConfig(num_warps=4, rows_per_cta=rows_per_cta, tma_store=False)
         n = 1
-        while (2 * n) * per_row + SMEM_RESERVE <= SMEM_LIMIT:
+        while cfg.smem_bytes(op, 2 * n, dtype) <= SMEM_LIMIT:
             n *= 2
         return n
 
@@ -141,7 +189,7 @@ class TmaCacheConfig:
         r = 1
         while r * N * e < 8192 and r < 8:
             r *= 2
-        while r > 1 and r * N * e * (2 if op == "add_rms_norm" else 1) + SMEM_RESERVE > SMEM_LIMIT:
+        while r > 1 and cls(nw, r, False).smem_bytes(op, N, dtype) > SMEM_LIMIT:
             r //= 2
         # Stores: plain 128-bit stores by default; the TMA-store path is a measured alternative.
         return cls(num_warps=nw, rows_per_cta=r, tma_store=False)
@@ -160,9 +208,23 @@ def _gl_dtype(dtype: str):
 
 
 def row_layout(dtype: str):
-    # Swizzle 0: the row is read as contiguous 16-byte vectors per thread (conflict-free), and a
-    # [R, N] box with R < 8 rows cannot use a swizzled layout anyway.
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=ITEMSIZE[dtype] * 8, rank=2)
+    # Swizzle 0: the row is read as contiguous 16-byte vectors per thread (conflict-free), and
+    # stays plain row-major so the rank-3 box can be viewed as [R, N].
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=ITEMSIZE[dtype] * 8, rank=3)
+
+
+def box_shape(N: int, cfg: "TmaCacheConfig") -> list:
+    """Block [R, S, W] of the rank-3 descriptors (global shape [M, N / W, W])."""
+    W = min(N, 256) if cfg.one_box else N
+    return [cfg.rows_per_cta, N // W, W]
+
+
+def descriptor(t2, N: int, cfg: "TmaCacheConfig", dtype: str):
+    """Rank-3 TMA descriptor over a (M, N) view with any 16-byte-multiple row stride."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    R, S, W = box_shape(N, cfg)
+    return TensorDescriptor(t2, shape=[t2.shape[0], N // W, W], strides=[t2.stride(0), W, 1], block_shape=[R, S, W],
+                            layout=row_layout(dtype))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -182,8 +244,16 @@ def check(op: str, x, *rest, config: TmaCacheConfig | None = None):
         raise ValueError(f"variant 'gluon-tma' takes power-of-2 N in [{lo}, {hi}] for {dt} {op} (the cached row(s) "
                          f"must fit in {SMEM_LIMIT // 1024} KB of shared memory); got N={N}. "
                          "Use variant='gluon-chunked' (any N) or 'torch'")
-    if cfg.rows_per_cta * N * ITEMSIZE[dt] * (2 if op == "add_rms_norm" else 1) + SMEM_RESERVE > SMEM_LIMIT:
-        raise ValueError(f"rows_per_cta={cfg.rows_per_cta} x N={N} {dt} does not fit in shared memory")
+    if cfg.smem_bytes(op, N, dt) > SMEM_LIMIT:
+        raise ValueError(f"config {cfg} needs {cfg.smem_bytes(op, N, dt)} bytes of shared memory for N={N} {dt} "
+                         f"{op}; one CTA may use {SMEM_LIMIT}")
+    R = cfg.rows_per_cta
+    if R & (R - 1) or not 1 <= R <= 256:
+        raise ValueError(f"rows_per_cta must be a power of two in [1, 256] (a TMA box dimension); got {R}")
+    tile = 16 // ITEMSIZE[dt] * 32 * cfg.num_warps
+    if N % tile:
+        raise ValueError(f"num_warps={cfg.num_warps} needs N to be a multiple of {tile} (16-byte vectors x 32 lanes "
+                         f"x warps) for {dt}; got N={N}")
     names = {"rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias"), "l2_norm": ("x", ),
              "add_rms_norm": ("x", "residual", "weight")}[op]
     for name, t in zip(names, (x, ) + rest):
@@ -210,7 +280,6 @@ def check(op: str, x, *rest, config: TmaCacheConfig | None = None):
 def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: TmaCacheConfig | None = None):
     """Run gluon-tma for op. Returns y (and s = x + residual for add_rms_norm), shaped like x."""
     import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     cfg = check(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)), config=config)
     N = x.shape[-1]
     dt = _dt(x)
@@ -224,19 +293,22 @@ def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: Tma
     y2 = y.view(-1, N)
     s2 = s.view(-1, N) if s is not None else y2
     R = cfg.rows_per_cta
-    if R & (R - 1) or not 1 <= R <= 256:
-        raise ValueError(f"rows_per_cta must be a power of two in [1, 256] (a TMA box dimension); got {R}")
-    lay = row_layout(dt)
-    block = [R, N]
-    x_desc = TensorDescriptor.from_tensor(x2, block, lay)
-    r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), block, lay) if op == "add_rms_norm" else x_desc
-    y_desc = TensorDescriptor.from_tensor(y2, block, lay) if cfg.tma_store else x_desc
-    s_desc = TensorDescriptor.from_tensor(s2, block, lay) if (cfg.tma_store and s is not None) else y_desc
+    x_desc = descriptor(x2, N, cfg, dt)
+    r_desc = descriptor(residual.view(-1, N), N, cfg, dt) if op == "add_rms_norm" else x_desc
+    y_desc = descriptor(y2, N, cfg, dt) if cfg.tma_store else x_desc
+    s_desc = descriptor(s2, N, cfg, dt) if (cfg.tma_store and s is not None) else y_desc
     w = weight if weight is not None else x2
     b = bias if bias is not None else w
+    if cfg.param_tma and weight is not None:
+        w_desc = descriptor(w.view(1, N), N, dataclasses.replace(cfg, rows_per_cta=1), dt)
+        b_desc = descriptor(b.view(1, N), N, dataclasses.replace(cfg, rows_per_cta=1), dt) if bias is not None \
+            else w_desc
+    else:
+        w_desc = b_desc = x_desc
     grid = (triton_cdiv(M, R), )
-    tma_cache_norm_kernel[grid](x_desc, r_desc, y_desc, s_desc, y2, s2, w, b, M, y2.stride(0), s2.stride(0), eps,
-                                N=N, OP=OP_CODES[op], TMA_STORE=cfg.tma_store, num_warps=cfg.num_warps)
+    tma_cache_norm_kernel[grid](x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y2, s2, w, b, M, y2.stride(0),
+                                s2.stride(0), eps, N=N, OP=OP_CODES[op], TMA_STORE=cfg.tma_store,
+                                PARAM_TMA=cfg.param_tma and weight is not None, num_warps=cfg.num_warps)
     return (y, s) if op == "add_rms_norm" else y
 
 
@@ -248,10 +320,15 @@ def codegen_spec(op: str, N: int, dtype: str, config: TmaCacheConfig | None = No
     """compile_sm90 arguments reproducing what launch() JITs (for CPU codegen inspection)."""
     cfg = config or TmaCacheConfig.heuristic(op, N, dtype)
     t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
-    desc = f"tensordesc<{t}[{cfg.rows_per_cta}, {N}],{row_layout(dtype)!r}>"
-    sig = {"x_desc": desc, "r_desc": desc, "y_desc": desc, "s_desc": desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}",
+    desc = f"tensordesc<{t}{box_shape(N, cfg)},{row_layout(dtype)!r}>"
+    pdesc = f"tensordesc<{t}{box_shape(N, dataclasses.replace(cfg, rows_per_cta=1))},{row_layout(dtype)!r}>"
+    param_tma = cfg.param_tma and op != "l2_norm"
+    sig = {"x_desc": desc, "r_desc": desc, "y_desc": desc, "s_desc": desc, "w_desc": pdesc if param_tma else desc,
+           "b_desc": pdesc if param_tma else desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}",
            "w_ptr": f"*{t}", "b_ptr": f"*{t}", "M": "i32", "y_stride": "i32", "s_stride": "i32", "eps": "fp32",
-           "N": "constexpr", "OP": "constexpr", "TMA_STORE": "constexpr", "num_warps": "constexpr"}
+           "N": "constexpr", "OP": "constexpr", "TMA_STORE": "constexpr", "PARAM_TMA": "constexpr",
+           "num_warps": "constexpr"}
     return dict(fn=tma_cache_norm_kernel, signature=sig,
-                constexprs={"N": N, "OP": OP_CODES[op], "TMA_STORE": cfg.tma_store, "num_warps": cfg.num_warps},
+                constexprs={"N": N, "OP": OP_CODES[op], "TMA_STORE": cfg.tma_store, "PARAM_TMA": param_tma,
+                            "num_warps": cfg.num_warps},
                 aligned=["y_ptr", "s_ptr", "w_ptr", "b_ptr", "y_stride", "s_stride"], num_warps=cfg.num_warps)
