@@ -11,10 +11,10 @@ OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("tma_store", [False, True])
-def test_census_shows_the_pattern(op, dtype, tma_store):
+@pytest.mark.parametrize("tma_store,param_tma", [(False, False), (True, False), (False, True)])
+def test_census_shows_the_pattern(op, dtype, tma_store, param_tma):
     N = 8192
-    cfg = T.TmaCacheConfig.make(op, N, dtype, tma_store=tma_store)
+    cfg = T.TmaCacheConfig.make(op, N, dtype, tma_store=tma_store, param_tma=param_tma)
     k, c = codegen.inspect_variant(op, "gluon-tma", N=N, dtype=dtype, config=cfg)
     n_inputs = 2 if op == "add_rms_norm" else 1
     vec = 16 // T.ITEMSIZE[dtype]
@@ -22,17 +22,23 @@ def test_census_shows_the_pattern(op, dtype, tma_store):
     # x (and residual) arrive only through TMA: one [R, N] copy per input, split in [R, 256] boxes
     assert c["tma_load"] >= n_inputs and c["sass"]["UTMALDG"] >= n_inputs
     # one_box (default): the whole [R, N] block is one [R, N/256, 256] TMA box
-    assert c["tma_boxes"][0]["block_size"] == [cfg.rows_per_cta, N // 256, 256] and c["tma_load"] == n_inputs
-    # the only global loads left are the weight (and bias): one 128-bit load per chunk each
+    assert c["tma_boxes"][0]["block_size"] == [cfg.rows_per_cta, N // 256, 256]
+    # the only global loads left are the weight (and bias): one 128-bit load per chunk each, or
+    # none when they ride the row's barrier into shared memory
     n_param = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
-    assert c["ld_global"] == n_param * chunks and set(c["ld_global_by_bits"]) <= {128}
+    if param_tma:
+        assert c["ld_global"] == 0 and c["tma_load"] == n_inputs + n_param
+    else:
+        assert c["ld_global"] == n_param * chunks and set(c["ld_global_by_bits"]) <= {128}
+    # exactly one expect-tx (an arrive) per phase of the count-1 barrier: a second one would
+    # complete the phase before the row has landed
+    assert c["mbarrier_expect_tx"] == 1 and c["mbarrier_init"] == 1
     # the reduction and the normalize pass each read the cached row from shared memory (LayerNorm's
     # mean and centred-variance passes read the same addresses back to back: LLVM merges them)
     passes = {"rms_norm": 2, "layer_norm": 2, "l2_norm": 2, "add_rms_norm": 3}[op]
     assert c["ld_shared"] >= passes * chunks
     assert c["mbarrier_wait"] >= 1 and c["spill_bytes"] == 0
-    row_bytes = cfg.rows_per_cta * N * T.ITEMSIZE[dtype] * n_inputs
-    assert row_bytes <= c["smem_bytes"] <= row_bytes + T.SMEM_RESERVE
+    assert cfg.smem_bytes(op, N, dtype) - T.SMEM_RESERVE <= c["smem_bytes"] <= cfg.smem_bytes(op, N, dtype)
     if tma_store:
         assert c["tma_store"] >= 1 and c["st_global"] == 0 and c["fence_proxy_async"] >= 1
     else:

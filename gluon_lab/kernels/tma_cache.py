@@ -67,26 +67,25 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr,
     mbarrier.init(bar, count=1)
     HAS_W: gl.constexpr = OP != 2
     HAS_B: gl.constexpr = OP == 1
+    # ONE expect per barrier phase, carrying the bytes of every copy that completes on it: each
+    # expect is also an arrive, so a second one would complete the phase early.
+    NBYTES: gl.constexpr = x_desc.block_type.nbytes * (2 if OP == 3 else 1) + \
+        ((w_desc.block_type.nbytes * (1 + HAS_B)) if (PARAM_TMA and HAS_W) else 0)
+    mbarrier.expect(bar, NBYTES)
+    tma.async_copy_global_to_shared(x_desc, [row0, 0, 0], bar, xbuf3)
+    if OP == 3:
+        rbuf3 = gl.allocate_shared_memory(dtype, [R, S, W], r_desc.layout)
+        rbuf = rbuf3.reshape([R, N])
+        tma.async_copy_global_to_shared(r_desc, [row0, 0, 0], bar, rbuf3)
     if PARAM_TMA:
         if HAS_W:
             wbuf3 = gl.allocate_shared_memory(dtype, [1, S, W], w_desc.layout)
-            mbarrier.expect(bar, w_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(w_desc, [0, 0, 0], bar, wbuf3)
             wbuf = wbuf3.reshape([1, N])
         if HAS_B:
             bbuf3 = gl.allocate_shared_memory(dtype, [1, S, W], b_desc.layout)
-            mbarrier.expect(bar, b_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(b_desc, [0, 0, 0], bar, bbuf3)
             bbuf = bbuf3.reshape([1, N])
-    if OP == 3:
-        rbuf3 = gl.allocate_shared_memory(dtype, [R, S, W], r_desc.layout)
-        rbuf = rbuf3.reshape([R, N])
-        mbarrier.expect(bar, x_desc.block_type.nbytes + r_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(x_desc, [row0, 0, 0], bar, xbuf3)
-        tma.async_copy_global_to_shared(r_desc, [row0, 0, 0], bar, rbuf3)
-    else:
-        mbarrier.expect(bar, x_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(x_desc, [row0, 0, 0], bar, xbuf3)
 
     rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, L))
     cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
