@@ -142,6 +142,13 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr,
         fence_async_shared()  # generic-proxy smem writes -> visible to the TMA (async proxy) store
         tma.async_copy_shared_to_global(y_desc, [row0, 0, 0], xbuf3)
         tma.store_wait(0)  # shared memory must outlive the bulk copies reading it
+        # ...and the allocator must know that: it ends a buffer's live range at its last generic
+        # use, not at the store_wait covering an in-flight TMA store. Without this, the reduction
+        # scratch was placed over the residual buffer while s was still being stored from it
+        # (add_rms_norm produced garbage on the H200). _keep_alive() extends the live ranges.
+        xbuf3._keep_alive()
+        if OP == 3:
+            rbuf3._keep_alive()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,21 +184,26 @@ class TmaCacheConfig:
 
     @classmethod
     def heuristic(cls, op: str, N: int, dtype: str, M: int | None = None) -> "TmaCacheConfig":
+        """Defaults from the rms_norm bf16 sweep on the H200 (M = 16384, N in 1K..16K, 240 configs,
+        results/h200/01-tma-caching.jsonl, study "sweep"; the notebook shows it)."""
         e = ITEMSIZE[dtype]
         vec = 16 // e
-        # Warps: 4 up to 4K-element rows, 8 beyond (a CTA's row tile = vec*32*num_warps; more warps
-        # per row shorten the per-row reduction loop; bounded by N / (vec * 32)).
-        nw = 4 if N <= 4096 else 8
-        nw = max(1, min(nw, N // (vec * 32)))
-        # Rows per CTA: keep >= 8 KB of input per TMA copy so small rows still issue large copies
-        # (one 2 KB row per CTA leaves the copy engine latency-bound); bounded by smem.
-        r = 1
-        while r * N * e < 8192 and r < 8:
-            r *= 2
-        while r > 1 and cls(nw, r, False).smem_bytes(op, N, dtype) > SMEM_LIMIT:
-            r //= 2
-        # Stores: plain 128-bit stores by default; the TMA-store path is a measured alternative.
-        return cls(num_warps=nw, rows_per_cta=r, tma_store=False)
+        # Warps: as many as the row allows, up to 16. The best config at N >= 4096 used 16 warps
+        # (4 warps: 30% slower at N=16384): the per-row passes over smem finish sooner, and
+        # the CTA's next TMA copy starts sooner.
+        nw = max(1, min(16, N // (vec * 32)))
+        # Rows per CTA: 2 while the cached rows stay <= 64 KB. R = 2 was best at N = 1024, 4096
+        # and 16384 (R = 1 at 8192, within 0.2%); larger blocks cost occupancy.
+        r = 2 if 2 * N * e * (2 if op == "add_rms_norm" else 1) <= 65536 else 1
+        # Weight/bias through TMA on the row's barrier: faster at N = 1024, 4096 and 16384 (up to
+        # 10% at the median config), a tie for the best configs at 8192; off if smem would not fit.
+        param_tma = op != "l2_norm"
+        # Stores: plain 128-bit stores; the TMA-store path was slower at the median config at every
+        # N (2-7%). One box per row: no measurable difference; fewer TMA instructions.
+        cfg = cls(num_warps=nw, rows_per_cta=r, tma_store=False, one_box=True, param_tma=param_tma)
+        while cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT and (cfg.rows_per_cta > 1 or cfg.param_tma):
+            cfg = dataclasses.replace(cfg, **({"rows_per_cta": 1} if cfg.rows_per_cta > 1 else {"param_tma": False}))
+        return cfg
 
     @classmethod
     def make(cls, op: str, N: int, dtype: str, M: int | None = None, **overrides) -> "TmaCacheConfig":
