@@ -74,11 +74,12 @@ class TmaCachingPlan:
     sweep_rows: tuple = (1, 2, 4)
     sweep_flags: tuple = ("tma_store", "one_box", "param_tma")  # full factorial over these booleans
     inductor_code_Ns: tuple = (4096, 16384)
+    ln_sweep_Ns: tuple = (4096, 16384)
 
     @classmethod
     def quick(cls):
         return cls(Ms=(1024, ), Ns=(1024, 4096), sweep_M=1024, sweep_Ns=(1024, ), sweep_warps=(4, ), sweep_rows=(1, 2),
-                   inductor_code_Ns=(1024, ))
+                   inductor_code_Ns=(1024, ), ln_sweep_Ns=(1024, ))
 
 
 def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
@@ -99,6 +100,14 @@ def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
                 for v in plan.other_variants:
                     if v in ops.variants(op):
                         cases.append({"op": op, "variant": v, "shape": s, "dtype": plan.dtype})
+    if "ln-sweep" in parts:  # LayerNorm: three smem buffers (x, w, b) make occupancy the question
+        for N in plan.ln_sweep_Ns:
+            for nw in plan.sweep_warps:
+                for r in (1, 2):
+                    for pt in (False, True):
+                        cases.append({"op": "layer_norm", "variant": "gluon-tma", "shape": {"M": plan.sweep_M, "N": N},
+                                      "dtype": plan.dtype, "config": {"num_warps": nw, "rows_per_cta": r,
+                                                                      "param_tma": pt, "study": "ln-sweep"}})
     if "sweep" in parts:
         for N in plan.sweep_Ns:
             for nw in plan.sweep_warps:

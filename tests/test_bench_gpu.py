@@ -26,15 +26,17 @@ def test_large_magnitude_fp16_rows_do_not_overflow():
     assert res["passed"], res
 
 
-def test_nan_row_propagates_like_torch():
+@pytest.mark.parametrize("op", OPS)
+def test_nan_row_propagates_like_torch(op):
     import torch
     import gluon_lab as gll
     from gluon_lab import bench
-    x, w = bench.make_inputs("rms_norm", {"M": 8, "N": 2048}, "bfloat16", seed=5)
-    x[3, 17] = float("nan")
+    inputs = list(bench.make_inputs(op, {"M": 8, "N": 2048}, "bfloat16", seed=5))
+    inputs[0][3, 17] = float("nan")
     for v in ("torch", "triton"):
-        y = gll.rms_norm(x, w, variant=v)
-        assert torch.isnan(y[3]).all() and not torch.isnan(y[[0, 1, 2, 4, 5, 6, 7]]).any(), v
+        y = getattr(gll, op)(*inputs, variant=v)
+        y = y[0] if isinstance(y, tuple) else y
+        assert torch.isnan(y[3]).all() and not torch.isnan(y[[0, 1, 2, 4, 5, 6, 7]]).any(), (op, v)
 
 
 def test_poisoned_output_is_caught():

@@ -106,7 +106,8 @@ def l2_norm_triton_kernel(x_ptr, y_ptr, x_stride, y_stride, N, eps, BLOCK: tl.co
     cols = tl.arange(0, BLOCK)
     mask = cols < N
     x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    inv = 1.0 / tl.maximum(tl.sqrt(tl.sum(x * x, axis=0)), eps)
+    n = tl.sqrt(tl.sum(x * x, axis=0))
+    inv = 1.0 / tl.where(n < eps, eps, n)  # NaN-propagating max (tl.maximum would drop a NaN)
     tl.store(y_ptr + row * y_stride + cols, (x * inv).to(y_ptr.dtype.element_ty), mask=mask)
 
 

@@ -60,8 +60,10 @@ def rms_rstd(sum_sq, N, eps):
 
 @gluon.jit
 def l2_inv_norm(sum_sq, eps):
-    # x / max(||x||, eps), as F.normalize
-    return 1.0 / gl.maximum(gl.sqrt(sum_sq), eps)
+    # x / max(||x||, eps), as F.normalize. Not gl.maximum: IEEE max drops a NaN (max(NaN, eps) =
+    # eps), while torch's clamp_min propagates it (a NaN in a row must make the whole row NaN).
+    n = gl.sqrt(sum_sq)
+    return 1.0 / gl.where(n < eps, eps, n)
 
 
 @gluon.jit

@@ -34,6 +34,7 @@ from . import norm_math
 from .norm_math import OP_CODES
 
 SMEM_LIMIT = 232448  # bytes of shared memory one CTA may use on sm_90
+SMEM_PER_CTA_TARGET = 100 * 1024  # heuristic: <= this so two CTAs fit on an SM (see heuristic())
 SMEM_RESERVE = 2048  # reduction scratch + barrier + alignment (measured: metadata.shared - rows <= 1 KB)
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -201,8 +202,12 @@ class TmaCacheConfig:
         # Stores: plain 128-bit stores; the TMA-store path was slower at the median config at every
         # N (2-7%). One box per row: no measurable difference; fewer TMA instructions.
         cfg = cls(num_warps=nw, rows_per_cta=r, tma_store=False, one_box=True, param_tma=param_tma)
-        while cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT and (cfg.rows_per_cta > 1 or cfg.param_tma):
-            cfg = dataclasses.replace(cfg, **({"rows_per_cta": 1} if cfg.rows_per_cta > 1 else {"param_tma": False}))
+        # Occupancy: keep a CTA's smem <= SMEM_PER_CTA_TARGET so >= 2 CTAs share an SM (their copies
+        # and passes overlap). Seen on the H200: LayerNorm N = 16384 with R = 2 plus cached weight
+        # AND bias took 128 KB -> 1 CTA/SM -> 65-68% SOL where the register-cached baselines
+        # reached 80-86%. Drop the cached params first (they are L2-resident), then R.
+        while cfg.smem_bytes(op, N, dtype) > SMEM_PER_CTA_TARGET and (cfg.param_tma or cfg.rows_per_cta > 1):
+            cfg = dataclasses.replace(cfg, **({"param_tma": False} if cfg.param_tma else {"rows_per_cta": 1}))
         return cfg
 
     @classmethod
