@@ -98,7 +98,7 @@ def test_bad_gpu_inputs_are_refused_before_launch():
         gll.rms_norm(torch.randn(2, 131072, device="cuda", dtype=torch.bfloat16),
                      torch.randn(131072, device="cuda", dtype=torch.bfloat16), variant="gluon-tma")
     with pytest.raises(ValueError, match="on cpu"):
-        gll.rms_norm(torch.randn(4, 2048, dtype=torch.bfloat16), w, variant="gluon-tma")
+        gll.rms_norm(torch.randn(4, 2048, dtype=torch.bfloat16), w.cpu(), variant="gluon-tma")
 
 
 def test_auto_prefers_pattern_without_records(monkeypatch):

@@ -192,10 +192,12 @@ class TmaCacheConfig:
         # Warps: as many as the row allows, up to 16. The best config at N >= 4096 used 16 warps
         # (4 warps: 30% slower at N=16384): the per-row passes over smem finish sooner, and
         # the CTA's next TMA copy starts sooner.
-        nw = max(1, min(16, N // (vec * 32)))
+        # LayerNorm is the exception: its two cross-warp reductions per row made 16 warps 15-25%
+        # slower than 8 (LayerNorm sweep, N = 4096 and 16384), so it stops at 8.
+        nw = max(1, min(8 if op == "layer_norm" else 16, N // (vec * 32)))
         # Rows per CTA: 2 while the cached rows stay <= 64 KB. R = 2 was best at N = 1024, 4096
         # and 16384 (R = 1 at 8192, within 0.2%); larger blocks cost occupancy.
-        r = 2 if 2 * N * e * (2 if op == "add_rms_norm" else 1) <= 65536 else 1
+        r = 2 if 2 * N * e * (2 if op == "add_rms_norm" else 1) <= (16384 if op == "layer_norm" else 65536) else 1
         # Weight/bias through TMA on the row's barrier: faster at N = 1024, 4096 and 16384 (up to
         # 10% at the median config), a tie for the best configs at 8192; off if smem would not fit.
         param_tma = op != "l2_norm"
@@ -206,7 +208,10 @@ class TmaCacheConfig:
         # and passes overlap). Seen on the H200: LayerNorm N = 16384 with R = 2 plus cached weight
         # AND bias took 128 KB -> 1 CTA/SM -> 65-68% SOL where the register-cached baselines
         # reached 80-86%. Drop the cached params first (they are L2-resident), then R.
-        while cfg.smem_bytes(op, N, dtype) > SMEM_PER_CTA_TARGET and (cfg.param_tma or cfg.rows_per_cta > 1):
+        # LayerNorm caches two params: its best configs kept smem <= 64 KB (N = 16384: R = 1 with
+        # w/b from L2, 83.1%, beat R = 1 with w/b cached, 81.1%, and every R = 2 config, <= 71%).
+        target = 64 * 1024 if op == "layer_norm" else SMEM_PER_CTA_TARGET
+        while cfg.smem_bytes(op, N, dtype) > target and (cfg.param_tma or cfg.rows_per_cta > 1):
             cfg = dataclasses.replace(cfg, **({"param_tma": False} if cfg.param_tma else {"rows_per_cta": 1}))
         return cfg
 
