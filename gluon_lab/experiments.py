@@ -139,17 +139,25 @@ def capture_inductor_kernels(op: str, shape: dict, dtype: str, mode: str | None 
         mods = PyCodeCache.modules if isinstance(PyCodeCache.modules, list) else list(PyCodeCache.modules.values())
     except Exception as e:  # internal API moved: keep the source, say why the PTX is missing
         return [{"source_module": codes[-1] if codes else "", "error": f"{type(e).__name__}: {e}"}]
+    seen = set()
     for m in mods:
         for name, obj in vars(m).items():
-            if isinstance(obj, CachingAutotuner) and any(name in c for c in codes):
-                entry = {"name": name, "source": getattr(obj.fn, "src", ""), "triton_meta": repr(obj.triton_meta)}
-                try:
-                    L = obj.launchers[0]
-                    entry.update(config=repr(L.config), ptx=L.bin.asm["ptx"], num_warps=L.bin.metadata.num_warps,
-                                 shared=L.bin.metadata.shared)
-                except Exception as e:
-                    entry["error"] = f"{type(e).__name__}: {e}"
-                out.append(entry)
+            src = getattr(getattr(obj, "fn", None), "src", "") if isinstance(obj, CachingAutotuner) else ""
+            # Only kernels of THIS compile: every compile in the process shares PyCodeCache and
+            # kernel names repeat across shapes, so match the kernel's source text itself.
+            if not src or not any(src.strip() in c for c in codes) or src in seen:
+                continue
+            seen.add(src)
+            entry = {"name": name, "source": src, "triton_meta": repr(obj.triton_meta)}
+            try:  # torch 2.11 keeps plain launcher functions here (no .bin): then no PTX
+                cr = obj.compile_results[0]
+                entry.update(config=repr(getattr(cr, "config", None)))
+                k = getattr(cr, "kernel", None)
+                if k is not None and hasattr(k, "asm"):
+                    entry.update(ptx=k.asm.get("ptx"), num_warps=k.metadata.num_warps, shared=k.metadata.shared)
+            except Exception as e:
+                entry["error"] = f"{type(e).__name__}: {e}"
+            out.append(entry)
     return out
 
 

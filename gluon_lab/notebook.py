@@ -70,3 +70,53 @@ def missing_note(df, what: str) -> str | None:
         return None
     return (f"**No records for {what}.** Nothing is drawn from imagination: run this notebook with "
             "`mode='measure'` on an sm_90+ GPU (or `python -m gluon_lab bench …` there) and commit the records.")
+
+
+def newest_run(df, mask=None):
+    """Records of the newest run (by timestamp) among those selected by mask: one run's numbers
+    are compared side by side, never numbers from different runs."""
+    sub = df if mask is None else df[mask]
+    if not len(sub):
+        return sub
+    run = sub.sort_values("timestamp")["run_id"].iloc[-1]
+    return sub[sub["run_id"] == run]
+
+
+def config_value(df, key, default=None):
+    import json
+    return df["config_key"].map(lambda c: json.loads(c).get(key, default))
+
+
+def inductor_kernels(path):
+    """Unique Inductor-generated Triton kernels recorded on the GPU (results/<gpu>/*.inductor-kernels.json).
+
+    The 2026-11-29 capture listed every Inductor kernel loaded in the benchmark process (all grid
+    shapes, rms / add+rms / layer), so kernels are classified here by their code: three reduction
+    loops = LayerNorm; a third input pointer = add+RMSNorm; else RMSNorm. 'global reads of the
+    reused row' counts the loops that load the row (x, or the x + residual sum written back)."""
+    import json
+    import re
+    import pandas as pd
+    p = Path(path)
+    if not p.exists():
+        return pd.DataFrame()
+    d = json.loads(p.read_text())
+    rows, seen = [], set()
+    for entries in d["kernels"].values():
+        for e in entries:
+            src = e.get("source") or ""
+            n = re.search(r"r0_numel = (\d+)", src)
+            m = re.search(r"xnumel = (\d+)", src)
+            if not n or src in seen:
+                continue
+            seen.add(src)
+            loops = src.count("for r0_offset in")
+            header = src.split("\n", 1)[0]
+            op = "layer_norm" if loops == 3 else "add_rms_norm" if "in_ptr2" in header else "rms_norm"
+            reads = len(re.findall(r"tl\.load\(in_ptr0", src)) + len(re.findall(r"tl\.load\(out_ptr0", src))
+            rows.append({"op": op, "kernel": e.get("name"), "M": int(m.group(1)) if m else None, "N": int(n.group(1)),
+                         "reduction loops": loops, "global reads of the reused row": reads,
+                         "eviction hints": ", ".join(re.findall(r"tl\.load\((?:in|out)_ptr0[^\n]*eviction_policy='(\w+)'",
+                                                                src)),
+                         "source": src})
+    return pd.DataFrame(rows)

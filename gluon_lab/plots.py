@@ -36,7 +36,7 @@ def roofline(df, spec, ceilings: dict | None = None, ax=None, title: str = "Roof
     """Achieved TFLOP/s vs arithmetic intensity (nominal FLOPs / compulsory bytes), log-log.
     Lines: datasheet roof (bandwidth x AI, capped by dense bf16 peak) and, when given, the roof of
     the ceilings measured in the same run (copy GB/s, matmul TFLOP/s)."""
-    ax = ax or plt.subplots(figsize=(7.5, 5))[1]
+    ax = ax or plt.subplots(figsize=(10, 5))[1]
     d = df[(df["flops"].fillna(0) > 0) & df["ms_median"].notna()]  # includes the matmul ceiling (cuBLAS)
     ai_lo, ai_hi = 0.1, 2000.0
     xs = np.logspace(math.log10(ai_lo), math.log10(ai_hi), 200)
@@ -57,7 +57,8 @@ def roofline(df, spec, ceilings: dict | None = None, ax=None, title: str = "Roof
     ax.set_ylabel("achieved TFLOP/s")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+    ax.figure.tight_layout()
     return ax.figure
 
 

@@ -79,3 +79,13 @@ def test_ceilings_notebook_renders_from_committed_records(tmp_path):
     assert page.count("data:image/png;base64,") >= 3
     assert "Copy ceiling" in page and "Fastest baseline per cell" in page
     assert "00-ceilings" in index.read_text()
+
+
+@pytest.mark.slow
+def test_tma_caching_notebook_renders_from_committed_records(tmp_path):
+    report.build(["01-tma-caching"], out_dir=tmp_path / "site", mode="replay")
+    page = (tmp_path / "site" / "01-tma-caching.html").read_text()
+    assert "No records for" not in page and "missing</td>" not in page
+    assert page.count("data:image/png;base64,") >= 6
+    for text in ("inductor -&gt; gluon-tma", "Targets (issue #3)", "global reads of the reused row", "UTMALDG"):
+        assert text in page, text
