@@ -113,6 +113,17 @@ def check_tensor(name: str, t, *, ndim_min: int = 1):
         raise ValueError(f"{name} must have at least {ndim_min} dimension(s), got shape {tuple(t.shape)}")
 
 
+def _check_like_x(name: str, t, x, shape: tuple, what: str):
+    """t must be a supported tensor of `shape`, with x's dtype and device."""
+    check_tensor(name, t)
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have {what}; got {tuple(t.shape)}")
+    if t.dtype != x.dtype:
+        raise TypeError(f"{name}.dtype must equal x.dtype ({x.dtype}); got {t.dtype}")
+    if t.device != x.device:
+        raise ValueError(f"{name} must be on x's device ({x.device}); got {t.device}")
+
+
 def check_norm_args(x, weight=None, bias=None, residual=None, *, need_weight=True):
     """Checks common to every norm variant (shape/dtype agreement). Device rules are per variant."""
     check_tensor("x", x)
@@ -120,29 +131,11 @@ def check_norm_args(x, weight=None, bias=None, residual=None, *, need_weight=Tru
     if need_weight:
         if weight is None:
             raise ValueError("weight is required (shape (N,) with N = x.shape[-1])")
-        check_tensor("weight", weight)
-        if tuple(weight.shape) != (N, ):
-            raise ValueError(f"weight must have shape ({N},) to match x.shape[-1]; got {tuple(weight.shape)}")
-        if weight.dtype != x.dtype:
-            raise TypeError(f"weight.dtype must equal x.dtype ({x.dtype}); got {weight.dtype}")
-        if weight.device != x.device:
-            raise ValueError(f"weight must be on x's device ({x.device}); got {weight.device}")
+        _check_like_x("weight", weight, x, (N, ), f"shape ({N},) to match x.shape[-1]")
     if bias is not None:
-        check_tensor("bias", bias)
-        if tuple(bias.shape) != (N, ):
-            raise ValueError(f"bias must have shape ({N},) to match x.shape[-1]; got {tuple(bias.shape)}")
-        if bias.dtype != x.dtype:
-            raise TypeError(f"bias.dtype must equal x.dtype ({x.dtype}); got {bias.dtype}")
-        if bias.device != x.device:
-            raise ValueError(f"bias must be on x's device ({x.device}); got {bias.device}")
+        _check_like_x("bias", bias, x, (N, ), f"shape ({N},) to match x.shape[-1]")
     if residual is not None:
-        check_tensor("residual", residual)
-        if residual.shape != x.shape:
-            raise ValueError(f"residual must have x's shape {tuple(x.shape)}; got {tuple(residual.shape)}")
-        if residual.dtype != x.dtype:
-            raise TypeError(f"residual.dtype must equal x.dtype ({x.dtype}); got {residual.dtype}")
-        if residual.device != x.device:
-            raise ValueError(f"residual must be on x's device ({x.device}); got {residual.device}")
+        _check_like_x("residual", residual, x, tuple(x.shape), f"x's shape {tuple(x.shape)}")
 
 
 def check_cuda(variant: str, *tensors, names=("x", )):
