@@ -23,7 +23,10 @@ def _table(slug: str):
     if not len(df):
         return None
     df = df[df["passed"].fillna(False).astype(bool) & df["ms_median"].notna()]
-    df = results.mark_stale(df, ops.current_hash)
+    # Only grid records (no sweep/study configs: auto runs the heuristic config, so a fast swept
+    # config must not vote for its variant), newest per case, same-source only.
+    df = df[~df["config_key"].str.contains('"study"') & ~df["config_key"].str.contains('"tma_store": true')]
+    df = results.mark_stale(results.latest(df), ops.current_hash)
     return df[~df["stale"]]
 
 

@@ -120,3 +120,35 @@ def inductor_kernels(path):
                                                                 src)),
                          "source": src})
     return pd.DataFrame(rows)
+
+
+def graph_output_caveat(df, l2_bytes: int = 50 * 2**20):
+    """Markdown caveat for schema-1 graph-timed records of variants that allocate their outputs
+    (torch, inductor, liger...): their K captured calls may have shared one output buffer, which can
+    stay in L2 when the output is small. None when no record is affected."""
+    from .ops import get_variant
+    if not len(df) or "schema" not in df:
+        return None
+
+    def allocates(row):
+        try:
+            return not get_variant(row["op"], row["variant"]).supports_out
+        except (ValueError, KeyError):
+            return False
+
+    sub = df[(df["schema"] == 1) & (df["timer"] == "cudagraph") & (df["pattern"] != "ceiling")]
+    if not len(sub):
+        return None
+    sub = sub[sub.apply(allocates, axis=1)]
+    if not len(sub):
+        return None
+    small = sub[(sub["M"] * sub["N"] * 2) <= l2_bytes]
+    cells = sorted({(int(r.M), int(r.N)) for r in small.itertuples()})
+    return ("**Timer caveat (found after these runs, fixed in the code since):** "
+            f"{len(sub)} graph-timed records of variants that allocate their output "
+            f"({', '.join(sorted(sub['variant'].unique()))}) were captured without keeping the outputs alive, so "
+            "the K rotated calls may have written one output buffer. Inputs were rotated (cold), outputs maybe not: "
+            "where the output fits in L2 this can favour those baselines"
+            + (f" — cells with an output of at most {l2_bytes >> 20} MB: " + ", ".join(f"{m}x{n}" for m, n in cells)
+               if cells else "; no cell here has an output that small")
+            + ". The next H200 run re-measures them with distinct output buffers (schema 2).")

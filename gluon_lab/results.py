@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-SCHEMA_VERSION = 1
+# 1: first records (2026-11-29). 2: the cudagraph timer keeps every captured call's outputs alive,
+# so variants that allocate their output write K distinct buffers (schema-1 graph records of such
+# variants may have reused one output buffer across the K calls: see notebook.graph_output_caveat).
+SCHEMA_VERSION = 2
 TIMERS = ("do_bench-l2flush", "cudagraph")
 
 
@@ -323,13 +326,25 @@ def mark_stale(df, current_hash: Callable[[str, str], str | None]):
     return df
 
 
-def latest(df, keys=("op", "variant", "dtype", "M", "N", "K", "config_key", "timer")):
-    """Keep the newest record of each case (append-only stores keep history)."""
+def case_key(config_key: str, timer: str | None = None) -> str:
+    """The part of a record that names the CASE (what was asked for), as opposed to what the
+    heuristic resolved it to: study records (sweeps, the timer study) by their whole config plus
+    the timer; grid records only by the knobs a plan sets explicitly (the store path)."""
+    c = json.loads(config_key) if config_key else {}
+    if "study" in c:
+        return json.dumps({**c, "_timer": timer}, sort_keys=True)
+    return json.dumps({k: c[k] for k in ("tma_store", "what") if k in c}, sort_keys=True)
+
+
+def latest(df, keys=("op", "variant", "dtype", "M", "N", "K")):
+    """Keep the newest record of each case (append-only stores keep history). A case is
+    (op, variant, dtype, M, N, K, case_key(config)); newest = latest timestamp, then run_id."""
     if not len(df):
         return df
-    keys = [k for k in keys if k in df.columns]
-    return (df.sort_values("timestamp").groupby(keys, dropna=False, sort=False).tail(1)
-            .reset_index(drop=True))
+    d = df.assign(_case=[case_key(c, t) for c, t in zip(df["config_key"], df["timer"])])
+    keys = [k for k in keys if k in d.columns] + ["_case"]
+    d = d.sort_values(["timestamp", "run_id"], kind="stable")
+    return d.groupby(keys, dropna=False, sort=False).tail(1).drop(columns="_case").reset_index(drop=True)
 
 
 def atomic_write_text(path, text: str) -> None:

@@ -71,8 +71,23 @@ def test_reference_chunks_agree():
 def test_rotation_copies_exceed_three_l2(nbytes):
     l2 = 50 * 2**20
     k = bench.rotation_copies(nbytes, l2)
-    assert k >= 2
-    assert k * nbytes > 3 * l2 or k == bench.ROTATE_MAX_COPIES
+    assert k >= 2 and k * nbytes > 3 * l2
+
+
+def test_rotation_refuses_cases_it_cannot_time_cold():
+    with pytest.raises(ValueError, match="rotated copies"):
+        bench.rotation_copies(100 * 2**10, 50 * 2**20)  # 100 KB calls would need > 256 copies
+
+
+def test_small_outputs_are_held_to_a_relative_standard():
+    """l2_norm outputs are ~1/sqrt(N): a 20% scaling error must fail even though it is far below
+    the absolute bf16 tolerance."""
+    x = torch.randn(64, 16384, dtype=torch.float32)
+    ref = reference.l2_norm(x)
+    assert ref.abs().max() < 0.05
+    assert bench.compare(ref.to(torch.bfloat16), ref, "bfloat16")["passed"]
+    assert not bench.compare((ref * 1.2).to(torch.bfloat16), ref, "bfloat16")["passed"]
+    assert not bench.compare((ref * 1.02).float(), ref, "float32")["passed"]
 
 
 def test_metrics():

@@ -143,11 +143,23 @@ def test_registered_variants_hash_their_kernels():
 
 def test_latest_keeps_newest_per_case(tmp_path):
     p = tmp_path / "nb.jsonl"
-    results.append_records(p, [rec(ms_median=2.0, timestamp="2026-01-01T00:00:00+00:00"),
-                               rec(ms_median=1.0, timestamp="2026-02-01T00:00:00+00:00"),
-                               rec(ms_median=3.0, shape={"M": 5, "N": 1000})])
+    t1, t2 = "2026-01-01T00:00:00+00:00", "2026-02-01T00:00:00+00:00"
+    results.append_records(p, [
+        rec(ms_median=2.0, timestamp=t1, run_id="a"),
+        # same case, newer run, another timer and another resolved config: replaces the old one
+        rec(ms_median=1.0, timestamp=t2, run_id="b", timer="do_bench-l2flush", config={"num_warps": 16}),
+        rec(ms_median=3.0, shape={"M": 5, "N": 1000}),
+        # the TMA-store path is another case of the same variant
+        rec(ms_median=4.0, timestamp=t1, config={"num_warps": 8, "tma_store": True}),
+        # sweep points are cases of their own
+        rec(ms_median=5.0, config={"num_warps": 4, "study": "sweep"}),
+        rec(ms_median=6.0, config={"num_warps": 8, "study": "sweep"}),
+        # equal timestamps: the later run_id wins, deterministically
+        rec(ms_median=7.0, shape={"M": 9, "N": 1000}, timestamp=t1, run_id="r2"),
+        rec(ms_median=8.0, shape={"M": 9, "N": 1000}, timestamp=t1, run_id="r1"),
+    ])
     df = results.latest(results.load(p))
-    assert sorted(df["ms_median"]) == [1.0, 3.0]
+    assert sorted(df["ms_median"]) == [1.0, 3.0, 4.0, 5.0, 6.0, 7.0]
 
 
 def test_provenance_without_gpu(monkeypatch):

@@ -155,6 +155,14 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr,
 # ----------------------------------------------------------------------------------------------
 # configuration (QuACK-style: a frozen dataclass whose thresholds carry their reasons)
 
+# Errata to the figures quoted inside TmaCacheConfig.heuristic (kept there unchanged so the
+# 2026-11-29 H200 records stay current; fix them together with the next re-measurement):
+# * "4 warps: 30% slower at N=16384" came from an earlier do_bench sweep of an older revision. In
+#   the final sweep (results/h200/01-tma-caching.jsonl, study "sweep") the best 4-, 8- and 16-warp
+#   configs at N >= 4096 are within 1 point of SOL of each other; 16 warps is best by that margin.
+# * LayerNorm "16 warps 15-25% slower than 8": 14% at N=4096 (graph-timed), 4% at N=16384
+#   (do_bench-timed, so not resolved at that level).
+# * The N >= 8192 sweep rows were do_bench-timed; see notebook 01, section 7.
 @dataclass(frozen=True)
 class TmaCacheConfig:
     num_warps: int
