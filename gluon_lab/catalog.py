@@ -247,3 +247,35 @@ for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
 # variant="auto" without records: the pattern first, then the plain Triton kernel
 for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
     ops.AUTO_PREFERENCE[_op] = ["gluon-tma", "triton", "torch"]
+
+
+# ----------------------------------------------------------------------------------------------
+# pattern 2: chunked non-power-of-2 rows (CPU-compiled only so far: not in AUTO_PREFERENCE)
+
+from .kernels import chunked as _C  # noqa: E402
+
+
+def _chunked_variant(op: str):
+    def fn(*inputs, eps, out=None, config=None):
+        if op == "add_rms_norm":
+            x, r, w = inputs
+            return _C.launch(op, x, r, w, None, eps, out=out)
+        if op == "layer_norm":
+            x, w, b = inputs
+            return _C.launch(op, x, None, w, b, eps, out=out)
+        if op == "l2_norm":
+            return _C.launch(op, inputs[0], None, None, None, eps, out=out)
+        x, w = inputs
+        return _C.launch(op, x, None, w, None, eps, out=out)
+
+    fn.__name__ = fn.__qualname__ = f"{op}_gluon_chunked"
+    register(op, "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True,
+             check=lambda *inputs: _C.check(op, *inputs),
+             sources=(_C.launch, _C.check, _C.ChunkPlan, _C.chunked_norm_kernel, _NM.row_stats, _NM.normalize_chunk,
+                      _C.rowio.check_tma_operands, _C.rowio.outputs),
+             codegen=lambda N, dtype, config=None: _C.codegen_spec(op, N, dtype),
+             description="any N: power-of-2 TMA chunks into smem, zero-filled tail, masked variance/stores")(fn)
+
+
+for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
+    _chunked_variant(_op)

@@ -1,0 +1,191 @@
+"""Pattern 2 — chunked non-power-of-2 reductions (variant "gluon-chunked").
+
+STATUS (2026-11-29): compiled and census-checked for sm_90 on the CPU only; not yet run on a GPU.
+Not in variant="auto"'s preference list until tests/test_chunked_gpu.py has passed on the H200.
+
+Gluon/Triton register tiles are powers of two; real hidden sizes are not (2880, 5120, 14336...).
+Padding the whole row to the next power of two (what a one-row Triton kernel does: BLOCK =
+next_power_of_2(N)) wastes up to half the lanes. Here the row is loaded as NUM_CHUNKS = cdiv(N, CHUNK)
+power-of-2 TMA boxes of [1, CHUNK] into a shared row buffer, all on one mbarrier;
+the last box runs past the row end and TMA zero-fills it (bounds are per dimension of the
+descriptor, so it never reads the next row). Both passes walk the chunks from shared memory with
+the shared norm_math helpers; MASK_TAIL keeps the zero-filled lanes out of LayerNorm's centred
+variance ((0 - mean)^2 != 0) and out of the stores.
+
+Rows that do not fit in shared memory are refused with a clear error for now; the streaming
+fallback (a ring of chunk slots, second read from L2/HBM) is the next step of issue #4.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+from . import norm_math, rowio
+from .norm_math import OP_CODES
+
+SMEM_LIMIT = 232448
+SMEM_RESERVE = 2048
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@gluon.jit(do_not_specialize=["M", "eps"])
+def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride, s_stride, eps, N,
+                        OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, num_warps: gl.constexpr):
+    """One row per program. x_desc / r_desc: block [1, CHUNK] over the (M, N) rows. N is a runtime
+    value: one compile serves every N with the same NUM_CHUNKS."""
+    CHUNK: gl.constexpr = x_desc.block_type.shape[1]
+    dtype: gl.constexpr = x_desc.dtype
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
+    gl.static_assert(CHUNK == VEC * 32 * num_warps, "CHUNK must be one register tile: 16-byte vectors x 32 lanes x warps")
+    L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
+    row = gl.program_id(0)
+
+    # Shared-memory shapes must be powers of two: the row buffer holds next_pow2(NUM_CHUNKS)
+    # chunks, of which only NUM_CHUNKS are filled and walked (the rest is allocation slack).
+    ROW: gl.constexpr = gl.constexpr(CHUNK * (1 << (NUM_CHUNKS - 1).bit_length()))
+    xbuf = gl.allocate_shared_memory(dtype, [1, ROW], x_desc.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    # Full box bytes, the zero-filled part past column N included (TMA counts it as transferred).
+    mbarrier.expect(bar, NUM_CHUNKS * x_desc.block_type.nbytes * (2 if OP == 3 else 1))
+    for c in gl.static_range(NUM_CHUNKS):
+        tma.async_copy_global_to_shared(x_desc, [row, c * CHUNK], bar, xbuf.slice(c * CHUNK, CHUNK, dim=1))
+    if OP == 3:
+        rbuf = gl.allocate_shared_memory(dtype, [1, ROW], r_desc.layout)
+        for c in gl.static_range(NUM_CHUNKS):
+            tma.async_copy_global_to_shared(r_desc, [row, c * CHUNK], bar, rbuf.slice(c * CHUNK, CHUNK, dim=1))
+
+    cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
+    y_row = row.to(gl.int64) * y_stride
+    mbarrier.wait(bar, 0)
+    mbarrier.invalidate(bar)
+
+    if OP == 3:  # s = x + residual (input dtype), written once, then normalized from smem
+        s_row = row.to(gl.int64) * s_stride
+        for c in gl.static_range(NUM_CHUNKS):
+            cols = c * CHUNK + cols0
+            rs = rbuf.slice(c * CHUNK, CHUNK, dim=1)
+            s = xbuf.slice(c * CHUNK, CHUNK, dim=1).load(L) + rs.load(L)
+            rs.store(s)
+            gl.store(s_ptr + s_row + gl.expand_dims(cols, 0), s, mask=gl.expand_dims(cols < N, 0))
+        src = rbuf
+    else:
+        src = xbuf
+
+    shift, scale = norm_math.row_stats(src, N, eps, OP, CHUNK, NUM_CHUNKS, L, True)
+    for c in gl.static_range(NUM_CHUNKS):
+        cols = c * CHUNK + cols0
+        x = norm_math.load_chunk(src, c, CHUNK, L)
+        w = gl.zeros([1, CHUNK], gl.float32, L)
+        b = gl.zeros([1, CHUNK], gl.float32, L)
+        if OP != 2:
+            w = norm_math.load_param(w_ptr, cols, N, True)
+        if OP == 1:
+            b = norm_math.load_param(b_ptr, cols, N, True)
+        y = norm_math.normalize_chunk(x, shift, scale, w, b, OP).to(dtype)
+        gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=gl.expand_dims(cols < N, 0))
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """How one row of N elements is cut into power-of-2 chunks."""
+    N: int
+    dtype: str
+    num_warps: int
+    chunk: int  # elements per chunk = one register tile = VEC * 32 * num_warps
+    num_chunks: int
+    tail: int  # valid elements in the last chunk (chunk when N divides evenly)
+    smem_bytes: int  # allocated row buffer(s): next_pow2(num_chunks) chunks (x2 for add_rms_norm) + reserve
+    fits: bool  # the cached row fits in one CTA's shared memory
+
+    @property
+    def padded(self) -> int:
+        return self.chunk * self.num_chunks
+
+    @property
+    def waste_pct(self) -> float:
+        return 100.0 * (self.padded - self.N) / self.padded
+
+    @classmethod
+    def for_row(cls, op: str, N: int, dtype: str, num_warps: int | None = None) -> "ChunkPlan":
+        e = ITEMSIZE[dtype]
+        vec = 16 // e
+        if num_warps is None:
+            # CHUNK heuristic: the largest register tile (up to 8 warps: 8*32*8 = 2048 bf16 / 1024 fp32
+            # elements) whose padding of the last chunk wastes at most 12.5% of the padded row, so
+            # 5120 bf16 -> 4 warps x 1024 = 5 chunks, no waste (vs 8192 lanes, 37.5% idle, for
+            # next_power_of_2); smaller tiles only when no larger one keeps waste that low.
+            num_warps = 1
+            for nw in (8, 4, 2, 1):
+                chunk = vec * 32 * nw
+                nc = -(-N // chunk)
+                if chunk <= max(N, vec * 32) and (nc * chunk - N) <= 0.125 * nc * chunk:
+                    num_warps = nw
+                    break
+        chunk = vec * 32 * num_warps
+        nc = max(1, -(-N // chunk))
+        tail = N - (nc - 1) * chunk
+        alloc = chunk * (1 << (nc - 1).bit_length())  # smem shapes are powers of two (see the kernel)
+        smem = alloc * e * (2 if op == "add_rms_norm" else 1) + SMEM_RESERVE
+        return cls(N=N, dtype=dtype, num_warps=num_warps, chunk=chunk, num_chunks=nc, tail=tail, smem_bytes=smem,
+                   fits=smem <= SMEM_LIMIT)
+
+
+def row_layout(dtype: str):
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=ITEMSIZE[dtype] * 8, rank=2)
+
+
+def _dt(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def check(op: str, x, *rest) -> ChunkPlan:
+    dt = _dt(x)
+    N = x.shape[-1]
+    e = ITEMSIZE[dt]
+    if (N * e) % 16:
+        raise ValueError(f"variant 'gluon-chunked' needs N * itemsize to be a multiple of 16 bytes (TMA row stride "
+                         f"and box rule): N={N} {dt} is {N * e} bytes; use variant='torch' or 'triton'")
+    plan = ChunkPlan.for_row(op, N, dt)
+    if not plan.fits:
+        raise ValueError(f"variant 'gluon-chunked' caches the row in shared memory: N={N} {dt} {op} needs "
+                         f"{plan.smem_bytes} bytes, one CTA may use {SMEM_LIMIT}; the streaming path for longer "
+                         "rows is not built yet")
+    rowio.check_tma_operands(op, (x, ) + rest, N)
+    return plan
+
+
+def launch(op: str, x, residual, weight, bias, eps: float, out=None):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    plan = check(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)))
+    N = x.shape[-1]
+    dt = _dt(x)
+    x2 = x.view(-1, N)
+    M = x2.shape[0]
+    y, s, y2, s2 = rowio.outputs(op, x, out)
+    lay = row_layout(dt)
+    x_desc = TensorDescriptor.from_tensor(x2, [1, plan.chunk], lay)
+    r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), [1, plan.chunk], lay) if op == "add_rms_norm" else x_desc
+    w = weight if weight is not None else x2
+    b = bias if bias is not None else w
+    chunked_norm_kernel[(M, )](x_desc, r_desc, y2, s2, w, b, M, y2.stride(0), s2.stride(0), eps, N, OP=OP_CODES[op],
+                               NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
+    return (y, s) if op == "add_rms_norm" else y
+
+
+def codegen_spec(op: str, N: int, dtype: str, plan: ChunkPlan | None = None):
+    plan = plan or ChunkPlan.for_row(op, N, dtype)
+    t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
+    desc = f"tensordesc<{t}[1, {plan.chunk}],{row_layout(dtype)!r}>"
+    sig = {"x_desc": desc, "r_desc": desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}", "w_ptr": f"*{t}", "b_ptr": f"*{t}",
+           "M": "i32", "y_stride": "i32", "s_stride": "i32", "eps": "fp32", "N": "i32", "OP": "constexpr",
+           "NUM_CHUNKS": "constexpr", "num_warps": "constexpr"}
+    # what the runtime marks: 16-byte aligned pointers, ints divisible by 16 (row strides equal N)
+    aligned = ["y_ptr", "s_ptr", "w_ptr", "b_ptr"] + (["y_stride", "s_stride", "N"] if N % 16 == 0 else [])
+    return dict(fn=chunked_norm_kernel, signature=sig,
+                constexprs={"OP": OP_CODES[op], "NUM_CHUNKS": plan.num_chunks, "num_warps": plan.num_warps},
+                aligned=aligned, num_warps=plan.num_warps)
+

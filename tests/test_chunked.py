@@ -1,0 +1,74 @@
+"""gluon-chunked on the CPU: the chunk plan for every N of issue #4, the sm_90 code (one TMA box
+per chunk, zero-filled tail handled by masks), and the refusal messages."""
+import pytest
+import torch
+
+from gluon_lab import codegen
+from gluon_lab.kernels import chunked as C
+
+ISSUE_NS = (1536, 2560, 2880, 3584, 5120, 6144, 7168, 12288, 14336, 18432, 20480, 24576)
+EDGE_NS = (8, 24, 1000, 4104)
+OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("N", ISSUE_NS + EDGE_NS)
+def test_chunk_plan(N, dtype):
+    p = C.ChunkPlan.for_row("rms_norm", N, dtype)
+    vec = 16 // C.ITEMSIZE[dtype]
+    assert p.chunk == vec * 32 * p.num_warps and p.chunk & (p.chunk - 1) == 0
+    assert p.num_chunks == -(-N // p.chunk) and 0 < p.tail <= p.chunk
+    assert (p.num_chunks - 1) * p.chunk + p.tail == N
+    alloc = p.chunk * (1 << (p.num_chunks - 1).bit_length())
+    assert p.smem_bytes == alloc * C.ITEMSIZE[dtype] + C.SMEM_RESERVE
+    if N >= vec * 32 * 4:  # rows of a few register tiles: the padding stays small
+        assert p.waste_pct <= 12.5
+
+
+def test_chunk_plan_examples():
+    p = C.ChunkPlan.for_row("rms_norm", 5120, "bfloat16")
+    assert (p.num_warps, p.chunk, p.num_chunks, p.tail, p.waste_pct) == (4, 1024, 5, 1024, 0.0)
+    p = C.ChunkPlan.for_row("rms_norm", 2880, "bfloat16")
+    assert (p.chunk, p.num_chunks, p.tail) == (1024, 3, 832)
+    assert C.ChunkPlan.for_row("add_rms_norm", 24576, "float32").smem_bytes > \
+        C.ChunkPlan.for_row("rms_norm", 24576, "float32").smem_bytes
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("N", [2880, 5120, 14336])
+def test_census_one_box_per_chunk(op, N):
+    p = C.ChunkPlan.for_row(op, N, "bfloat16")
+    _, c = codegen.inspect_variant(op, "gluon-chunked", N=N, dtype="bfloat16")
+    n_in = 2 if op == "add_rms_norm" else 1
+    # a [1, CHUNK] logical copy per chunk, split in [1, 256] boxes over the warps
+    assert c["tma_boxes"][0]["block_size"] == [1, 256] and c["sass"]["UTMALDG"] >= n_in * p.num_chunks
+    assert c["mbarrier_expect_tx"] == 1 and c["mbarrier_wait"] >= 1
+    n_param = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
+    assert c["ld_global"] == n_param * p.num_chunks  # x only through TMA; weight/bias per chunk
+    assert set(c["ld_global_by_bits"]) <= {128} and set(c["st_global_by_bits"]) == {128}
+    assert c["spill_bytes"] == 0 and c["smem_bytes"] <= p.smem_bytes
+
+
+def cpu(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape).to(dtype)
+
+
+def test_refuses_rows_that_are_not_16_byte_multiples():
+    with pytest.raises(ValueError, match=r"N \* itemsize to be a multiple of 16 bytes.*N=1001"):
+        C.check("rms_norm", cpu(4, 1001), cpu(1001))
+
+
+def test_refuses_rows_beyond_shared_memory_until_streaming_exists():
+    with pytest.raises(ValueError, match="streaming path for longer rows is not built yet"):
+        C.check("rms_norm", cpu(2, 131072), cpu(131072))
+
+
+def test_refuses_misaligned_row_stride():
+    with pytest.raises(ValueError, match="row stride must be a multiple of 16 bytes"):
+        C.check("rms_norm", cpu(8, 5124)[:, :5120], cpu(5120))
+
+
+def test_not_in_auto_until_measured():
+    from gluon_lab import ops
+    assert "gluon-chunked" in ops.variants("rms_norm")
+    assert "gluon-chunked" not in ops.AUTO_PREFERENCE["rms_norm"]
