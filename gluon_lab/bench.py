@@ -211,6 +211,13 @@ def rotation_copies(bytes_per_call: int, l2_bytes: int | None = None) -> int:
     return k
 
 
+def check_distinct_outputs(outs) -> None:
+    """Every captured call must write its own output buffer(s), or rotation is not cold."""
+    ptrs = [t.data_ptr() for o in outs for t in (o if isinstance(o, tuple) else (o, )) if hasattr(t, "data_ptr")]
+    if len(set(ptrs)) != len(ptrs):
+        raise RuntimeError("cudagraph timer: captured calls share an output buffer; rotation would not be cold")
+
+
 def time_cudagraph(calls: Sequence[Callable], reps: int | None = None, warmup_replays: int = 3,
                    target_ms: float = 300.0) -> Timing:
     """Capture calls[0..K-1] (each on its own input copy) into one graph and replay it.
@@ -231,9 +238,7 @@ def time_cudagraph(calls: Sequence[Callable], reps: int | None = None, warmup_re
     with torch.cuda.graph(g):
         for c in calls:
             outs.append(c())
-    ptrs = [t.data_ptr() for o in outs for t in (o if isinstance(o, tuple) else (o, )) if hasattr(t, "data_ptr")]
-    if len(set(ptrs)) != len(ptrs):
-        raise RuntimeError("cudagraph timer: captured calls share an output buffer; rotation would not be cold")
+    check_distinct_outputs(outs)
     for _ in range(warmup_replays):
         g.replay()
     torch.cuda.synchronize()

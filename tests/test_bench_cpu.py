@@ -94,3 +94,10 @@ def test_metrics():
     assert bench.gbps(4e9, 1.0) == pytest.approx(4000.0)
     assert bench.tflops(2e12, 1000.0) == pytest.approx(2.0)
     assert math.isclose(bench.gbps(reference.bytes_moved("l2_norm", {"M": 1, "N": 1}, "float32"), 1e-3), 8e-3)
+
+
+def test_graph_timer_refuses_shared_output_buffers():
+    a, b = torch.empty(4), torch.empty(4)
+    bench.check_distinct_outputs([a, b, (torch.empty(2), torch.empty(2))])
+    with pytest.raises(RuntimeError, match="share an output buffer"):
+        bench.check_distinct_outputs([a, a[:]])
