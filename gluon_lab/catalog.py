@@ -271,8 +271,8 @@ def _chunked_variant(op: str):
     fn.__name__ = fn.__qualname__ = f"{op}_gluon_chunked"
     register(op, "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True,
              check=lambda *inputs: _C.check(op, *inputs),
-             sources=(_C.launch, _C.check, _C.ChunkPlan, _C.chunked_norm_kernel, _NM.row_stats, _NM.normalize_chunk,
-                      _C.rowio.check_tma_operands, _C.rowio.outputs),
+             sources=(_C.launch, _C.check, _C.ChunkPlan, _C.chunked_norm_kernel, _C.streaming_norm_kernel,
+                      _NM.row_stats, _NM.normalize_chunk, _C.rowio.check_tma_operands, _C.rowio.outputs),
              codegen=lambda N, dtype, config=None: _C.codegen_spec(op, N, dtype),
              description="any N: power-of-2 TMA chunks into smem, zero-filled tail, masked variance/stores")(fn)
 

@@ -20,7 +20,8 @@ def test_chunk_plan(N, dtype):
     assert p.num_chunks == -(-N // p.chunk) and 0 < p.tail <= p.chunk
     assert (p.num_chunks - 1) * p.chunk + p.tail == N
     alloc = p.chunk * (1 << (p.num_chunks - 1).bit_length())
-    assert p.smem_bytes == alloc * C.ITEMSIZE[dtype] + C.SMEM_RESERVE
+    if not p.streaming:
+        assert p.smem_bytes == alloc * C.ITEMSIZE[dtype] + C.SMEM_RESERVE <= C.CACHED_SMEM_LIMIT
     if N >= vec * 32 * 4:  # rows of a few register tiles: the padding stays small
         assert p.waste_pct <= 12.5
 
@@ -30,8 +31,8 @@ def test_chunk_plan_examples():
     assert (p.num_warps, p.chunk, p.num_chunks, p.tail, p.waste_pct) == (4, 1024, 5, 1024, 0.0)
     p = C.ChunkPlan.for_row("rms_norm", 2880, "bfloat16")
     assert (p.chunk, p.num_chunks, p.tail) == (1024, 3, 832)
-    assert C.ChunkPlan.for_row("add_rms_norm", 24576, "float32").smem_bytes > \
-        C.ChunkPlan.for_row("rms_norm", 24576, "float32").smem_bytes
+    assert C.ChunkPlan.for_row("add_rms_norm", 12288, "bfloat16").smem_bytes > \
+        C.ChunkPlan.for_row("rms_norm", 12288, "bfloat16").smem_bytes
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -58,9 +59,26 @@ def test_refuses_rows_that_are_not_16_byte_multiples():
         C.check("rms_norm", cpu(4, 1001), cpu(1001))
 
 
-def test_refuses_rows_beyond_shared_memory_until_streaming_exists():
-    with pytest.raises(ValueError, match="streaming path for longer rows is not built yet"):
-        C.check("rms_norm", cpu(2, 131072), cpu(131072))
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_long_rows_stream_through_a_ring(op, dtype):
+    N = 131072
+    p = C.ChunkPlan.for_row(op, N, dtype)
+    assert p.streaming and p.stages == C.STREAM_STAGES and p.num_chunks == N // p.chunk
+    _, c = codegen.inspect_variant(op, "gluon-chunked", N=N, dtype=dtype)
+    n_in = 2 if op == "add_rms_norm" else 1
+    # S-1 prologue copies + one refill per pass, each one expect (count-1 barriers, one per slot)
+    assert c["mbarrier_init"] == C.STREAM_STAGES and c["mbarrier_expect_tx"] == C.STREAM_STAGES + 1
+    assert c["tma_load"] == n_in * (C.STREAM_STAGES + 1) and c["mbarrier_wait"] == 2
+    assert c["smem_bytes"] <= C.STREAM_STAGES * p.chunk * C.ITEMSIZE[dtype] * n_in + C.SMEM_RESERVE
+    assert c["spill_bytes"] == 0
+
+
+def test_cached_until_the_smem_budget_then_streaming():
+    assert not C.ChunkPlan.for_row("rms_norm", 24576, "bfloat16").streaming
+    assert not C.ChunkPlan.for_row("rms_norm", 32768, "bfloat16").streaming
+    assert C.ChunkPlan.for_row("rms_norm", 40960, "bfloat16").streaming
+    assert C.ChunkPlan.for_row("add_rms_norm", 24576, "float32").streaming
 
 
 def test_refuses_misaligned_row_stride():

@@ -12,8 +12,10 @@ descriptor, so it never reads the next row). Both passes walk the chunks from sh
 the shared norm_math helpers; MASK_TAIL keeps the zero-filled lanes out of LayerNorm's centred
 variance ((0 - mean)^2 != 0) and out of the stores.
 
-Rows that do not fit in shared memory are refused with a clear error for now; the streaming
-fallback (a ring of chunk slots, second read from L2/HBM) is the next step of issue #4.
+Rows whose cached copy would take more than CACHED_SMEM_LIMIT stream instead (streaming_norm_kernel):
+a ring of STREAM_STAGES chunk slots on their own mbarriers carries the row through twice (pass 1:
+statistics, LayerNorm by Chan-merged per-chunk moments; pass 2: normalize and store), the second read
+coming from L2 or HBM.
 """
 from __future__ import annotations
 
@@ -21,13 +23,17 @@ from dataclasses import dataclass
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from . import norm_math, rowio
 from .norm_math import OP_CODES
 
 SMEM_LIMIT = 232448
 SMEM_RESERVE = 2048
+# Cache the row while it takes <= 100 KB (two CTAs per SM, as gluon-tma's heuristic); longer rows
+# stream. Where exactly streaming starts to pay is for the H200 sweep of issue #4 to say.
+CACHED_SMEM_LIMIT = 100 * 1024
+STREAM_STAGES = 4  # ring slots in flight: 3 chunks (12 KB) ahead of the one being reduced
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
@@ -79,14 +85,101 @@ def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride,
     for c in gl.static_range(NUM_CHUNKS):
         cols = c * CHUNK + cols0
         x = norm_math.load_chunk(src, c, CHUNK, L)
-        w = gl.zeros([1, CHUNK], gl.float32, L)
-        b = gl.zeros([1, CHUNK], gl.float32, L)
-        if OP != 2:
-            w = norm_math.load_param(w_ptr, cols, N, True)
-        if OP == 1:
-            b = norm_math.load_param(b_ptr, cols, N, True)
-        y = norm_math.normalize_chunk(x, shift, scale, w, b, OP).to(dtype)
+        y = norm_math.normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, OP, True, L).to(dtype)
         gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=gl.expand_dims(cols < N, 0))
+
+
+@gluon.jit
+def _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k, row, NUM_CHUNKS, pred, S: gl.constexpr, OP: gl.constexpr):
+    """Load the k-th chunk of the two-pass sequence (chunk k mod NUM_CHUNKS) into ring slot k mod S."""
+    CHUNK: gl.constexpr = x_desc.block_type.shape[1]
+    slot = k % S
+    c = k % NUM_CHUNKS
+    bar = bars.index(slot)
+    mbarrier.expect(bar, x_desc.block_type.nbytes * (2 if OP == 3 else 1), pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [row, c * CHUNK], bar, bufs.index(slot), pred=pred)
+    if OP == 3:
+        tma.async_copy_global_to_shared(r_desc, [row, c * CHUNK], bar, rbufs.index(slot), pred=pred)
+
+
+@gluon.jit(do_not_specialize=["M", "eps"])
+def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride, s_stride, eps, N,
+                          OP: gl.constexpr, S: gl.constexpr, num_warps: gl.constexpr):
+    """Rows too long for shared memory: a ring of S [1, CHUNK] slots streams the row twice (pass 1:
+    statistics, pass 2: normalize + store). The second read comes from L2/HBM: 2x the DRAM traffic
+    of the cached path in the worst case. add_rms_norm reloads x and residual in pass 2 and
+    recomputes s (no read-back of this CTA's own global writes through the async proxy)."""
+    CHUNK: gl.constexpr = x_desc.block_type.shape[1]
+    dtype: gl.constexpr = x_desc.dtype
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
+    gl.static_assert(CHUNK == VEC * 32 * num_warps, "CHUNK must be one register tile")
+    gl.static_assert(S >= 2, "need >= 2 ring slots to overlap copies with compute")
+    L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
+    row = gl.program_id(0)
+    NUM_CHUNKS = gl.cdiv(N, CHUNK)
+    TOTAL = 2 * NUM_CHUNKS
+
+    bufs = gl.allocate_shared_memory(dtype, [S, 1, CHUNK], x_desc.layout)
+    rbufs = gl.allocate_shared_memory(dtype, [S, 1, CHUNK], r_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(S):
+        mbarrier.init(bars.index(i), count=1)
+    for p in gl.static_range(S - 1):  # prologue: S-1 chunks in flight
+        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, p, row, NUM_CHUNKS, p < TOTAL, S, OP)
+
+    cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
+    zero = gl.sum(gl.zeros([1, CHUNK], gl.float32, L), axis=1)
+    acc = zero  # sum of squares (rms, l2, add+rms) or running count (LayerNorm)
+    mean = zero
+    m2 = zero
+    # pass 1: statistics
+    for k in range(NUM_CHUNKS):
+        # refill the slot chunk k-1 used (its reads are done; the compiler's CTA barrier and this
+        # fence order them before the TMA write)
+        fence_async_shared()
+        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k + S - 1, row, NUM_CHUNKS, k + S - 1 < TOTAL, S, OP)
+        slot = k % S
+        mbarrier.wait(bars.index(slot), (k // S) & 1)
+        xs = bufs.index(slot)
+        if OP == 3:
+            x = (xs.load(L) + rbufs.index(slot).load(L)).to(gl.float32)
+        else:
+            x = xs.load(L).to(gl.float32)
+        if OP == 1:
+            n_b, mean_b, m2_b = norm_math.chunk_moments(x, k * CHUNK + cols0, N)
+            acc, mean, m2 = norm_math.chan_merge(acc, mean, m2, n_b, mean_b, m2_b)
+        else:
+            acc += gl.sum(x * x, axis=1)  # zero-filled tail adds nothing
+    if OP == 1:
+        shift = mean
+        scale = gl.rsqrt(m2 / N + eps)
+    elif OP == 2:
+        shift = zero
+        scale = norm_math.l2_inv_norm(acc, eps)
+    else:
+        shift = zero
+        scale = norm_math.rms_rstd(acc, N, eps)
+
+    # pass 2: normalize and store
+    y_row = row.to(gl.int64) * y_stride
+    s_row = row.to(gl.int64) * s_stride
+    for k in range(NUM_CHUNKS, TOTAL):
+        fence_async_shared()
+        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k + S - 1, row, NUM_CHUNKS, k + S - 1 < TOTAL, S, OP)
+        slot = k % S
+        mbarrier.wait(bars.index(slot), (k // S) & 1)
+        cols = (k - NUM_CHUNKS) * CHUNK + cols0
+        cmask = gl.expand_dims(cols < N, 0)
+        if OP == 3:
+            sv = bufs.index(slot).load(L) + rbufs.index(slot).load(L)
+            gl.store(s_ptr + s_row + gl.expand_dims(cols, 0), sv, mask=cmask)
+            x = sv.to(gl.float32)
+        else:
+            x = bufs.index(slot).load(L).to(gl.float32)
+        y = norm_math.normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, OP, True, L).to(dtype)
+        gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=cmask)
+    for i in gl.static_range(S):
+        mbarrier.invalidate(bars.index(i))
 
 
 @dataclass(frozen=True)
@@ -100,6 +193,8 @@ class ChunkPlan:
     tail: int  # valid elements in the last chunk (chunk when N divides evenly)
     smem_bytes: int  # allocated row buffer(s): next_pow2(num_chunks) chunks (x2 for add_rms_norm) + reserve
     fits: bool  # the cached row fits in one CTA's shared memory
+    streaming: bool = False  # the row does not fit: stream it twice through a ring of `stages` slots
+    stages: int = 0
 
     @property
     def padded(self) -> int:
@@ -129,9 +224,19 @@ class ChunkPlan:
         nc = max(1, -(-N // chunk))
         tail = N - (nc - 1) * chunk
         alloc = chunk * (1 << (nc - 1).bit_length())  # smem shapes are powers of two (see the kernel)
-        smem = alloc * e * (2 if op == "add_rms_norm" else 1) + SMEM_RESERVE
-        return cls(N=N, dtype=dtype, num_warps=num_warps, chunk=chunk, num_chunks=nc, tail=tail, smem_bytes=smem,
-                   fits=smem <= SMEM_LIMIT)
+        n_in = 2 if op == "add_rms_norm" else 1
+        smem = alloc * e * n_in + SMEM_RESERVE
+        if smem <= CACHED_SMEM_LIMIT:
+            return cls(N=N, dtype=dtype, num_warps=num_warps, chunk=chunk, num_chunks=nc, tail=tail, smem_bytes=smem,
+                       fits=True)
+        # Streaming: 8-warp chunks (2048 bf16 / 1024 fp32 = 4 KB) through STREAM_STAGES slots; the
+        # last chunk's padding is at most one chunk of a row this long (> 100 KB).
+        nw = 8
+        chunk = vec * 32 * nw
+        nc = -(-N // chunk)
+        return cls(N=N, dtype=dtype, num_warps=nw, chunk=chunk, num_chunks=nc, tail=N - (nc - 1) * chunk,
+                   smem_bytes=STREAM_STAGES * chunk * e * 2 + SMEM_RESERVE, fits=True, streaming=True,
+                   stages=STREAM_STAGES)
 
 
 def row_layout(dtype: str):
@@ -150,10 +255,6 @@ def check(op: str, x, *rest) -> ChunkPlan:
         raise ValueError(f"variant 'gluon-chunked' needs N * itemsize to be a multiple of 16 bytes (TMA row stride "
                          f"and box rule): N={N} {dt} is {N * e} bytes; use variant='torch' or 'triton'")
     plan = ChunkPlan.for_row(op, N, dt)
-    if not plan.fits:
-        raise ValueError(f"variant 'gluon-chunked' caches the row in shared memory: N={N} {dt} {op} needs "
-                         f"{plan.smem_bytes} bytes, one CTA may use {SMEM_LIMIT}; the streaming path for longer "
-                         "rows is not built yet")
     rowio.check_tma_operands(op, (x, ) + rest, N)
     return plan
 
@@ -171,8 +272,12 @@ def launch(op: str, x, residual, weight, bias, eps: float, out=None):
     r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), [1, plan.chunk], lay) if op == "add_rms_norm" else x_desc
     w = weight if weight is not None else x2
     b = bias if bias is not None else w
-    chunked_norm_kernel[(M, )](x_desc, r_desc, y2, s2, w, b, M, y2.stride(0), s2.stride(0), eps, N, OP=OP_CODES[op],
-                               NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
+    if plan.streaming:
+        streaming_norm_kernel[(M, )](x_desc, r_desc, y2, s2, w, b, M, y2.stride(0), s2.stride(0), eps, N,
+                                     OP=OP_CODES[op], S=plan.stages, num_warps=plan.num_warps)
+    else:
+        chunked_norm_kernel[(M, )](x_desc, r_desc, y2, s2, w, b, M, y2.stride(0), s2.stride(0), eps, N,
+                                   OP=OP_CODES[op], NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
     return (y, s) if op == "add_rms_norm" else y
 
 
@@ -180,12 +285,14 @@ def codegen_spec(op: str, N: int, dtype: str, plan: ChunkPlan | None = None):
     plan = plan or ChunkPlan.for_row(op, N, dtype)
     t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
     desc = f"tensordesc<{t}[1, {plan.chunk}],{row_layout(dtype)!r}>"
+    third = "S" if plan.streaming else "NUM_CHUNKS"
     sig = {"x_desc": desc, "r_desc": desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}", "w_ptr": f"*{t}", "b_ptr": f"*{t}",
            "M": "i32", "y_stride": "i32", "s_stride": "i32", "eps": "fp32", "N": "i32", "OP": "constexpr",
-           "NUM_CHUNKS": "constexpr", "num_warps": "constexpr"}
+           third: "constexpr", "num_warps": "constexpr"}
     # what the runtime marks: 16-byte aligned pointers, ints divisible by 16 (row strides equal N)
     aligned = ["y_ptr", "s_ptr", "w_ptr", "b_ptr"] + (["y_stride", "s_stride", "N"] if N % 16 == 0 else [])
-    return dict(fn=chunked_norm_kernel, signature=sig,
-                constexprs={"OP": OP_CODES[op], "NUM_CHUNKS": plan.num_chunks, "num_warps": plan.num_warps},
+    return dict(fn=streaming_norm_kernel if plan.streaming else chunked_norm_kernel, signature=sig,
+                constexprs={"OP": OP_CODES[op], third: plan.stages if plan.streaming else plan.num_chunks,
+                            "num_warps": plan.num_warps},
                 aligned=aligned, num_warps=plan.num_warps)
 

@@ -105,3 +105,37 @@ def normalize_chunk(x, shift, scale, w, b, OP: gl.constexpr):
         if OP == 1:
             y = y + b
     return y
+
+
+@gluon.jit
+def chunk_moments(x, cols, N):
+    """(count, mean, M2) of one [1, CHUNK] chunk (fp32), lanes at or past column N excluded:
+    the exact two-pass moments of the chunk, for streaming LayerNorm."""
+    valid = gl.expand_dims(cols < N, 0)
+    n = gl.sum(gl.where(valid, 1.0, 0.0), axis=1)
+    mean = gl.sum(gl.where(valid, x, 0.0), axis=1) / gl.maximum(n, 1.0)
+    d = gl.where(valid, x - gl.expand_dims(mean, 1), 0.0)
+    return n, mean, gl.sum(d * d, axis=1)
+
+
+@gluon.jit
+def chan_merge(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
+    """Merge two (count, mean, M2) summaries (Chan et al.): numerically stable, one pass over data."""
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    frac = n_b / gl.maximum(n, 1.0)
+    return n, mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac
+
+
+@gluon.jit
+def normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, OP: gl.constexpr, MASK_TAIL: gl.constexpr,
+                                  L: gl.constexpr):
+    """normalize_chunk with the weight (and bias) chunk loaded from global memory (fp32 result)."""
+    CHUNK: gl.constexpr = x.shape[1]
+    w = gl.zeros([1, CHUNK], gl.float32, L)
+    b = gl.zeros([1, CHUNK], gl.float32, L)
+    if OP != 2:
+        w = load_param(w_ptr, cols, N, MASK_TAIL)
+    if OP == 1:
+        b = load_param(b_ptr, cols, N, MASK_TAIL)
+    return normalize_chunk(x, shift, scale, w, b, OP)
