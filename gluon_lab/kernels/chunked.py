@@ -235,7 +235,7 @@ class ChunkPlan:
         chunk = vec * 32 * nw
         nc = -(-N // chunk)
         return cls(N=N, dtype=dtype, num_warps=nw, chunk=chunk, num_chunks=nc, tail=N - (nc - 1) * chunk,
-                   smem_bytes=STREAM_STAGES * chunk * e * 2 + SMEM_RESERVE, fits=True, streaming=True,
+                   smem_bytes=STREAM_STAGES * chunk * e * n_in + SMEM_RESERVE, fits=True, streaming=True,
                    stages=STREAM_STAGES)
 
 
