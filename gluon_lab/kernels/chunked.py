@@ -38,16 +38,23 @@ ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])
-def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride, s_stride, eps, N,
+def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride_v, s_stride_v, eps, N_v,
                         OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, num_warps: gl.constexpr):
     """One row per program. x_desc / r_desc: block [1, CHUNK] over the (M, N) rows. N is a runtime
-    value: one compile serves every N with the same NUM_CHUNKS."""
+    value (N_v = N / VEC): one compile serves every N with the same NUM_CHUNKS."""
     CHUNK: gl.constexpr = x_desc.block_type.shape[1]
     dtype: gl.constexpr = x_desc.dtype
     VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
     gl.static_assert(CHUNK == VEC * 32 * num_warps, "CHUNK must be one register tile: 16-byte vectors x 32 lanes x warps")
     L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
     row = gl.program_id(0)
+    # N and the row strides arrive in 16-byte vectors (the host guarantees N * itemsize % 16 == 0):
+    # multiplied back here, the compiler knows they are multiples of VEC and keeps the masked
+    # stores and weight loads 128 bits wide for any N (passed in elements, it only knows
+    # divisibility by 16, and N = 4104 or 1000 fell back to scalar accesses).
+    N = N_v * VEC
+    y_stride = y_stride_v * VEC
+    s_stride = s_stride_v * VEC
 
     # Shared-memory shapes must be powers of two: the row buffer holds next_pow2(NUM_CHUNKS)
     # chunks, of which only NUM_CHUNKS are filled and walked (the rest is allocation slack).
@@ -103,7 +110,7 @@ def _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k, row, NUM_CHUNKS, pred, S:
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])
-def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride, s_stride, eps, N,
+def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride_v, s_stride_v, eps, N_v,
                           OP: gl.constexpr, S: gl.constexpr, num_warps: gl.constexpr):
     """Rows too long for shared memory: a ring of S [1, CHUNK] slots streams the row twice (pass 1:
     statistics, pass 2: normalize + store). The second read comes from L2/HBM: 2x the DRAM traffic
@@ -116,6 +123,9 @@ def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_strid
     gl.static_assert(S >= 2, "need >= 2 ring slots to overlap copies with compute")
     L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
     row = gl.program_id(0)
+    N = N_v * VEC  # see chunked_norm_kernel: lengths in 16-byte vectors keep accesses 128-bit
+    y_stride = y_stride_v * VEC
+    s_stride = s_stride_v * VEC
     NUM_CHUNKS = gl.cdiv(N, CHUNK)
     TOTAL = 2 * NUM_CHUNKS
 
@@ -272,12 +282,12 @@ def launch(op: str, x, residual, weight, bias, eps: float, out=None):
     r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), [1, plan.chunk], lay) if op == "add_rms_norm" else x_desc
     w = weight if weight is not None else x2
     b = bias if bias is not None else w
+    vec = 16 // ITEMSIZE[dt]
+    args = (x_desc, r_desc, y2, s2, w, b, M, y2.stride(0) // vec, s2.stride(0) // vec, eps, N // vec)
     if plan.streaming:
-        streaming_norm_kernel[(M, )](x_desc, r_desc, y2, s2, w, b, M, y2.stride(0), s2.stride(0), eps, N,
-                                     OP=OP_CODES[op], S=plan.stages, num_warps=plan.num_warps)
+        streaming_norm_kernel[(M, )](*args, OP=OP_CODES[op], S=plan.stages, num_warps=plan.num_warps)
     else:
-        chunked_norm_kernel[(M, )](x_desc, r_desc, y2, s2, w, b, M, y2.stride(0), s2.stride(0), eps, N,
-                                   OP=OP_CODES[op], NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
+        chunked_norm_kernel[(M, )](*args, OP=OP_CODES[op], NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
     return (y, s) if op == "add_rms_norm" else y
 
 
@@ -287,10 +297,11 @@ def codegen_spec(op: str, N: int, dtype: str, plan: ChunkPlan | None = None):
     desc = f"tensordesc<{t}[1, {plan.chunk}],{row_layout(dtype)!r}>"
     third = "S" if plan.streaming else "NUM_CHUNKS"
     sig = {"x_desc": desc, "r_desc": desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}", "w_ptr": f"*{t}", "b_ptr": f"*{t}",
-           "M": "i32", "y_stride": "i32", "s_stride": "i32", "eps": "fp32", "N": "i32", "OP": "constexpr",
+           "M": "i32", "y_stride_v": "i32", "s_stride_v": "i32", "eps": "fp32", "N_v": "i32", "OP": "constexpr",
            third: "constexpr", "num_warps": "constexpr"}
-    # what the runtime marks: 16-byte aligned pointers, ints divisible by 16 (row strides equal N)
-    aligned = ["y_ptr", "s_ptr", "w_ptr", "b_ptr"] + (["y_stride", "s_stride", "N"] if N % 16 == 0 else [])
+    # what the runtime marks: 16-byte aligned pointers, ints divisible by 16 (lengths are in vectors)
+    nv = N // (16 // ITEMSIZE[dtype])
+    aligned = ["y_ptr", "s_ptr", "w_ptr", "b_ptr"] + (["y_stride_v", "s_stride_v", "N_v"] if nv % 16 == 0 else [])
     return dict(fn=streaming_norm_kernel if plan.streaming else chunked_norm_kernel, signature=sig,
                 constexprs={"OP": OP_CODES[op], third: plan.stages if plan.streaming else plan.num_chunks,
                             "num_warps": plan.num_warps},
