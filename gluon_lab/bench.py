@@ -369,8 +369,7 @@ class Session:
         cfg_obj, rec_config = None, dict(config or {})
         if v.configure is not None:  # the record carries the full config the kernel ran with
             cfg_obj = v.configure(shape.get("M"), shape.get("N"), dtype, dict(config or {}))
-            rec_config = {**dataclasses.asdict(cfg_obj), **{k: x for k, x in (config or {}).items()
-                                                            if k not in dataclasses.asdict(cfg_obj)}}
+            rec_config = {**rec_config, **dataclasses.asdict(cfg_obj)}  # resolved knobs win; extras (study) stay
         base = dict(op=op, variant=variant, pattern=v.pattern, shape=dict(shape), dtype=dtype,
                     config=rec_config, bytes=nbytes, flops=nfl, kernel_source_hash=v.source_hash, **self.prov)
         try:
@@ -384,17 +383,7 @@ class Session:
         if cfg_obj is not None:
             kw["config"] = cfg_obj
         call = self._make_call(v, op, inputs, kw)
-        if timer == "auto":
-            timer = self.pick_timer(nbytes, nfl, call)
-        if timer == "cudagraph":
-            k = rotation_copies(nbytes, self.info.get("l2_bytes"))
-            calls = [call] + [self._make_call(v, op, tuple(t.clone() for t in inputs), kw) for _ in range(k - 1)]
-            t = time_cudagraph(calls)
-            del calls
-        elif timer == "do_bench-l2flush":
-            t = time_do_bench(call)
-        else:
-            raise ValueError(f"timer must be 'auto', 'cudagraph' or 'do_bench-l2flush', got {timer!r}")
+        t = self._time(call, lambda: self._make_call(v, op, tuple(x.clone() for x in inputs), kw), nbytes, nfl, timer)
         del inputs, call
         rec = Record(**base, **dataclasses.asdict(t), **corr, **self.metrics(nbytes, nfl, t.ms_median, op))
         if rec.sol_datasheet_pct and rec.sol_datasheet_pct > 100:
@@ -408,14 +397,7 @@ class Session:
         x = make_inputs("copy", shape, dtype, seed=self.next_seed())[0]
         nbytes = 2 * x.numel() * x.element_size()
         mk = lambda src: (lambda dst=torch.empty_like(src): dst.copy_(src))  # noqa: E731
-        call = mk(x)
-        if timer == "auto":
-            timer = self.pick_timer(nbytes, 0, call)
-        if timer == "cudagraph":
-            k = rotation_copies(nbytes, self.info.get("l2_bytes"))
-            t = time_cudagraph([call] + [mk(x.clone()) for _ in range(k - 1)])
-        else:
-            t = time_do_bench(call)
+        t = self._time(mk(x), lambda: mk(x.clone()), nbytes, 0, timer)
         y = torch.empty_like(x)
         y.copy_(x)
         rec = Record(op="copy", variant="torch", pattern="ceiling", shape={**shape, "bytes": x.numel() * x.element_size()},
@@ -423,6 +405,18 @@ class Session:
                      flops=0, passed=bool(torch.equal(y, x)), **self.metrics(nbytes, 0, t.ms_median), **self.prov)
         self.records.append(rec)
         return rec
+
+    def _time(self, call, make_copy, nbytes: int, nfl: int, timer: str) -> Timing:
+        """Time call with the named timer ("auto": pick_timer). make_copy() returns the same call
+        on fresh copies of its inputs, for the graph timer's rotation."""
+        if timer == "auto":
+            timer = self.pick_timer(nbytes, nfl, call)
+        if timer == "cudagraph":
+            k = rotation_copies(nbytes, self.info.get("l2_bytes"))
+            return time_cudagraph([call] + [make_copy() for _ in range(k - 1)])
+        if timer == "do_bench-l2flush":
+            return time_do_bench(call)
+        raise ValueError(f"timer must be 'auto', 'cudagraph' or 'do_bench-l2flush', got {timer!r}")
 
     def pick_timer(self, nbytes: int, nfl: int, call) -> str:
         """"cudagraph" for every case whose rotated copies fit in ROTATE_MAX_BYTES (GRAPH_ALWAYS),

@@ -19,9 +19,6 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-_TOOLS = None
-
-
 def _tool(name: str) -> str | None:
     import triton
     p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name

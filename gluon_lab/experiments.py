@@ -4,7 +4,7 @@ machine and an interactive run in JupyterLab produce the same records."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,6 @@
 byte / FLOP models used for SOL.  Semantics match torch: F.rms_norm, F.layer_norm, F.normalize."""
 from __future__ import annotations
 
-import math
-
 
 def rms_norm(x, weight, eps=1e-6):
     xd = x.double()
@@ -83,6 +81,3 @@ def flops(op: str, shape: dict) -> int:
         return 0
     raise KeyError(op)
 
-
-def rows_of(shape_tuple) -> int:
-    return math.prod(shape_tuple[:-1]) if len(shape_tuple) > 1 else 1
