@@ -254,21 +254,23 @@ def _chunked_variant(op: str):
     def fn(*inputs, eps, out=None, config=None):
         if op == "add_rms_norm":
             x, r, w = inputs
-            return _C.launch(op, x, r, w, None, eps, out=out)
+            return _C.launch(op, x, r, w, None, eps, out=out, config=config)
         if op == "layer_norm":
             x, w, b = inputs
-            return _C.launch(op, x, None, w, b, eps, out=out)
+            return _C.launch(op, x, None, w, b, eps, out=out, config=config)
         if op == "l2_norm":
-            return _C.launch(op, inputs[0], None, None, None, eps, out=out)
+            return _C.launch(op, inputs[0], None, None, None, eps, out=out, config=config)
         x, w = inputs
-        return _C.launch(op, x, None, w, None, eps, out=out)
+        return _C.launch(op, x, None, w, None, eps, out=out, config=config)
 
     fn.__name__ = fn.__qualname__ = f"{op}_gluon_chunked"
     register(op, "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True,
              check=lambda *inputs: _C.check(op, *inputs),
              sources=(_C.launch, _C.check, _C.ChunkPlan, _C.chunked_norm_kernel, _C.streaming_norm_kernel,
                       _NM.row_stats, _NM.normalize_chunk, _C.rowio.check_tma_operands, _C.rowio.outputs),
-             codegen=lambda N, dtype, config=None: _C.codegen_spec(op, N, dtype),
+             codegen=lambda N, dtype, config=None: _C.codegen_spec(op, N, dtype, config),
+             configure=lambda M, N, dtype, overrides: _C.ChunkPlan.for_row(
+                 op, N, dtype, **{k: v for k, v in overrides.items() if k in _C.PLAN_KNOBS}),
              description="any N: power-of-2 TMA chunks into smem, zero-filled tail, masked variance/stores")(fn)
 
 

@@ -188,3 +188,95 @@ def run_tma_caching(results_dir: str = "results", quick: bool = False, plan: Tma
 
 
 EXPERIMENTS["01-tma-caching"] = run_tma_caching
+
+
+# ----------------------------------------------------------------------------------------------
+# 02-chunked-reductions
+
+@dataclass(frozen=True)
+class ChunkedPlan:
+    """Pattern 2. Parts (separate GPU batches when a call is time-limited):
+    'bf16' = RMSNorm and LayerNorm bf16 over the issue's N set x Ms, every baseline + gluon-chunked,
+    plus a copy of each shape; 'fp32' = the same in fp32 (torch, inductor, triton, gluon-chunked);
+    'others' = L2Norm and add+RMSNorm bf16; 'chunk' = the CHUNK (num_warps) sweep; 'stream' = cached
+    vs streaming over long rows (where the streaming path takes over); 'groupnorm' = GroupNorm /
+    InstanceNorm on SD-style shapes, NCHW and channels-last."""
+    Ns: tuple = (1536, 2560, 2880, 3584, 5120, 6144, 7168, 12288, 14336, 18432, 20480, 24576)
+    Ms: tuple = (4096, 16384)
+    ops: tuple = ("rms_norm", "layer_norm")
+    bf16_variants: tuple = ("torch", "inductor", "triton", "liger", "gluon-chunked")
+    fp32_variants: tuple = ("torch", "inductor", "triton", "gluon-chunked")
+    other_ops: tuple = ("l2_norm", "add_rms_norm")
+    other_M: int = 16384
+    chunk_M: int = 16384
+    chunk_Ns: tuple = (2880, 5120, 7168, 14336, 24576)
+    chunk_warps: tuple = (1, 2, 4, 8)
+    stream_M: int = 4096
+    stream_Ns: tuple = (16384, 24576, 32768, 40960, 49152, 65536, 98304, 131072)
+    stream_stages: tuple = (2, 4, 8)
+
+    @classmethod
+    def quick(cls):
+        return cls(Ns=(2880, 5120), Ms=(1024, ), other_M=1024, chunk_M=1024, chunk_Ns=(2880, ), chunk_warps=(2, 4),
+                   stream_M=256, stream_Ns=(16384, 65536), stream_stages=(4, ))
+
+
+def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
+    from . import ops
+    from .kernels.chunked import ChunkPlan
+    cases = []
+    for part, dtype, variants in (("bf16", "bfloat16", plan.bf16_variants), ("fp32", "float32", plan.fp32_variants)):
+        if part not in parts:
+            continue
+        for M in plan.Ms:
+            for N in plan.Ns:
+                s = {"M": M, "N": N}
+                cases.append({"op": "copy", "shape": s, "dtype": dtype})
+                for op in plan.ops:
+                    cases += [{"op": op, "variant": v, "shape": s, "dtype": dtype} for v in variants
+                              if v in ops.variants(op)]
+    if "others" in parts:
+        for op in plan.other_ops:
+            for N in plan.Ns:
+                s = {"M": plan.other_M, "N": N}
+                cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.bf16_variants
+                          if v in ops.variants(op)]
+    if "chunk" in parts:
+        for op in plan.ops:
+            for N in plan.chunk_Ns:
+                for nw in plan.chunk_warps:
+                    cases.append({"op": op, "variant": "gluon-chunked", "shape": {"M": plan.chunk_M, "N": N},
+                                  "dtype": "bfloat16", "config": {"num_warps": nw, "streaming": False, "study": "chunk"}})
+    if "stream" in parts:
+        for op in plan.ops:
+            for N in plan.stream_Ns:
+                s = {"M": plan.stream_M, "N": N}
+                cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
+                for v in ("inductor", "triton", "liger"):
+                    if v in ops.variants(op):
+                        cases.append({"op": op, "variant": v, "shape": s, "dtype": "bfloat16",
+                                      "config": {"study": "stream"}})
+                try:  # the cached row, while it fits in one CTA's shared memory at all
+                    ChunkPlan.for_row(op, N, "bfloat16", streaming=False)
+                    cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
+                                  "config": {"streaming": False, "study": "stream"}})
+                except ValueError:
+                    pass  # only streaming exists here
+                for st in plan.stream_stages:
+                    cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
+                                  "config": {"streaming": True, "stages": st, "study": "stream"}})
+    return cases
+
+
+def run_chunked(results_dir: str = "results", quick: bool = False, plan: ChunkedPlan | None = None,
+                parts=("bf16", "fp32", "others", "chunk", "stream")):
+    from .bench import Session
+    plan = plan or (ChunkedPlan.quick() if quick else ChunkedPlan())
+    s = Session("02-chunked-reductions", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
+    recs = list(s.records)
+    s.save()
+    recs += s.sweep(chunked_cases(plan, parts), desc="02-chunked-reductions")
+    return recs, s.save()
+
+
+EXPERIMENTS["02-chunked-reductions"] = run_chunked

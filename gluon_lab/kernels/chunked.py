@@ -35,6 +35,7 @@ SMEM_RESERVE = 2048
 CACHED_SMEM_LIMIT = 100 * 1024
 STREAM_STAGES = 4  # ring slots in flight: 3 chunks (12 KB) ahead of the one being reduced
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+PLAN_KNOBS = ("num_warps", "streaming", "stages")  # what a sweep may override
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])
@@ -215,7 +216,10 @@ class ChunkPlan:
         return 100.0 * (self.padded - self.N) / self.padded
 
     @classmethod
-    def for_row(cls, op: str, N: int, dtype: str, num_warps: int | None = None) -> "ChunkPlan":
+    def for_row(cls, op: str, N: int, dtype: str, num_warps: int | None = None, streaming: bool | None = None,
+                stages: int | None = None) -> "ChunkPlan":
+        """The plan the heuristic picks; num_warps (the CHUNK), streaming and stages override it
+        (the CHUNK sweep and the cached-vs-streaming study of notebook 02)."""
         e = ITEMSIZE[dtype]
         vec = 16 // e
         if num_warps is None:
@@ -236,17 +240,20 @@ class ChunkPlan:
         alloc = chunk * (1 << (nc - 1).bit_length())  # smem shapes are powers of two (see the kernel)
         n_in = 2 if op == "add_rms_norm" else 1
         smem = alloc * e * n_in + SMEM_RESERVE
-        if smem <= CACHED_SMEM_LIMIT:
+        if (streaming is None and smem <= CACHED_SMEM_LIMIT) or (streaming is False and smem <= SMEM_LIMIT):
             return cls(N=N, dtype=dtype, num_warps=num_warps, chunk=chunk, num_chunks=nc, tail=tail, smem_bytes=smem,
                        fits=True)
         # Streaming: 8-warp chunks (2048 bf16 / 1024 fp32 = 4 KB) through STREAM_STAGES slots; the
         # last chunk's padding is at most one chunk of a row this long (> 100 KB).
-        nw = 8
+        if streaming is False:
+            raise ValueError(f"a cached {dtype} row of N={N} needs {smem} bytes of shared memory (limit {SMEM_LIMIT}); "
+                             "it can only stream")
+        nw = 8 if num_warps is None or streaming is None else num_warps
         chunk = vec * 32 * nw
         nc = -(-N // chunk)
+        st = stages or STREAM_STAGES
         return cls(N=N, dtype=dtype, num_warps=nw, chunk=chunk, num_chunks=nc, tail=N - (nc - 1) * chunk,
-                   smem_bytes=STREAM_STAGES * chunk * e * n_in + SMEM_RESERVE, fits=True, streaming=True,
-                   stages=STREAM_STAGES)
+                   smem_bytes=st * chunk * e * n_in + SMEM_RESERVE, fits=True, streaming=True, stages=st)
 
 
 def row_layout(dtype: str):
@@ -269,9 +276,13 @@ def check(op: str, x, *rest) -> ChunkPlan:
     return plan
 
 
-def launch(op: str, x, residual, weight, bias, eps: float, out=None):
+def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: ChunkPlan | None = None):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     plan = check(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)))
+    if config is not None:
+        if (config.N, config.dtype) != (x.shape[-1], _dt(x)):
+            raise ValueError(f"config is a ChunkPlan for N={config.N} {config.dtype}; x has N={x.shape[-1]} {_dt(x)}")
+        plan = config
     N = x.shape[-1]
     dt = _dt(x)
     x2 = x.view(-1, N)
