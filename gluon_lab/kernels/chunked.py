@@ -157,8 +157,9 @@ def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_strid
         else:
             x = xs.load(L).to(gl.float32)
         if OP == 1:
-            n_b, mean_b, m2_b = norm_math.chunk_moments(x, k * CHUNK + cols0, N)
-            acc, mean, m2 = norm_math.chan_merge(acc, mean, m2, n_b, mean_b, m2_b)
+            # moments of x - (running mean): O(std) values, no cancellation (see chan_merge)
+            n_b, delta, m2_b = norm_math.chunk_moments(x - gl.expand_dims(mean, 1), k * CHUNK + cols0, N)
+            acc, mean, m2 = norm_math.chan_merge(acc, mean, m2, n_b, delta, m2_b)
         else:
             acc += gl.sum(x * x, axis=1)  # zero-filled tail adds nothing
     if OP == 1:
