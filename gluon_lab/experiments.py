@@ -209,15 +209,16 @@ class ChunkedPlan:
     other_ops: tuple = ("l2_norm", "add_rms_norm")
     other_M: int = 16384
     chunk_M: int = 16384
-    chunk_Ns: tuple = (2880, 5120, 7168, 14336, 24576)
-    chunk_warps: tuple = (1, 2, 4, 8)
+    chunk_Ns: tuple = (1536, 2880, 5120, 14336, 24576)
+    chunk_warps: tuple = (2, 4, 8)
+    chunk_rows: tuple = (1, 2, 4)
     stream_M: int = 4096
     stream_Ns: tuple = (16384, 24576, 32768, 40960, 49152, 65536, 98304, 131072)
     stream_stages: tuple = (2, 4, 8)
 
     @classmethod
     def quick(cls):
-        return cls(Ns=(2880, 5120), Ms=(1024, ), other_M=1024, chunk_M=1024, chunk_Ns=(2880, ), chunk_warps=(2, 4),
+        return cls(Ns=(2880, 5120), Ms=(1024, ), other_M=1024, chunk_M=1024, chunk_Ns=(2880, ), chunk_warps=(2, 4), chunk_rows=(1, 2),
                    stream_M=256, stream_Ns=(16384, 65536), stream_stages=(4, ))
 
 
@@ -245,8 +246,14 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
         for op in plan.ops:
             for N in plan.chunk_Ns:
                 for nw in plan.chunk_warps:
-                    cases.append({"op": op, "variant": "gluon-chunked", "shape": {"M": plan.chunk_M, "N": N},
-                                  "dtype": "bfloat16", "config": {"num_warps": nw, "streaming": False, "study": "chunk"}})
+                    for r in plan.chunk_rows:
+                        knobs = {"num_warps": nw, "rows": r, "streaming": False}
+                        try:
+                            ChunkPlan.for_row(op, N, "bfloat16", **knobs)
+                        except ValueError:
+                            continue  # these rows do not fit in one CTA's shared memory
+                        cases.append({"op": op, "variant": "gluon-chunked", "shape": {"M": plan.chunk_M, "N": N},
+                                      "dtype": "bfloat16", "config": {**knobs, "study": "chunk"}})
     if "stream" in parts:
         for op in plan.ops:
             for N in plan.stream_Ns:

@@ -19,9 +19,10 @@ def test_chunk_plan(N, dtype):
     assert p.chunk == vec * 32 * p.num_warps and p.chunk & (p.chunk - 1) == 0
     assert p.num_chunks == -(-N // p.chunk) and 0 < p.tail <= p.chunk
     assert (p.num_chunks - 1) * p.chunk + p.tail == N
-    alloc = p.chunk * (1 << (p.num_chunks - 1).bit_length())
-    if not p.streaming:
-        assert p.smem_bytes == alloc * C.ITEMSIZE[dtype] + C.SMEM_RESERVE <= C.CACHED_SMEM_LIMIT
+    if not p.streaming:  # exactly num_chunks chunks of `rows` rows: no power-of-2 rounding of the buffer
+        assert p.smem_bytes == p.num_chunks * p.rows * p.chunk * C.ITEMSIZE[dtype] + C.SMEM_RESERVE \
+            <= C.CACHED_SMEM_LIMIT
+        assert p.rows == (2 if N * C.ITEMSIZE[dtype] <= 8192 else 1)
     if N >= vec * 32 * 4:  # rows of a few register tiles: the padding stays small
         assert p.waste_pct <= 12.5
 
@@ -42,7 +43,7 @@ def test_census_one_box_per_chunk(op, N):
     _, c = codegen.inspect_variant(op, "gluon-chunked", N=N, dtype="bfloat16")
     n_in = 2 if op == "add_rms_norm" else 1
     # a [1, CHUNK] logical copy per chunk, split in [1, 256] boxes over the warps
-    assert c["tma_boxes"][0]["block_size"] == [1, 256] and c["sass"]["UTMALDG"] >= n_in * p.num_chunks
+    assert c["tma_boxes"][0]["block_size"] == [p.rows, 256] and c["sass"]["UTMALDG"] >= n_in * p.num_chunks
     assert c["mbarrier_expect_tx"] == 1 and c["mbarrier_wait"] >= 1
     n_param = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
     assert c["ld_global"] == n_param * p.num_chunks  # x only through TMA; weight/bias per chunk
@@ -78,7 +79,8 @@ def test_long_rows_stream_through_a_ring(op, dtype):
 def test_cached_until_the_smem_budget_then_streaming():
     assert not C.ChunkPlan.for_row("rms_norm", 24576, "bfloat16").streaming
     assert not C.ChunkPlan.for_row("rms_norm", 32768, "bfloat16").streaming
-    assert C.ChunkPlan.for_row("rms_norm", 40960, "bfloat16").streaming
+    assert not C.ChunkPlan.for_row("rms_norm", 40960, "bfloat16").streaming  # 80 KB: exactly 20 chunks
+    assert C.ChunkPlan.for_row("rms_norm", 53248, "bfloat16").streaming  # 104 KB > CACHED_SMEM_LIMIT
     assert C.ChunkPlan.for_row("add_rms_norm", 24576, "float32").streaming
 
 

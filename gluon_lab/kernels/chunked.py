@@ -35,20 +35,22 @@ SMEM_RESERVE = 2048
 CACHED_SMEM_LIMIT = 100 * 1024
 STREAM_STAGES = 4  # ring slots in flight: 3 chunks (12 KB) ahead of the one being reduced
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
-PLAN_KNOBS = ("num_warps", "streaming", "stages")  # what a sweep may override
+PLAN_KNOBS = ("num_warps", "streaming", "stages", "rows")  # what a sweep may override
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])
 def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride_v, s_stride_v, eps, N_v,
                         OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, num_warps: gl.constexpr):
-    """One row per program. x_desc / r_desc: block [1, CHUNK] over the (M, N) rows. N is a runtime
-    value (N_v = N / VEC): one compile serves every N with the same NUM_CHUNKS."""
+    """R rows per program (R = the box's first dim). x_desc / r_desc: block [R, CHUNK] over the
+    (M, N) rows. N is a runtime value (N_v = N / VEC): one compile serves every N with the same
+    NUM_CHUNKS."""
+    R: gl.constexpr = x_desc.block_type.shape[0]
     CHUNK: gl.constexpr = x_desc.block_type.shape[1]
     dtype: gl.constexpr = x_desc.dtype
     VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
     gl.static_assert(CHUNK == VEC * 32 * num_warps, "CHUNK must be one register tile: 16-byte vectors x 32 lanes x warps")
     L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
-    row = gl.program_id(0)
+    row0 = gl.program_id(0) * R
     # N and the row strides arrive in 16-byte vectors (the host guarantees N * itemsize % 16 == 0):
     # multiplied back here, the compiler knows they are multiples of VEC and keeps the masked
     # stores and weight loads 128 bits wide for any N (passed in elements, it only knows
@@ -57,44 +59,47 @@ def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride_
     y_stride = y_stride_v * VEC
     s_stride = s_stride_v * VEC
 
-    # Shared-memory shapes must be powers of two: the row buffer holds next_pow2(NUM_CHUNKS)
-    # chunks, of which only NUM_CHUNKS are filled and walked (the rest is allocation slack).
-    ROW: gl.constexpr = gl.constexpr(CHUNK * (1 << (NUM_CHUNKS - 1).bit_length()))
-    xbuf = gl.allocate_shared_memory(dtype, [1, ROW], x_desc.layout)
+    # NUM_CHUNKS slots of [R, CHUNK]: exactly the chunks the row needs (no power-of-2 rounding of
+    # the allocation: 9 chunks take 9, not 16 — at N = 18432 that was 64 KB instead of 36 KB per
+    # CTA, 3 instead of 6 CTAs per SM, and 65% instead of 82% SOL for LayerNorm on the H200).
+    xbufs = gl.allocate_shared_memory(dtype, [NUM_CHUNKS, R, CHUNK], x_desc.layout)
     bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(bar, count=1)
-    # Full box bytes, the zero-filled part past column N included (TMA counts it as transferred).
+    # Full box bytes, the zero-filled part past column N (and rows past M) included: TMA counts
+    # them as transferred.
     mbarrier.expect(bar, NUM_CHUNKS * x_desc.block_type.nbytes * (2 if OP == 3 else 1))
     for c in gl.static_range(NUM_CHUNKS):
-        tma.async_copy_global_to_shared(x_desc, [row, c * CHUNK], bar, xbuf.slice(c * CHUNK, CHUNK, dim=1))
+        tma.async_copy_global_to_shared(x_desc, [row0, c * CHUNK], bar, xbufs.index(c))
     if OP == 3:
-        rbuf = gl.allocate_shared_memory(dtype, [1, ROW], r_desc.layout)
+        rbufs = gl.allocate_shared_memory(dtype, [NUM_CHUNKS, R, CHUNK], r_desc.layout)
         for c in gl.static_range(NUM_CHUNKS):
-            tma.async_copy_global_to_shared(r_desc, [row, c * CHUNK], bar, rbuf.slice(c * CHUNK, CHUNK, dim=1))
+            tma.async_copy_global_to_shared(r_desc, [row0, c * CHUNK], bar, rbufs.index(c))
 
+    rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, L))
+    row_ok = gl.expand_dims(rows < M, 1)
     cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
-    y_row = row.to(gl.int64) * y_stride
+    y_row = gl.expand_dims(rows.to(gl.int64) * y_stride, 1)
     mbarrier.wait(bar, 0)
     mbarrier.invalidate(bar)
 
     if OP == 3:  # s = x + residual (input dtype), written once, then normalized from smem
-        s_row = row.to(gl.int64) * s_stride
+        s_row = gl.expand_dims(rows.to(gl.int64) * s_stride, 1)
         for c in gl.static_range(NUM_CHUNKS):
             cols = c * CHUNK + cols0
-            rs = rbuf.slice(c * CHUNK, CHUNK, dim=1)
-            s = xbuf.slice(c * CHUNK, CHUNK, dim=1).load(L) + rs.load(L)
+            rs = rbufs.index(c)
+            s = xbufs.index(c).load(L) + rs.load(L)
             rs.store(s)
-            gl.store(s_ptr + s_row + gl.expand_dims(cols, 0), s, mask=gl.expand_dims(cols < N, 0))
-        src = rbuf
+            gl.store(s_ptr + s_row + gl.expand_dims(cols, 0), s, mask=row_ok & gl.expand_dims(cols < N, 0))
+        src = rbufs
     else:
-        src = xbuf
+        src = xbufs
 
-    shift, scale = norm_math.row_stats(src, N, eps, OP, CHUNK, NUM_CHUNKS, L, True)
+    shift, scale = norm_math.chunks_row_stats(src, N, eps, OP, NUM_CHUNKS, L)
     for c in gl.static_range(NUM_CHUNKS):
         cols = c * CHUNK + cols0
-        x = norm_math.load_chunk(src, c, CHUNK, L)
+        x = src.index(c).load(L).to(gl.float32)
         y = norm_math.normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, OP, True, L).to(dtype)
-        gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=gl.expand_dims(cols < N, 0))
+        gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=row_ok & gl.expand_dims(cols < N, 0))
 
 
 @gluon.jit
@@ -196,17 +201,19 @@ def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_strid
 
 @dataclass(frozen=True)
 class ChunkPlan:
-    """How one row of N elements is cut into power-of-2 chunks."""
+    """How rows of N elements are cut into power-of-2 chunks (QuACK-style: the heuristic's
+    thresholds carry their reasons)."""
     N: int
     dtype: str
     num_warps: int
     chunk: int  # elements per chunk = one register tile = VEC * 32 * num_warps
     num_chunks: int
     tail: int  # valid elements in the last chunk (chunk when N divides evenly)
-    smem_bytes: int  # allocated row buffer(s): next_pow2(num_chunks) chunks (x2 for add_rms_norm) + reserve
-    fits: bool  # the cached row fits in one CTA's shared memory
+    smem_bytes: int  # cached: num_chunks * rows chunks (x2 for add_rms_norm) + reserve; streaming: the ring
+    fits: bool  # the plan fits in one CTA's shared memory
     streaming: bool = False  # the row does not fit: stream it twice through a ring of `stages` slots
     stages: int = 0
+    rows: int = 1  # rows per CTA (cached path): one [rows, CHUNK] TMA box per chunk
 
     @property
     def padded(self) -> int:
@@ -218,11 +225,12 @@ class ChunkPlan:
 
     @classmethod
     def for_row(cls, op: str, N: int, dtype: str, num_warps: int | None = None, streaming: bool | None = None,
-                stages: int | None = None) -> "ChunkPlan":
-        """The plan the heuristic picks; num_warps (the CHUNK), streaming and stages override it
-        (the CHUNK sweep and the cached-vs-streaming study of notebook 02)."""
+                stages: int | None = None, rows: int | None = None) -> "ChunkPlan":
+        """The plan the heuristic picks; num_warps (the CHUNK), rows, streaming and stages override
+        it (the CHUNK sweep and the cached-vs-streaming study of notebook 02)."""
         e = ITEMSIZE[dtype]
         vec = 16 // e
+        n_in = 2 if op == "add_rms_norm" else 1
         if num_warps is None:
             # CHUNK heuristic: the largest register tile (up to 8 warps: 8*32*8 = 2048 bf16 / 1024 fp32
             # elements) whose padding of the last chunk wastes at most 12.5% of the padded row, so
@@ -235,26 +243,33 @@ class ChunkPlan:
                 if chunk <= max(N, vec * 32) and (nc * chunk - N) <= 0.125 * nc * chunk:
                     num_warps = nw
                     break
+        if rows is None:
+            # Rows per CTA: ROWS_HEURISTIC (set from the H200 CHUNK x rows sweep, see below).
+            rows = ROWS_HEURISTIC(op, N * e * n_in)
         chunk = vec * 32 * num_warps
         nc = max(1, -(-N // chunk))
         tail = N - (nc - 1) * chunk
-        alloc = chunk * (1 << (nc - 1).bit_length())  # smem shapes are powers of two (see the kernel)
-        n_in = 2 if op == "add_rms_norm" else 1
-        smem = alloc * e * n_in + SMEM_RESERVE
+        smem = nc * rows * chunk * e * n_in + SMEM_RESERVE
         if (streaming is None and smem <= CACHED_SMEM_LIMIT) or (streaming is False and smem <= SMEM_LIMIT):
             return cls(N=N, dtype=dtype, num_warps=num_warps, chunk=chunk, num_chunks=nc, tail=tail, smem_bytes=smem,
-                       fits=True)
-        # Streaming: 8-warp chunks (2048 bf16 / 1024 fp32 = 4 KB) through STREAM_STAGES slots; the
-        # last chunk's padding is at most one chunk of a row this long (> 100 KB).
+                       fits=True, rows=rows)
         if streaming is False:
             raise ValueError(f"a cached {dtype} row of N={N} needs {smem} bytes of shared memory (limit {SMEM_LIMIT}); "
                              "it can only stream")
-        nw = 8 if num_warps is None or streaming is None else num_warps
+        # Streaming: 8-warp chunks (2048 bf16 / 1024 fp32 = 4 KB) through STREAM_STAGES slots, one row
+        # per CTA; the last chunk's padding is at most one chunk of a row this long (> 100 KB).
+        nw = 8 if streaming is None else num_warps
         chunk = vec * 32 * nw
         nc = -(-N // chunk)
         st = stages or STREAM_STAGES
         return cls(N=N, dtype=dtype, num_warps=nw, chunk=chunk, num_chunks=nc, tail=N - (nc - 1) * chunk,
                    smem_bytes=st * chunk * e * n_in + SMEM_RESERVE, fits=True, streaming=True, stages=st)
+
+
+def ROWS_HEURISTIC(op: str, row_bytes: int) -> int:
+    """Two rows per CTA while the cached inputs of a row take <= 8 KB (N <= 4096 bf16): short rows
+    leave a CTA little to overlap, and pattern 1's sweep found R = 2 best at N = 1024 / 4096."""
+    return 2 if row_bytes <= 8192 else 1
 
 
 def row_layout(dtype: str):
@@ -278,6 +293,7 @@ def check(op: str, x, *rest) -> ChunkPlan:
 
 
 def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: ChunkPlan | None = None):
+    import triton
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     plan = check(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)))
     if config is not None:
@@ -290,8 +306,9 @@ def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: Chu
     M = x2.shape[0]
     y, s, y2, s2 = rowio.outputs(op, x, out)
     lay = row_layout(dt)
-    x_desc = TensorDescriptor.from_tensor(x2, [1, plan.chunk], lay)
-    r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), [1, plan.chunk], lay) if op == "add_rms_norm" else x_desc
+    box = [1 if plan.streaming else plan.rows, plan.chunk]
+    x_desc = TensorDescriptor.from_tensor(x2, box, lay)
+    r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), box, lay) if op == "add_rms_norm" else x_desc
     w = weight if weight is not None else x2
     b = bias if bias is not None else w
     vec = 16 // ITEMSIZE[dt]
@@ -299,14 +316,14 @@ def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: Chu
     if plan.streaming:
         streaming_norm_kernel[(M, )](*args, OP=OP_CODES[op], S=plan.stages, num_warps=plan.num_warps)
     else:
-        chunked_norm_kernel[(M, )](*args, OP=OP_CODES[op], NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
+        chunked_norm_kernel[(triton.cdiv(M, plan.rows), )](*args, OP=OP_CODES[op], NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
     return (y, s) if op == "add_rms_norm" else y
 
 
 def codegen_spec(op: str, N: int, dtype: str, plan: ChunkPlan | None = None):
     plan = plan or ChunkPlan.for_row(op, N, dtype)
     t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
-    desc = f"tensordesc<{t}[1, {plan.chunk}],{row_layout(dtype)!r}>"
+    desc = f"tensordesc<{t}[{1 if plan.streaming else plan.rows}, {plan.chunk}],{row_layout(dtype)!r}>"
     third = "S" if plan.streaming else "NUM_CHUNKS"
     sig = {"x_desc": desc, "r_desc": desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}", "w_ptr": f"*{t}", "b_ptr": f"*{t}",
            "M": "i32", "y_stride_v": "i32", "s_stride_v": "i32", "eps": "fp32", "N_v": "i32", "OP": "constexpr",

@@ -142,3 +142,55 @@ def normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, OP: gl
     if OP == 1:
         b = load_param(b_ptr, cols, N, MASK_TAIL)
     return normalize_chunk(x, shift, scale, w, b, OP)
+
+
+# ----------------------------------------------------------------------------------------------
+# The same statistics over a CHUNKED buffer: bufs is [NUM_CHUNKS, R, CHUNK] (chunk c = bufs.index(c)),
+# so the allocation is exactly NUM_CHUNKS chunks (a [R, ROW] buffer must be a power of two wide).
+
+@gluon.jit
+def chunks_sum(bufs, NUM_CHUNKS: gl.constexpr, L: gl.constexpr, SQUARE: gl.constexpr):
+    """sum(x) or sum(x²) per row over every chunk (fp32, SliceLayout(1, L))."""
+    R: gl.constexpr = bufs.shape[1]
+    CHUNK: gl.constexpr = bufs.shape[2]
+    acc = gl.zeros([R, CHUNK], gl.float32, L)
+    for c in gl.static_range(NUM_CHUNKS):
+        x = bufs.index(c).load(L).to(gl.float32)
+        if SQUARE:
+            acc += x * x
+        else:
+            acc += x
+    return gl.sum(acc, axis=1)
+
+
+@gluon.jit
+def chunks_sum_sq_dev(bufs, mean, N, NUM_CHUNKS: gl.constexpr, L: gl.constexpr):
+    """sum((x - mean)²) per row; lanes at or past column N (TMA's zero fill) are excluded. Only the
+    last chunk can hold such lanes, so only it pays for the mask."""
+    R: gl.constexpr = bufs.shape[1]
+    CHUNK: gl.constexpr = bufs.shape[2]
+    mean2 = gl.expand_dims(mean, 1)
+    cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
+    acc = gl.zeros([R, CHUNK], gl.float32, L)
+    for c in gl.static_range(NUM_CHUNKS):
+        d = bufs.index(c).load(L).to(gl.float32) - mean2
+        if c == NUM_CHUNKS - 1:
+            d = gl.where(gl.expand_dims(c * CHUNK + cols0 < N, 0), d, 0.0)
+        acc += d * d
+    return gl.sum(acc, axis=1)
+
+
+@gluon.jit
+def chunks_row_stats(bufs, N, eps, OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, L: gl.constexpr):
+    """(shift, scale) per row, as row_stats, over a chunked buffer."""
+    if OP == 1:  # LayerNorm: exact two passes over shared memory
+        mean = chunks_sum(bufs, NUM_CHUNKS, L, False) / N
+        var = chunks_sum_sq_dev(bufs, mean, N, NUM_CHUNKS, L) / N
+        return mean, gl.rsqrt(var + eps)
+    else:
+        ss = chunks_sum(bufs, NUM_CHUNKS, L, True)
+        if OP == 2:
+            scale = l2_inv_norm(ss, eps)
+        else:
+            scale = rms_rstd(ss, N, eps)
+        return gl.zeros_like(scale), scale
