@@ -8,18 +8,21 @@ Public API (design.md):
     gll.l2_norm(x, eps=1e-12, variant="auto")
     gll.add_rms_norm(x, residual, weight, eps=1e-6, variant="auto")   # -> (y, x + residual)
     gll.matmul(a, b, variant="auto")
+    gll.group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, variant="auto")  # x: (B, C, *spatial)
+    gll.instance_norm(x, weight=None, bias=None, eps=1e-5, variant="auto")           # group_norm, G = C
     gll.variants(op)
 
 Importing this package never touches CUDA: GPU-only variants fail at call time with a clear error.
 """
 from __future__ import annotations
 
-from .ops import OPS, check_norm_args, check_tensor, dispatch, get_variant, variants
+from .ops import (OPS, check_group_norm_args, check_instance_norm_args, check_norm_args, check_tensor, dispatch,
+                  get_variant, variants)
 from .device import GPUUnavailableError
 
 __version__ = "0.1.0"
-__all__ = ["rms_norm", "layer_norm", "l2_norm", "add_rms_norm", "matmul", "variants", "OPS",
-           "GPUUnavailableError"]
+__all__ = ["rms_norm", "layer_norm", "l2_norm", "add_rms_norm", "matmul", "group_norm", "instance_norm", "variants",
+           "OPS", "GPUUnavailableError"]
 
 
 def _empty_result(x, n_out=1, op=None, variant="auto"):
@@ -87,3 +90,24 @@ def matmul(a, b, *, variant="auto"):
     if str(a.dtype) not in ("torch.bfloat16", "torch.float16"):
         raise TypeError(f"matmul takes bf16 or fp16 inputs; got {a.dtype}")
     return dispatch("matmul", variant, (a, b))
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, variant="auto"):
+    """x (B, C, *spatial), C split into num_groups groups: (x - mean) / sqrt(var + eps) over each
+    (C / num_groups) x spatial group, then * weight[c] + bias[c] (both optional, shape (C,)).
+    Contiguous or channels-last x (= F.group_norm)."""
+    check_group_norm_args(x, num_groups, weight, bias)
+    eps = _check_eps(eps)
+    if x.numel() == 0:
+        return _empty_result(x, 1, "group_norm", variant)
+    return dispatch("group_norm", variant, (x, num_groups, weight, bias), eps=eps)
+
+
+def instance_norm(x, weight=None, bias=None, eps=1e-5, *, variant="auto"):
+    """group_norm with one group per channel: statistics over the spatial dims of each (b, c),
+    always from the input (= F.instance_norm(x, weight=weight, bias=bias, use_input_stats=True, eps=eps))."""
+    check_instance_norm_args(x, weight, bias)
+    eps = _check_eps(eps)
+    if x.numel() == 0:
+        return _empty_result(x, 1, "instance_norm", variant)
+    return dispatch("instance_norm", variant, (x, weight, bias), eps=eps)

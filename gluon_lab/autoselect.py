@@ -43,9 +43,38 @@ def best_variant(op: str, inputs) -> str | None:
     sub = df[(df["op"] == op) & (df["dtype"] == dt)]
     if op == "matmul" or not len(sub):
         return None
+    if op in ("group_norm", "instance_norm"):
+        G = inputs[1] if op == "group_norm" else x.shape[1]
+        nearest = nearest_group_cases(sub, x, G)
+        best = nearest.groupby("variant")["ms_median"].median().sort_values()
+        return str(best.index[0]) if len(best) else None
     N = x.shape[-1]
     M = max(1, x.numel() // max(N, 1))
     dist = ((sub["N"].astype(float) / N).map(math.log).abs() * 4 + (sub["M"].astype(float) / M).map(math.log).abs())
     nearest = sub[dist == dist.min()]
     best = nearest.groupby("variant")["ms_median"].median().sort_values()
     return str(best.index[0]) if len(best) else None
+
+
+def tensor_layout(x) -> str:
+    """ "channels_last" when C is x's innermost dimension (and x is not also plain contiguous)."""
+    if x.dim() >= 3 and not x.is_contiguous() and x.movedim(1, -1).is_contiguous():
+        return "channels_last"
+    return "nchw"
+
+
+def nearest_group_cases(sub, x, G: int):
+    """Records of group_norm / instance_norm nearest to x with G groups: same layout, then the
+    nearest (group length (C/G)*S, group count B*G) on a log scale, group length weighted 4x
+    (as N and M for row norms)."""
+    sub = sub[sub["layout"].fillna("nchw") == tensor_layout(x)]
+    if not len(sub):
+        return sub
+    B, C = x.shape[0], x.shape[1]
+    S = max(1, x.numel() // max(B * C, 1))
+    s_rec = sub[["D", "H", "W"]].astype(float).fillna(1.0).prod(axis=1)
+    c_rec, b_rec = sub["C"].astype(float), sub["B"].astype(float)
+    g_rec = sub["G"].astype(float).fillna(c_rec)  # instance_norm records carry no G: G = C
+    length, count = (C // G) * S, B * G
+    dist = ((c_rec / g_rec * s_rec / length).map(math.log).abs() * 4 + (b_rec * g_rec / count).map(math.log).abs())
+    return sub[dist == dist.min()]

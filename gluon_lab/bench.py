@@ -64,6 +64,11 @@ def make_inputs(op: str, shape: dict, dtype: str, *, seed: int, device_: str = "
     if op == "matmul":
         M, N, K = shape["M"], shape["N"], shape["K"]
         return (rnd(M, K), rnd(K, N))
+    if op in ("group_norm", "instance_norm"):
+        B, C, spatial = reference.group_shape(shape)
+        x = as_layout(rnd(B, C, *spatial, std=scale), shape.get("layout", "nchw"))
+        w, b = rnd(C, mean=1.0, std=0.5), rnd(C, std=0.5)
+        return (x, shape.get("G", C), w, b) if op == "group_norm" else (x, w, b)
     M, N = shape["M"], shape["N"]
     x = rnd(M, N, std=scale)
     if op == "rms_norm":
@@ -79,7 +84,21 @@ def make_inputs(op: str, shape: dict, dtype: str, *, seed: int, device_: str = "
     raise KeyError(op)
 
 
-DEFAULT_EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5, "l2_norm": 1e-12, "add_rms_norm": 1e-6}
+LAYOUTS = ("nchw", "channels_last")
+
+
+def as_layout(x, layout: str):
+    """x (B, C, *spatial) in the named memory format: "nchw" (contiguous) or "channels_last"
+    (C innermost: torch.channels_last for 4-D, torch.channels_last_3d for 5-D, same strides for 3-D)."""
+    if layout == "nchw":
+        return x.contiguous()
+    if layout == "channels_last":
+        return x.movedim(1, -1).contiguous().movedim(-1, 1)
+    raise ValueError(f"shape['layout'] must be one of {LAYOUTS}, got {layout!r}")
+
+
+DEFAULT_EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5, "l2_norm": 1e-12, "add_rms_norm": 1e-6,
+               "group_norm": 1e-5, "instance_norm": 1e-5}
 
 
 def _as_tuple(o):
@@ -89,6 +108,8 @@ def _as_tuple(o):
 def poisoned_out(op: str, inputs):
     torch = _torch()
     x = inputs[0]
+    if op in ("group_norm", "instance_norm"):  # empty_like keeps x's memory format (channels-last)
+        return torch.empty_like(x).fill_(float("nan"))
     nan = lambda: torch.full(x.shape, float("nan"), dtype=x.dtype, device=x.device)  # noqa: E731
     return (nan(), nan()) if op == "add_rms_norm" else nan()
 
@@ -132,6 +153,8 @@ def reference_outputs(op: str, inputs, eps=None, row_chunk: int = 4096):
     if op == "matmul":
         return ref(*inputs)
     eps = DEFAULT_EPS[op] if eps is None else eps
+    if op in ("group_norm", "instance_norm"):  # whole tensor: statistics span the spatial dims
+        return ref(*inputs, eps)
     x = inputs[0]
     M = x.shape[0]
     outs = []
@@ -335,6 +358,13 @@ def measure_ceilings(prov: dict | None = None, copy_gib: float = 2.0, matmul_n: 
 # ----------------------------------------------------------------------------------------------
 # a measurement session: provenance + ceilings of this run + records
 
+def clone_inputs(inputs) -> tuple:
+    """Fresh copies of the tensors among inputs (clone keeps the memory format); other entries
+    (group_norm's num_groups, None) are passed through."""
+    torch = _torch()
+    return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
+
+
 class Session:
     """Everything measured in one run shares provenance, run_id and the ceilings measured at its
     start, so SOL vs measured ceilings compares numbers taken minutes apart on the same GPU."""
@@ -383,7 +413,7 @@ class Session:
         if cfg_obj is not None:
             kw["config"] = cfg_obj
         call = self._make_call(v, op, inputs, kw)
-        t = self._time(call, lambda: self._make_call(v, op, tuple(x.clone() for x in inputs), kw), nbytes, nfl, timer)
+        t = self._time(call, lambda: self._make_call(v, op, clone_inputs(inputs), kw), nbytes, nfl, timer)
         del inputs, call
         rec = Record(**base, **dataclasses.asdict(t), **corr, **self.metrics(nbytes, nfl, t.ms_median, op))
         if rec.sol_datasheet_pct and rec.sol_datasheet_pct > 100:

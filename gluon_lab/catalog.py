@@ -43,6 +43,20 @@ def matmul_torch(a, b, out=None):
     return torch.matmul(a, b)
 
 
+@register("group_norm", "torch", pattern="baseline", needs_cuda=False, check=ops.check_group_norm_args,
+          description="F.group_norm")
+def group_norm_torch(x, num_groups, weight, bias, eps=1e-5, out=None):
+    import torch.nn.functional as F
+    return F.group_norm(x, num_groups, weight, bias, eps)
+
+
+@register("instance_norm", "torch", pattern="baseline", needs_cuda=False, check=ops.check_instance_norm_args,
+          description="F.instance_norm(use_input_stats=True)")
+def instance_norm_torch(x, weight, bias, eps=1e-5, out=None):
+    import torch.nn.functional as F
+    return F.instance_norm(x, weight=weight, bias=bias, use_input_stats=True, eps=eps)
+
+
 # ----------------------------------------------------------------------------------------------
 # torch.compile (default mode) of the eager fp32 formula
 
@@ -79,6 +93,18 @@ def l2_norm_inductor(x, eps=1e-12, out=None):
           description="torch.compile(default) of eager x + residual and the fp32 formula")
 def add_rms_norm_inductor(x, residual, weight, eps=1e-6, out=None):
     return compiled_formula("add_rms_norm")(x, residual, weight, eps)
+
+
+@register("group_norm", "inductor", pattern="baseline", sources=(B.group_norm_formula, B._float_or_none),
+          check=ops.check_group_norm_args, description="torch.compile(default) of the eager fp32 formula")
+def group_norm_inductor(x, num_groups, weight, bias, eps=1e-5, out=None):
+    return compiled_formula("group_norm")(x, num_groups, weight, bias, eps)
+
+
+@register("instance_norm", "inductor", pattern="baseline", sources=(B.instance_norm_formula, B._float_or_none),
+          check=ops.check_instance_norm_args, description="torch.compile(default) of the eager fp32 formula")
+def instance_norm_inductor(x, weight, bias, eps=1e-5, out=None):
+    return compiled_formula("instance_norm")(x, weight, bias, eps)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,7 +293,7 @@ def _chunked_variant(op: str):
     register(op, "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True,
              check=lambda *inputs: _C.check(op, *inputs),
              sources=(_C.launch, _C.check, _C.ChunkPlan, _C.chunked_norm_kernel, _C.streaming_norm_kernel,
-                      _NM.row_stats, _NM.normalize_chunk, _C.rowio.check_tma_operands, _C.rowio.outputs),
+                      _C.ROWS_HEURISTIC, _C.rowio.check_tma_operands, _C.rowio.outputs),
              codegen=lambda N, dtype, config=None: _C.codegen_spec(op, N, dtype, config),
              configure=lambda M, N, dtype, overrides: _C.ChunkPlan.for_row(
                  op, N, dtype, **{k: v for k, v in overrides.items() if k in _C.PLAN_KNOBS}),

@@ -15,7 +15,10 @@ from typing import Callable
 from . import device
 from .results import kernel_source_hash
 
-OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm", "matmul")
+OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm", "matmul", "group_norm", "instance_norm")
+# Ops over (B, C, *spatial) tensors whose shape dicts are {"B", "C", "H", "W"[, "D"][, "G"], "layout"}
+# rather than {"M", "N"}: inputs (x, num_groups, weight, bias) / (x, weight, bias).
+GROUP_OPS = ("group_norm", "instance_norm")
 DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -138,9 +141,47 @@ def check_norm_args(x, weight=None, bias=None, residual=None, *, need_weight=Tru
         _check_like_x("residual", residual, x, tuple(x.shape), f"x's shape {tuple(x.shape)}")
 
 
+def check_group_norm_args(x, num_groups, weight=None, bias=None):
+    """Checks of group_norm / instance_norm (instance_norm: num_groups = C). x is (B, C, *spatial)
+    in any memory format; weight and bias are optional (C,) tensors of x's dtype and device."""
+    check_tensor("x", x)
+    if x.dim() < 3:
+        raise ValueError(f"x must have at least 3 dimensions (B, C, *spatial) with at least one spatial "
+                         f"dimension; got shape {tuple(x.shape)}")
+    C = x.shape[1]
+    if not isinstance(num_groups, int) or isinstance(num_groups, bool):
+        raise TypeError(f"num_groups must be a positive int dividing C = x.shape[1] = {C}; "
+                        f"got {num_groups!r} ({type(num_groups).__name__})")
+    if num_groups <= 0 or C % num_groups != 0:
+        raise ValueError(f"num_groups must be a positive int dividing C = x.shape[1] = {C}; got {num_groups}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            _check_like_x(name, t, x, (C, ), f"shape ({C},) to match C = x.shape[1]")
+    if x.shape[0] * _spatial_size(x) == 1:  # F.group_norm's own rule (_verify_batch_size)
+        raise ValueError(f"x must have more than one value per channel (B * prod(x.shape[2:]) > 1), as "
+                         f"F.group_norm requires; got shape {tuple(x.shape)}")
+
+
+def _spatial_size(x) -> int:
+    S = 1
+    for s in x.shape[2:]:
+        S *= s
+    return S
+
+
+def check_instance_norm_args(x, weight=None, bias=None):
+    """instance_norm = group_norm with num_groups = C."""
+    check_tensor("x", x)
+    C = x.shape[1] if x.dim() >= 2 else 1
+    check_group_norm_args(x, max(int(C), 1), weight, bias)  # C = 0 (empty x): any group count divides it
+    if _spatial_size(x) == 1:  # F.instance_norm's own rule (_verify_spatial_size)
+        raise ValueError(f"x must have more than one spatial element (prod(x.shape[2:]) > 1), as "
+                         f"F.instance_norm requires; got shape {tuple(x.shape)}")
+
+
 def check_cuda(variant: str, *tensors, names=("x", )):
     for n, t in zip(names, tensors):
-        if t is not None and not t.is_cuda:
+        if t is not None and hasattr(t, "is_cuda") and not t.is_cuda:  # skips ints (num_groups) and None
             raise ValueError(f"variant {variant!r} runs on a CUDA GPU: {n} is on {t.device}; move it with .cuda() "
                              "or use variant='torch'")
     if not device.cuda_available():
@@ -168,6 +209,8 @@ def rows_2d(name: str, t):
 # strongest baseline the foundation has; patterns insert their variants ahead of it.
 AUTO_PREFERENCE: dict[str, list[str]] = {op: ["triton", "torch"] for op in OPS}
 AUTO_PREFERENCE["matmul"] = ["torch"]
+AUTO_PREFERENCE["group_norm"] = ["torch"]
+AUTO_PREFERENCE["instance_norm"] = ["torch"]
 
 
 def _eligible(v: Variant, inputs) -> bool:
@@ -212,7 +255,8 @@ def dispatch(op: str, variant: str, inputs, **kw):
         raise ValueError(f"variant {variant!r} of {op} needs an optional package that is not installed")
     if v.needs_cuda:
         names = {"rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias"), "l2_norm": ("x", ),
-                 "add_rms_norm": ("x", "residual", "weight"), "matmul": ("a", "b")}[op]
+                 "add_rms_norm": ("x", "residual", "weight"), "matmul": ("a", "b"),
+                 "group_norm": ("x", "num_groups", "weight", "bias"), "instance_norm": ("x", "weight", "bias")}[op]
         check_cuda(variant, *inputs, names=names)
     if v.needs_hopper:
         device.require_hopper(f"variant {variant!r} of {op}")

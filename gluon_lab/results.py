@@ -272,10 +272,17 @@ def read_records(path: str | os.PathLike, on_error: str = "raise") -> tuple[list
     return recs, bad
 
 
+# shape entries load() turns into columns: (M, N[, K]) of row ops and matmul; (B, C, [D,] H, W[, G])
+# and the memory layout ("nchw" | "channels_last") of group_norm / instance_norm.
+SHAPE_COLUMNS = ("M", "N", "K", "B", "C", "D", "H", "W", "G", "layout")
+
+
 def load(paths, on_error: str = "raise"):
     """Load one or more JSONL stores (files or folders) into a pandas DataFrame.
 
-    Adds columns M, N, K (from shape), config_key (stable string of config) and source.
+    Adds columns M, N, K (from shape; row ops and matmul), B, C, D, H, W, G, layout (from shape;
+    group_norm / instance_norm), config_key (stable string of config) and source. A dimension a
+    record's shape lacks is <NA>.
     ``df.attrs["malformed"]`` lists file:line messages for bad lines (on_error="warn")."""
     import pandas as pd
     if isinstance(paths, (str, os.PathLike)):
@@ -289,15 +296,16 @@ def load(paths, on_error: str = "raise"):
         malformed.extend(bad)
         for r in recs:
             d = dataclasses.asdict(r)
-            for k in ("M", "N", "K"):
+            for k in SHAPE_COLUMNS:
                 d[k] = r.shape.get(k)
             d["config_key"] = json.dumps(r.config, sort_keys=True)
             d["source"] = str(f)
             rows.append(d)
-    cols = [f.name for f in dataclasses.fields(Record)] + ["M", "N", "K", "config_key", "source"]
+    cols = [f.name for f in dataclasses.fields(Record)] + list(SHAPE_COLUMNS) + ["config_key", "source"]
     df = pd.DataFrame(rows, columns=cols)
-    for k in ("M", "N", "K"):
-        df[k] = df[k].astype("Int64")  # integers with <NA> where a record has no such dimension
+    for k in SHAPE_COLUMNS:
+        if k != "layout":
+            df[k] = df[k].astype("Int64")  # integers with <NA> where a record has no such dimension
     df.attrs["malformed"] = malformed
     return df
 
@@ -336,9 +344,11 @@ def case_key(config_key: str, timer: str | None = None) -> str:
     return json.dumps({k: c[k] for k in ("tma_store", "what") if k in c}, sort_keys=True)
 
 
-def latest(df, keys=("op", "variant", "dtype", "M", "N", "K")):
+def latest(df, keys=("op", "variant", "dtype") + SHAPE_COLUMNS):
     """Keep the newest record of each case (append-only stores keep history). A case is
-    (op, variant, dtype, M, N, K, case_key(config)); newest = latest timestamp, then run_id."""
+    (op, variant, dtype, the shape columns, case_key(config)): M, N, K, and for group_norm /
+    instance_norm B, C, D, H, W, G and layout (keys missing from df are skipped); newest = latest
+    timestamp, then run_id."""
     if not len(df):
         return df
     d = df.assign(_case=[case_key(c, t) for c, t in zip(df["config_key"], df["timer"])])

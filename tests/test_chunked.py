@@ -71,7 +71,9 @@ def test_long_rows_stream_through_a_ring(op, dtype):
     n_in = 2 if op == "add_rms_norm" else 1
     # S-1 prologue copies + one refill per pass, each one expect (count-1 barriers, one per slot)
     assert c["mbarrier_init"] == C.STREAM_STAGES and c["mbarrier_expect_tx"] == C.STREAM_STAGES + 1
-    assert c["tma_load"] == n_in * (C.STREAM_STAGES + 1) and c["mbarrier_wait"] == 2
+    assert c["tma_load"] == n_in * (C.STREAM_STAGES + 1)
+    # one wait per pass; LayerNorm waits for chunk 0 once more up front (its shift K, see the kernel)
+    assert c["mbarrier_wait"] == (3 if op == "layer_norm" else 2)
     assert c["smem_bytes"] <= C.STREAM_STAGES * p.chunk * C.ITEMSIZE[dtype] * n_in + C.SMEM_RESERVE
     assert c["spill_bytes"] == 0
 

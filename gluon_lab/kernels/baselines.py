@@ -41,6 +41,21 @@ def add_rms_norm_formula(x, residual, weight, eps: float):
     return rms_norm_formula(s, weight, eps), s
 
 
+def _float_or_none(t):
+    return None if t is None else t.float()
+
+
+def group_norm_formula(x, num_groups: int, weight, bias, eps: float):
+    import torch.nn.functional as F
+    return F.group_norm(x.float(), num_groups, _float_or_none(weight), _float_or_none(bias), eps).to(x.dtype)
+
+
+def instance_norm_formula(x, weight, bias, eps: float):
+    import torch.nn.functional as F
+    return F.instance_norm(x.float(), weight=_float_or_none(weight), bias=_float_or_none(bias),
+                           use_input_stats=True, eps=eps).to(x.dtype)
+
+
 # ----------------------------------------------------------------------------------------------
 # plain Triton kernels: one row per program, whole row in registers
 
@@ -154,7 +169,8 @@ def l2_norm_triton(x2, eps, out):
 TRITON_KERNELS = {"rms_norm": rms_norm_triton_kernel, "add_rms_norm": add_rms_norm_triton_kernel,
                   "layer_norm": layer_norm_triton_kernel, "l2_norm": l2_norm_triton_kernel}
 FORMULAS = {"rms_norm": rms_norm_formula, "add_rms_norm": add_rms_norm_formula,
-            "layer_norm": layer_norm_formula, "l2_norm": l2_norm_formula}
+            "layer_norm": layer_norm_formula, "l2_norm": l2_norm_formula,
+            "group_norm": group_norm_formula, "instance_norm": instance_norm_formula}
 
 
 def triton_codegen_spec(op: str, N: int, dtype: str):

@@ -148,6 +148,14 @@ def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_strid
     acc = zero  # sum of squares (rms, l2, add+rms) or running count (LayerNorm)
     mean = zero
     m2 = zero
+    K = zero
+    if OP == 1:
+        # LayerNorm works on x - K, K = the mean of chunk 0 (slot 0's first fill, waited for here and
+        # again, already complete, in the loop). Merging chunk means into a running mean of the raw
+        # data rounds at |mean| once per chunk: on the H200, x = 100 + N(0, 1) in fp32 at
+        # N = 131080 (128 chunks) drifted the mean by ~2e-4. Shifted, the running mean is O(std).
+        mbarrier.wait(bars.index(0), 0)
+        K = norm_math.chunk_moments(bufs.index(0).load(L).to(gl.float32), cols0, N)[1]
     # pass 1: statistics
     for k in range(NUM_CHUNKS):
         # refill the slot chunk k-1 used (its reads are done; the compiler's CTA barrier and this
@@ -162,13 +170,14 @@ def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_strid
         else:
             x = xs.load(L).to(gl.float32)
         if OP == 1:
-            # moments of x - (running mean): O(std) values, no cancellation (see chan_merge)
-            n_b, delta, m2_b = norm_math.chunk_moments(x - gl.expand_dims(mean, 1), k * CHUNK + cols0, N)
+            # moments of (x - K) - (running mean): O(std) values, no cancellation (see chan_merge)
+            n_b, delta, m2_b = norm_math.chunk_moments((x - gl.expand_dims(K, 1)) - gl.expand_dims(mean, 1),
+                                                         k * CHUNK + cols0, N)
             acc, mean, m2 = norm_math.chan_merge(acc, mean, m2, n_b, delta, m2_b)
         else:
             acc += gl.sum(x * x, axis=1)  # zero-filled tail adds nothing
     if OP == 1:
-        shift = mean
+        shift = K + mean
         scale = gl.rsqrt(m2 / N + eps)
     elif OP == 2:
         shift = zero
