@@ -302,3 +302,24 @@ def _chunked_variant(op: str):
 
 for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
     _chunked_variant(_op)
+
+
+# GroupNorm / InstanceNorm through the same chunked machinery (groups = 2-D regions of boxes)
+def _group_sources():
+    return (_C.launch_group, _C.check_group, _C.GroupPlan, _C.group_layout_of, _C.group_norm_kernel)
+
+
+@register("group_norm", "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True,
+          check=lambda x, G, w, b: (ops.check_group_norm_args(x, G, w, b), _C.check_group(x, G, w, b)),
+          sources=_group_sources(),
+          description="one CTA per (sample, group): the group's region in power-of-2 TMA boxes, cached or ring-streamed")
+def group_norm_gluon_chunked(x, num_groups, weight, bias, eps=1e-5, out=None, config=None):
+    return _C.launch_group(x, num_groups, weight, bias, eps, out=out, config=config)
+
+
+@register("instance_norm", "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True,
+          check=lambda x, w, b: (ops.check_instance_norm_args(x, w, b), _C.check_group(x, x.shape[1], w, b)),
+          sources=_group_sources(),
+          description="group_norm's kernel with one channel per group")
+def instance_norm_gluon_chunked(x, weight, bias, eps=1e-5, out=None, config=None):
+    return _C.launch_group(x, x.shape[1], weight, bias, eps, out=out, config=config)

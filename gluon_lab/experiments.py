@@ -200,7 +200,7 @@ class ChunkedPlan:
     plus a copy of each shape; 'fp32' = the same in fp32 (torch, inductor, triton, gluon-chunked);
     'others' = L2Norm and add+RMSNorm bf16; 'chunk' = the CHUNK (num_warps) sweep; 'stream' = cached
     vs streaming over long rows (where the streaming path takes over); 'groupnorm' = GroupNorm /
-    InstanceNorm on SD-style shapes, NCHW and channels-last."""
+    InstanceNorm on SD-style shapes, NCHW and channels-last, bf16."""
     Ns: tuple = (1536, 2560, 2880, 3584, 5120, 6144, 7168, 12288, 14336, 18432, 20480, 24576)
     Ms: tuple = (4096, 16384)
     ops: tuple = ("rms_norm", "layer_norm")
@@ -210,16 +210,23 @@ class ChunkedPlan:
     other_M: int = 16384
     chunk_M: int = 16384
     chunk_Ns: tuple = (1536, 2880, 5120, 14336, 24576)
-    chunk_warps: tuple = (2, 4, 8)
+    chunk_warps: tuple = (2, 4, 8, 16)  # 16: a 4096-element bf16 chunk, swept for N >= 8192 only
     chunk_rows: tuple = (1, 2, 4)
     stream_M: int = 4096
     stream_Ns: tuple = (16384, 24576, 32768, 40960, 49152, 65536, 98304, 131072)
     stream_stages: tuple = (2, 4, 8)
+    # GroupNorm / InstanceNorm: SD-UNet-style activations (B=8; 320/640/1280 channels; 64x64, 32x32)
+    gn_shapes: tuple = ((8, 320, 64, 64), (8, 320, 32, 32), (8, 640, 64, 64), (8, 640, 32, 32), (8, 1280, 32, 32),
+                        (8, 1280, 16, 16))
+    gn_groups: int = 32
+    gn_layouts: tuple = ("nchw", "channels_last")
+    gn_variants: tuple = ("torch", "inductor", "gluon-chunked")
+    gn_dtype: str = "bfloat16"
 
     @classmethod
     def quick(cls):
         return cls(Ns=(2880, 5120), Ms=(1024, ), other_M=1024, chunk_M=1024, chunk_Ns=(2880, ), chunk_warps=(2, 4), chunk_rows=(1, 2),
-                   stream_M=256, stream_Ns=(16384, 65536), stream_stages=(4, ))
+                   stream_M=256, stream_Ns=(16384, 65536), stream_stages=(4, ), gn_shapes=((2, 320, 32, 32), ))
 
 
 def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
@@ -246,6 +253,8 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
         for op in plan.ops:
             for N in plan.chunk_Ns:
                 for nw in plan.chunk_warps:
+                    if nw == 16 and N < 8192:
+                        continue
                     for r in plan.chunk_rows:
                         knobs = {"num_warps": nw, "rows": r, "streaming": False}
                         try:
@@ -272,11 +281,19 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                 for st in plan.stream_stages:
                     cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
                                   "config": {"streaming": True, "stages": st, "study": "stream"}})
+    if "groupnorm" in parts:
+        for op in ("group_norm", "instance_norm"):
+            for (B, C, H, W) in plan.gn_shapes:
+                for lay in plan.gn_layouts:
+                    s = {"B": B, "C": C, "H": H, "W": W, "layout": lay}
+                    if op == "group_norm":
+                        s["G"] = plan.gn_groups
+                    cases += [{"op": op, "variant": v, "shape": s, "dtype": plan.gn_dtype} for v in plan.gn_variants]
     return cases
 
 
 def run_chunked(results_dir: str = "results", quick: bool = False, plan: ChunkedPlan | None = None,
-                parts=("bf16", "fp32", "others", "chunk", "stream")):
+                parts=("bf16", "fp32", "others", "chunk", "stream", "groupnorm")):
     from .bench import Session
     plan = plan or (ChunkedPlan.quick() if quick else ChunkedPlan())
     s = Session("02-chunked-reductions", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))

@@ -345,3 +345,265 @@ def codegen_spec(op: str, N: int, dtype: str, plan: ChunkPlan | None = None):
                             "num_warps": plan.num_warps},
                 aligned=aligned, num_warps=plan.num_warps)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# GroupNorm / InstanceNorm on (B, C, *spatial): the same machinery over a 2-D region per group.
+#
+# One program normalizes one (sample b, group g). Its elements form a rectangle of a 2-D view of x:
+#   NCHW (contiguous):   view (B*C, S), S = prod(spatial); rows b*C + g*Cg ... + Cg-1, all S columns.
+#                        The channel is the ROW: one weight/bias scalar per row.
+#   channels-last:       view (B*S, C); rows b*S ... + S-1, columns g*Cg ... + Cg-1.
+#                        The channel is the COLUMN: a weight/bias vector per chunk.
+# The rectangle is walked in [BR, BC] power-of-2 TMA boxes ("chunks"): NCHW uses [1, CHUNK] boxes
+# along S (the tail past S is TMA zero fill: S is the view's last dim); channels-last uses
+# [BR, BC] boxes with BC = next_pow2(Cg) >= one 16-byte vector, whose columns past Cg belong to
+# the NEXT group (not out of bounds, so not zero-filled) and rows past S to the next sample: a 2-D
+# validity mask keeps them out of the statistics and the stores. The over-read (BC / Cg: 1.6x at
+# Cg = 10, 8x for InstanceNorm's Cg = 1) comes from L2, because neighbouring groups run on
+# neighbouring programs at the same time; DRAM still sees each byte about once.
+# Statistics: Chan-merged (count, mean, M2) per chunk on x - K, K = chunk 0's mean (exact
+# LayerNorm-style variance; no cancellation when |mean| >> std).
+# CACHED: all T chunks stay in shared memory (one slot each), pass 2 reads them there. Otherwise a
+# ring of S slots streams the group twice; the second read mostly hits L2 (the groups in flight
+# on the GPU take ~ 132 SMs x a few chunks, far below the 50+ MB L2).
+
+GROUP_CACHED_LIMIT = 100 * 1024  # as CACHED_SMEM_LIMIT: two CTAs per SM keep loading while one computes
+GROUP_STREAM_STAGES = 8  # 8 x 4 KB ring: ~28 KB in flight per CTA; with B*G ~ 256 CTAs on 132 SMs a
+# 4-slot ring (12 KB in flight) is below Little's law for ~19 GB/s per CTA at ~1.5 us latency.
+
+
+@gluon.jit
+def _region_moments(x, valid):
+    """(count, mean, M2) of the valid lanes of a [BR, BC] fp32 tile (0-d tensors)."""
+    n = gl.sum(gl.sum(gl.where(valid, 1.0, 0.0), axis=1), axis=0)
+    mean = gl.sum(gl.sum(gl.where(valid, x, 0.0), axis=1), axis=0) / gl.maximum(n, 1.0)
+    d = gl.where(valid, x - mean, 0.0)
+    return n, mean, gl.sum(gl.sum(d * d, axis=1), axis=0)
+
+
+@gluon.jit
+def _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, pred, S: gl.constexpr):
+    BR: gl.constexpr = x_desc.block_type.shape[0]
+    BC: gl.constexpr = x_desc.block_type.shape[1]
+    slot = k % S
+    bar = bars.index(slot)
+    mbarrier.expect(bar, x_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [r0 + (k // n_cb) * BR, c0 + (k % n_cb) * BC], bar, bufs.index(slot),
+                                    pred=pred)
+
+
+@gluon.jit(do_not_specialize=["eps"])
+def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.constexpr, CL: gl.constexpr,
+                      HAS_W: gl.constexpr, HAS_B: gl.constexpr, CACHED: gl.constexpr, SLOTS: gl.constexpr,
+                      num_warps: gl.constexpr):
+    """One (b, g) group per program. x_desc: block [BR, BC] over the 2-D view (see above). The view's
+    row length arrives in 16-byte vectors (C_v for channels-last, S_v for NCHW; the other one in
+    elements) so the compiler knows the row stride is a multiple of the vector."""
+    BR: gl.constexpr = x_desc.block_type.shape[0]
+    BC: gl.constexpr = x_desc.block_type.shape[1]
+    dtype: gl.constexpr = x_desc.dtype
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
+    if CL:
+        C = C_v * VEC
+        S = S_v
+    else:
+        C = C_v
+        S = S_v * VEC
+    pid = gl.program_id(0)
+    b = pid // G
+    g = pid % G
+    if CL:  # rows = spatial positions of sample b, columns = the group's channels
+        r0 = b * S
+        c0 = g * Cg
+        GR = S
+        GC = Cg
+        row_stride = C
+    else:  # rows = the group's channels, columns = spatial positions
+        r0 = b * C + g * Cg
+        c0 = g * 0
+        GR = Cg
+        GC = S
+        row_stride = S
+    n_rb = gl.cdiv(GR, BR)
+    n_cb = gl.cdiv(GC, BC)
+    T = n_rb * n_cb
+
+    bufs = gl.allocate_shared_memory(dtype, [SLOTS, BR, BC], x_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [SLOTS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(SLOTS):
+        mbarrier.init(bars.index(i), count=1)
+    if CACHED:  # every chunk has its own slot: issue them all now
+        for k in gl.static_range(SLOTS):
+            _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, k < T, SLOTS)
+    else:
+        for k in gl.static_range(SLOTS - 1):
+            _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, k < 2 * T, SLOTS)
+
+    ri0 = gl.arange(0, BR, layout=gl.SliceLayout(1, L))
+    ci0 = gl.arange(0, BC, layout=gl.SliceLayout(0, L))
+    mbarrier.wait(bars.index(0), 0)
+    K = _region_moments(bufs.index(0).load(L).to(gl.float32),
+                        gl.expand_dims(ri0 < GR, 1) & gl.expand_dims(ci0 < GC, 0))[1]
+    cnt = K * 0.0
+    mean = K * 0.0  # running mean of x - K
+    m2 = K * 0.0
+    for k in range(T):  # pass 1: statistics
+        if not CACHED:
+            fence_async_shared()
+            _issue_region_chunk(x_desc, bufs, bars, k + SLOTS - 1, r0, c0, n_cb, k + SLOTS - 1 < 2 * T, SLOTS)
+        slot = k % SLOTS
+        mbarrier.wait(bars.index(slot), (k // SLOTS) & 1)
+        ri = (k // n_cb) * BR + ri0
+        ci = (k % n_cb) * BC + ci0
+        valid = gl.expand_dims(ri < GR, 1) & gl.expand_dims(ci < GC, 0)
+        x = bufs.index(slot).load(L).to(gl.float32)
+        n_b, delta, m2_b = _region_moments((x - K) - mean, valid)
+        cnt, mean, m2 = norm_math.chan_merge(cnt, mean, m2, n_b, delta, m2_b)
+    shift = K + mean
+    rstd = gl.rsqrt(m2 / cnt + eps)
+
+    for j in range(T):  # pass 2: normalize, per-channel affine, store
+        if CACHED:
+            slot = j
+        else:
+            k = T + j
+            fence_async_shared()
+            _issue_region_chunk(x_desc, bufs, bars, k + SLOTS - 1, r0, c0, n_cb, k + SLOTS - 1 < 2 * T, SLOTS)
+            slot = k % SLOTS
+            mbarrier.wait(bars.index(slot), (k // SLOTS) & 1)
+        ri = (j // n_cb) * BR + ri0
+        ci = (j % n_cb) * BC + ci0
+        valid = gl.expand_dims(ri < GR, 1) & gl.expand_dims(ci < GC, 0)
+        x = bufs.index(slot).load(L).to(gl.float32)
+        y = (x - shift) * rstd
+        if CL:  # channel = column
+            ch = g * Cg + ci
+            if HAS_W:
+                y = y * gl.expand_dims(gl.load(w_ptr + ch, mask=ci < GC, other=0.0).to(gl.float32), 0)
+            if HAS_B:
+                y = y + gl.expand_dims(gl.load(b_ptr + ch, mask=ci < GC, other=0.0).to(gl.float32), 0)
+        else:  # channel = row
+            ch = g * Cg + ri
+            if HAS_W:
+                y = y * gl.expand_dims(gl.load(w_ptr + ch, mask=ri < GR, other=0.0).to(gl.float32), 1)
+            if HAS_B:
+                y = y + gl.expand_dims(gl.load(b_ptr + ch, mask=ri < GR, other=0.0).to(gl.float32), 1)
+        offs = gl.expand_dims((r0 + ri).to(gl.int64) * row_stride, 1) + gl.expand_dims(c0 + ci, 0)
+        gl.store(y_ptr + offs, y.to(dtype), mask=valid)
+    for i in gl.static_range(SLOTS):
+        mbarrier.invalidate(bars.index(i))
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """How one (b, g) group is cut into [box_rows, box_cols] TMA boxes."""
+    layout: str  # "nchw" | "channels_last"
+    dtype: str
+    num_warps: int
+    box_rows: int
+    box_cols: int
+    chunks: int  # boxes per group (T)
+    cached: bool
+    slots: int  # shared-memory slots: chunks (cached) or the ring depth (streaming)
+    smem_bytes: int
+    threads: tuple  # (threads per warp along rows, along cols)
+    warps: tuple  # (warps along rows, along cols)
+    overread: float  # box elements read per valid element (1.0 = none)
+
+    @classmethod
+    def make(cls, layout: str, C: int, S: int, G: int, dtype: str, cached: bool | None = None,
+             stages: int | None = None) -> "GroupPlan":
+        e = ITEMSIZE[dtype]
+        vec = 16 // e
+        Cg = C // G
+        if layout == "channels_last":
+            # columns: the group's channels padded to a power of two, at least one 16-byte vector
+            bc = max(vec, 1 << (Cg - 1).bit_length())
+            tc = min(32, bc // vec)
+            nw = 4
+            # rows: boxes of ~4 KB (at most 256 rows, TMA's per-dimension limit), at least one row
+            # per thread row of the layout so no lane is replicated
+            br = max(32 // tc * nw, min(256, 4096 // (bc * e)))
+            rows, cols = S, Cg
+            threads, warps = (32 // tc, tc), (nw, 1)
+        else:
+            # one row (channel) per box; CHUNK along S by the row heuristic (<= 12.5% padding)
+            p = ChunkPlan.for_row("layer_norm", S, dtype, streaming=False, rows=1) if S * e <= SMEM_LIMIT // 2 \
+                else ChunkPlan.for_row("layer_norm", S, dtype, streaming=True)
+            nw = p.num_warps
+            br, bc = 1, p.chunk
+            rows, cols = Cg, S
+            threads, warps = (1, 32), (1, nw)
+        T = -(-rows // br) * -(-cols // bc)
+        box = br * bc * e
+        fits = T * box + SMEM_RESERVE <= (GROUP_CACHED_LIMIT if cached is None else SMEM_LIMIT)
+        use_cache = fits if cached is None else cached
+        if use_cache and not fits:
+            raise ValueError(f"a cached group of {T} boxes x {box} B does not fit in shared memory")
+        slots = T if use_cache else (stages or GROUP_STREAM_STAGES)
+        return cls(layout=layout, dtype=dtype, num_warps=nw, box_rows=br, box_cols=bc, chunks=T, cached=use_cache,
+                   slots=slots, smem_bytes=slots * box + SMEM_RESERVE, threads=threads, warps=warps,
+                   overread=T * br * bc / (rows * cols))
+
+    def reg_layout(self):
+        vec = 16 // ITEMSIZE[self.dtype]
+        return gl.BlockedLayout([1, vec], list(self.threads), list(self.warps), [1, 0])
+
+
+def group_layout_of(x) -> str:
+    """'nchw' (contiguous) or 'channels_last' (channels innermost, spatial dims row-major)."""
+    import torch
+    if x.is_contiguous():
+        return "nchw"
+    fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d if x.dim() == 5 else None
+    if fmt is not None and x.is_contiguous(memory_format=fmt):
+        return "channels_last"
+    if x.dim() == 3 and x.transpose(1, 2).is_contiguous():
+        return "channels_last"
+    raise ValueError(f"variant 'gluon-chunked' takes x contiguous (NCHW) or channels-last; got strides "
+                     f"{tuple(x.stride())} for shape {tuple(x.shape)}: call .contiguous() first")
+
+
+def check_group(x, num_groups, weight, bias) -> GroupPlan:
+    B, C = x.shape[0], x.shape[1]
+    S = x.numel() // max(1, B * C)
+    dt = _dt(x)
+    e = ITEMSIZE[dt]
+    layout = group_layout_of(x)
+    inner, what = (C, "C (channels-last rows are C wide)") if layout == "channels_last" else \
+        (S, "prod(spatial) (NCHW rows are one channel's spatial plane)")
+    if (inner * e) % 16:
+        raise ValueError(f"variant 'gluon-chunked' needs {what} * itemsize to be a multiple of 16 bytes for TMA: "
+                         f"{inner} x {e} B = {inner * e} B; use variant='torch'")
+    if x.data_ptr() % 16:
+        raise ValueError(f"x's data pointer must be 16-byte aligned for TMA (got address % 16 = {x.data_ptr() % 16})")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.stride(0) != 1:
+            raise ValueError(f"{name} must be contiguous (stride 1)")
+    return GroupPlan.make(layout, C, S, num_groups, dt)
+
+
+def launch_group(x, num_groups, weight, bias, eps: float, out=None, config: GroupPlan | None = None):
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    plan = config or check_group(x, num_groups, weight, bias)
+    B, C = x.shape[0], x.shape[1]
+    S = x.numel() // (B * C)
+    vec = 16 // ITEMSIZE[plan.dtype]
+    y = torch.empty_like(x) if out is None else out
+    if y.shape != x.shape or y.stride() != x.stride() or y.dtype != x.dtype:
+        raise ValueError(f"out must have x's shape, dtype and strides {tuple(x.stride())}")
+    if plan.layout == "channels_last":
+        x2 = x.permute(0, *range(2, x.dim()), 1).reshape(B * S, C)  # a view: channels innermost
+    else:
+        x2 = x.view(B * C, S)
+    x_desc = TensorDescriptor.from_tensor(x2, [plan.box_rows, plan.box_cols], row_layout(plan.dtype))
+    w = weight if weight is not None else x2
+    b = bias if bias is not None else x2
+    group_norm_kernel[(B * num_groups, )](x_desc, y, w, b, num_groups, C // vec if plan.layout == "channels_last" else C,
+                                          S // vec if plan.layout == "nchw" else S, C // num_groups, eps,
+                                          L=plan.reg_layout(), CL=plan.layout == "channels_last",
+                                          HAS_W=weight is not None, HAS_B=bias is not None, CACHED=plan.cached,
+                                          SLOTS=plan.slots, num_warps=plan.num_warps)
+    return y

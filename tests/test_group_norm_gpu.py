@@ -1,0 +1,69 @@
+"""gluon-chunked GroupNorm / InstanceNorm on the H200 (marked gpu): NCHW and channels-last, cached
+and streamed groups, odd shapes, against float64 with poisoned outputs; large means; NaN."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+# (B, C, H, W, G): SD-style, odd channel counts per group (Cg = 10, 20, 40, 6, 3), ragged spatial sizes
+SHAPES = [(2, 320, 32, 32, 32), (2, 640, 16, 16, 32), (1, 1280, 16, 16, 32), (3, 48, 7, 8, 8), (3, 24, 6, 12, 8),
+          (2, 64, 33, 8, 32), (1, 320, 64, 64, 32)]
+
+
+def _inputs(op, B, C, H, W, G, layout, dtype, seed, mean=0.0):
+    from gluon_lab import bench
+    shape = {"B": B, "C": C, "H": H, "W": W, "layout": layout}
+    if op == "group_norm":
+        shape["G"] = G
+    inputs = bench.make_inputs(op, shape, dtype, seed=seed)
+    if mean:
+        x = inputs[0] + mean
+        inputs = (x, ) + tuple(inputs[1:])
+    return inputs
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("op", ["group_norm", "instance_norm"])
+def test_matches_float64(op, shape, layout, dtype):
+    from gluon_lab import bench
+    from gluon_lab.kernels import chunked as C
+    B, Cc, H, W, G = shape
+    if (layout == "nchw" and (H * W * C.ITEMSIZE[dtype]) % 16) or (layout == "channels_last" and (Cc * C.ITEMSIZE[dtype]) % 16):
+        pytest.skip("refused by the 16-byte rule (tests/test_group_norm_cpu.py checks the message)")
+    inputs = _inputs(op, B, Cc, H, W, G, layout, dtype, seed=sum(shape))
+    res = bench.check_correctness(op, "gluon-chunked", inputs)
+    assert res["passed"], res
+
+
+@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_cached_and_streamed_groups_agree_with_float64(cached, layout):
+    from gluon_lab import bench
+    from gluon_lab.kernels import chunked as C
+    B, Cc, H, W, G = 2, 320, 32, 32, 32
+    x, g, w, b = _inputs("group_norm", B, Cc, H, W, G, layout, "bfloat16", seed=5, mean=50.0)
+    plan = C.GroupPlan.make(layout, Cc, H * W, G, "bfloat16", cached=cached, stages=None if cached else 3)
+    assert plan.cached == cached
+    res = bench.check_correctness("group_norm", "gluon-chunked", (x, g, w, b), config=plan)
+    assert res["passed"], res
+
+
+def test_no_affine_and_nan():
+    import torch
+    import gluon_lab as gll
+    x = torch.randn(2, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
+    x[1, 9, 3, 3] = float("nan")  # group 4 of sample 1 (Cg = 2)
+    y = gll.group_norm(x, 32, variant="gluon-chunked")
+    ref = gll.group_norm(x, 32, variant="torch")
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.isnan(y[1, 8:10]).all()
+    fin = ~torch.isnan(ref)
+    torch.testing.assert_close(y[fin].float(), ref[fin].float(), atol=3e-2, rtol=3e-2)
+
+
+def test_output_keeps_the_memory_format():
+    import torch
+    import gluon_lab as gll
+    x = torch.randn(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    y = gll.group_norm(x, 8, variant="gluon-chunked")
+    assert y.is_contiguous(memory_format=torch.channels_last)
