@@ -306,7 +306,8 @@ for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
 
 # GroupNorm / InstanceNorm through the same chunked machinery (groups = 2-D regions of boxes)
 def _group_sources():
-    return (_C.launch_group, _C.check_group, _C.GroupPlan, _C.group_layout_of, _C.group_norm_kernel)
+    return (_C.launch_group, _C.check_group, _C.GroupPlan, _C.group_layout_of, _C.group_norm_kernel,
+            _C._region_moments, _C._issue_region_chunk)
 
 
 @register("group_norm", "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True,

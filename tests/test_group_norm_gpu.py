@@ -29,6 +29,11 @@ def test_matches_float64(op, shape, layout, dtype):
     from gluon_lab import bench
     from gluon_lab.kernels import chunked as C
     B, Cc, H, W, G = shape
+    if layout == "channels_last" and not C.CHANNELS_LAST_ENABLED:
+        inputs = _inputs(op, B, Cc, H, W, G, layout, dtype, seed=1)
+        with pytest.raises(ValueError, match="channels-last"):
+            getattr(__import__("gluon_lab"), op)(*inputs, variant="gluon-chunked")
+        return
     if (layout == "nchw" and (H * W * C.ITEMSIZE[dtype]) % 16) or (layout == "channels_last" and (Cc * C.ITEMSIZE[dtype]) % 16):
         pytest.skip("refused by the 16-byte rule (tests/test_group_norm_cpu.py checks the message)")
     inputs = _inputs(op, B, Cc, H, W, G, layout, dtype, seed=sum(shape))
@@ -37,7 +42,7 @@ def test_matches_float64(op, shape, layout, dtype):
 
 
 @pytest.mark.parametrize("cached", [True, False])
-@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("layout", ["nchw"])
 def test_cached_and_streamed_groups_agree_with_float64(cached, layout):
     from gluon_lab import bench
     from gluon_lab.kernels import chunked as C
@@ -61,6 +66,7 @@ def test_no_affine_and_nan():
     torch.testing.assert_close(y[fin].float(), ref[fin].float(), atol=3e-2, rtol=3e-2)
 
 
+@pytest.mark.skip(reason="channels-last refused until the H200 'illegal instruction' is debugged")
 def test_output_keeps_the_memory_format():
     import torch
     import gluon_lab as gll

@@ -368,6 +368,9 @@ def codegen_spec(op: str, N: int, dtype: str, plan: ChunkPlan | None = None):
 # ring of S slots streams the group twice; the second read mostly hits L2 (the groups in flight
 # on the GPU take ~ 132 SMs x a few chunks, far below the 50+ MB L2).
 
+# The channels-last path compiles for sm_90 (CPU census) but stopped with "an illegal instruction
+# was encountered" on its first H200 run (2026-11-29, box [128, 16] bf16); refused until debugged.
+CHANNELS_LAST_ENABLED = False
 GROUP_CACHED_LIMIT = 100 * 1024  # as CACHED_SMEM_LIMIT: two CTAs per SM keep loading while one computes
 GROUP_STREAM_STAGES = 8  # 8 x 4 KB ring: ~28 KB in flight per CTA; with B*G ~ 256 CTAs on 132 SMs a
 # 4-slot ring (12 KB in flight) is below Little's law for ~19 GB/s per CTA at ~1.5 us latency.
@@ -571,6 +574,10 @@ def check_group(x, num_groups, weight, bias) -> GroupPlan:
     dt = _dt(x)
     e = ITEMSIZE[dt]
     layout = group_layout_of(x)
+    if layout == "channels_last" and not CHANNELS_LAST_ENABLED:
+        raise ValueError("variant 'gluon-chunked' does not take channels-last x yet: its [rows, next_pow2(C/G)] box "
+                         "path stopped with 'illegal instruction' on the H200 (2026-11-29) and is not debugged; "
+                         "use variant='torch' or 'inductor', or pass x.contiguous()")
     inner, what = (C, "C (channels-last rows are C wide)") if layout == "channels_last" else \
         (S, "prod(spatial) (NCHW rows are one channel's spatial plane)")
     if (inner * e) % 16:
