@@ -231,7 +231,7 @@ class ChunkedPlan:
 
 def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
     from . import ops
-    from .kernels import chunked as C
+    from .kernels import chunked as CK
     from .kernels.chunked import ChunkPlan
     cases = []
     for part, dtype, variants in (("bf16", "bfloat16", plan.bf16_variants), ("fp32", "float32", plan.fp32_variants)):
@@ -290,7 +290,7 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                     if op == "group_norm":
                         s["G"] = plan.gn_groups
                     cases += [{"op": op, "variant": v, "shape": s, "dtype": plan.gn_dtype} for v in plan.gn_variants
-                              if not (v == "gluon-chunked" and lay == "channels_last" and not C.CHANNELS_LAST_ENABLED)]
+                              if not (v == "gluon-chunked" and lay == "channels_last" and not CK.CHANNELS_LAST_ENABLED)]
     return cases
 
 
