@@ -386,13 +386,16 @@ def _region_moments(x, valid):
 
 
 @gluon.jit
-def _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, pred, S: gl.constexpr):
+def _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, T, pred, S: gl.constexpr):
+    """Load the k-th chunk of the two-pass sequence (box k mod T of the group) into slot k mod S.
+    (The first H200 run used k itself past the first pass: streamed groups read the wrong boxes.)"""
     BR: gl.constexpr = x_desc.block_type.shape[0]
     BC: gl.constexpr = x_desc.block_type.shape[1]
     slot = k % S
+    kk = k % T
     bar = bars.index(slot)
     mbarrier.expect(bar, x_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(x_desc, [r0 + (k // n_cb) * BR, c0 + (k % n_cb) * BC], bar, bufs.index(slot),
+    tma.async_copy_global_to_shared(x_desc, [r0 + (kk // n_cb) * BR, c0 + (kk % n_cb) * BC], bar, bufs.index(slot),
                                     pred=pred)
 
 
@@ -438,10 +441,10 @@ def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.c
         mbarrier.init(bars.index(i), count=1)
     if CACHED:  # every chunk has its own slot: issue them all now
         for k in gl.static_range(SLOTS):
-            _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, k < T, SLOTS)
+            _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, T, k < T, SLOTS)
     else:
         for k in gl.static_range(SLOTS - 1):
-            _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, k < 2 * T, SLOTS)
+            _issue_region_chunk(x_desc, bufs, bars, k, r0, c0, n_cb, T, k < 2 * T, SLOTS)
 
     ri0 = gl.arange(0, BR, layout=gl.SliceLayout(1, L))
     ci0 = gl.arange(0, BC, layout=gl.SliceLayout(0, L))
@@ -454,7 +457,7 @@ def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.c
     for k in range(T):  # pass 1: statistics
         if not CACHED:
             fence_async_shared()
-            _issue_region_chunk(x_desc, bufs, bars, k + SLOTS - 1, r0, c0, n_cb, k + SLOTS - 1 < 2 * T, SLOTS)
+            _issue_region_chunk(x_desc, bufs, bars, k + SLOTS - 1, r0, c0, n_cb, T, k + SLOTS - 1 < 2 * T, SLOTS)
         slot = k % SLOTS
         mbarrier.wait(bars.index(slot), (k // SLOTS) & 1)
         ri = (k // n_cb) * BR + ri0
@@ -472,7 +475,7 @@ def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.c
         else:
             k = T + j
             fence_async_shared()
-            _issue_region_chunk(x_desc, bufs, bars, k + SLOTS - 1, r0, c0, n_cb, k + SLOTS - 1 < 2 * T, SLOTS)
+            _issue_region_chunk(x_desc, bufs, bars, k + SLOTS - 1, r0, c0, n_cb, T, k + SLOTS - 1 < 2 * T, SLOTS)
             slot = k % SLOTS
             mbarrier.wait(bars.index(slot), (k // SLOTS) & 1)
         ri = (j // n_cb) * BR + ri0
