@@ -89,3 +89,13 @@ def test_tma_caching_notebook_renders_from_committed_records(tmp_path):
     assert page.count("data:image/png;base64,") >= 6
     for text in ("inductor -&gt; gluon-tma", "Targets (issue #3)", "global reads of the reused row", "UTMALDG"):
         assert text in page, text
+
+
+@pytest.mark.slow
+def test_chunked_notebook_renders_from_committed_records(tmp_path):
+    report.build(["02-chunked-reductions"], out_dir=tmp_path / "site", mode="replay")
+    page = (tmp_path / "site" / "02-chunked-reductions.html").read_text()
+    assert "No records for" not in page and ": missing" not in page
+    assert page.count("data:image/png;base64,") >= 5
+    for text in ("Targets (issue #4)", "torch.compile -&gt; gluon-chunked", "gluon vs eager", "stream S=4"):
+        assert text in page, text

@@ -1,7 +1,8 @@
 """Pattern 2 — chunked non-power-of-2 reductions (variant "gluon-chunked").
 
-STATUS (2026-11-29): compiled and census-checked for sm_90 on the CPU only; not yet run on a GPU.
-Not in variant="auto"'s preference list until tests/test_chunked_gpu.py has passed on the H200.
+STATUS (2026-11-29): run on the H200 (tests/test_chunked_gpu.py, test_group_norm_gpu.py; records in
+results/h200/02-chunked-reductions.jsonl, notebook 02). Not in variant="auto"'s fallback list: the
+records make "auto" pick it where it measured fastest.
 
 Gluon/Triton register tiles are powers of two; real hidden sizes are not (2880, 5120, 14336...).
 Padding the whole row to the next power of two (what a one-row Triton kernel does: BLOCK =
