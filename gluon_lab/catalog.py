@@ -324,3 +324,59 @@ def group_norm_gluon_chunked(x, num_groups, weight, bias, eps=1e-5, out=None, co
           description="group_norm's kernel with one channel per group")
 def instance_norm_gluon_chunked(x, weight, bias, eps=1e-5, out=None, config=None):
     return _C.launch_group(x, x.shape[1], weight, bias, eps, out=out, config=config)
+
+
+# ----------------------------------------------------------------------------------------------
+# pattern 3 (compute-bound case): matmul. CPU-compiled only so far (not in AUTO_PREFERENCE).
+
+from .kernels import gemm as _G  # noqa: E402
+
+
+def _check_matmul_2d(a, b):
+    _G.check(a, b)  # same rules (2-D, bf16/fp16, row-major, 16-byte rows) for the Triton baseline
+
+
+@register("matmul", "triton", pattern="baseline", supports_out=False, check=_check_matmul_2d,
+          sources=(B.matmul_triton, B.matmul_persistent_kernel),
+          description="persistent tl.dot kernel, 128x256x64, 3 stages, grouped tile order")
+def matmul_triton(a, b, out=None):
+    return B.matmul_triton(a, b)
+
+
+@register("matmul", "gluon-pipelined", pattern="pipelined", needs_hopper=True, supports_out=False, check=_G.check,
+          sources=(_G.launch, _G.check, _G.GemmConfig, _G.persistent_gemm_kernel, _G._issue_k_step, _G._tile_coords),
+          configure=lambda M, N, dtype, overrides: _G.GemmConfig.heuristic(M, N, dtype, **overrides),
+          description="persistent TMA + wgmma GEMM: NUM_STAGES ring across tiles, grouped order, TMA-store epilogue")
+def matmul_gluon_pipelined(a, b, out=None, config=None):
+    return _G.launch(a, b, out=out, config=config)
+
+
+# pattern 3: persistent, NUM_STAGES-ring norms (CPU-compiled only so far: not in AUTO_PREFERENCE)
+from .kernels import pipelined as _P  # noqa: E402
+
+
+def _pipelined_variant(op: str):
+    def fn(*inputs, eps, out=None, config=None):
+        if op == "add_rms_norm":
+            x, r, w = inputs
+            return _P.launch(op, x, r, w, None, eps, out=out, config=config)
+        if op == "layer_norm":
+            x, w, b = inputs
+            return _P.launch(op, x, None, w, b, eps, out=out, config=config)
+        if op == "l2_norm":
+            return _P.launch(op, inputs[0], None, None, None, eps, out=out, config=config)
+        x, w = inputs
+        return _P.launch(op, x, None, w, None, eps, out=out, config=config)
+
+    fn.__name__ = fn.__qualname__ = f"{op}_gluon_pipelined"
+    register(op, "gluon-pipelined", pattern="pipelined", needs_hopper=True, supports_out=True,
+             check=lambda *inputs: _P.check(op, *inputs),
+             sources=(_P.launch, _P.check, _P.PipeConfig, _P.pipelined_norm_kernel, _P._load_block,
+                      _NM.ring_row_stats, _NM.normalize_chunk, _C.rowio.check_tma_operands, _C.rowio.outputs),
+             codegen=lambda N, dtype, config=None: _P.codegen_spec(op, N, dtype, config),
+             configure=lambda M, N, dtype, overrides: _P.PipeConfig.heuristic(op, N, dtype, M, **overrides),
+             description="persistent CTAs walk row blocks through a NUM_STAGES TMA ring; weights loaded once per CTA")(fn)
+
+
+for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
+    _pipelined_variant(_op)

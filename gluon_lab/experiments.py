@@ -306,3 +306,90 @@ def run_chunked(results_dir: str = "results", quick: bool = False, plan: Chunked
 
 
 EXPERIMENTS["02-chunked-reductions"] = run_chunked
+
+
+# ----------------------------------------------------------------------------------------------
+# 03-multibuffer-pipelining (plan written 2026-11-29; not yet run: the kernels are CPU-compiled only)
+
+@dataclass(frozen=True)
+class PipelinedPlan:
+    """Pattern 3. Parts: 'norms' = RMSNorm and LayerNorm bf16 over Ms x Ns, every baseline, gluon-tma
+    (power-of-2 N), gluon-chunked and gluon-pipelined, plus a copy per shape; 'stages' = RMSNorm
+    gluon-pipelined NUM_STAGES 1..4 over the same grid; 'others' = L2Norm / add+RMSNorm at M=16384;
+    'gemm' = torch (cuBLAS), triton and gluon-pipelined matmul on the square and LLM shapes;
+    'gemm-sweep' = gluon-pipelined NUM_STAGES x tile shape on 8192^3 and one LLM shape."""
+    Ms: tuple = (256, 1024, 4096, 8192, 16384, 32768)
+    Ns: tuple = (4096, 5120, 8192, 16384)
+    norm_ops: tuple = ("rms_norm", "layer_norm")
+    norm_variants: tuple = ("torch", "inductor", "triton", "liger", "gluon-tma", "gluon-chunked", "gluon-pipelined")
+    stages: tuple = (1, 2, 3, 4)
+    other_ops: tuple = ("l2_norm", "add_rms_norm")
+    other_M: int = 16384
+    gemm_shapes: tuple = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 4096),
+                          (8192, 6144, 4096), (8192, 14336, 4096), (8192, 4096, 14336))  # (M, N, K)
+    gemm_variants: tuple = ("torch", "triton", "gluon-pipelined")
+    gemm_dtype: str = "bfloat16"
+    gemm_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096))
+    gemm_sweep_stages: tuple = (2, 3, 4, 5)
+    gemm_sweep_tiles: tuple = ((128, 256, 64, 8), (128, 128, 64, 4), (128, 256, 32, 8))  # (BM, BN, BK, warps)
+
+    @classmethod
+    def quick(cls):
+        return cls(Ms=(256, 1024), Ns=(4096, 5120), gemm_shapes=((1024, 1024, 1024), ), other_M=1024,
+                   gemm_sweep_shapes=((1024, 1024, 1024), ), gemm_sweep_stages=(2, 3), gemm_sweep_tiles=((128, 128, 64, 4), ))
+
+
+def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
+    from . import ops
+    from .kernels.gemm import GemmConfig
+    pow2 = lambda n: n & (n - 1) == 0  # noqa: E731
+    cases = []
+    if "norms" in parts:
+        for M in plan.Ms:
+            for N in plan.Ns:
+                s = {"M": M, "N": N}
+                cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
+                for op in plan.norm_ops:
+                    cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.norm_variants
+                              if v in ops.variants(op) and (v != "gluon-tma" or pow2(N))]
+    if "stages" in parts:
+        for M in plan.Ms:
+            for N in plan.Ns:
+                cases += [{"op": "rms_norm", "variant": "gluon-pipelined", "shape": {"M": M, "N": N}, "dtype": "bfloat16",
+                           "config": {"num_stages": st, "study": "stages"}} for st in plan.stages]
+    if "others" in parts:
+        for op in plan.other_ops:
+            for N in plan.Ns:
+                s = {"M": plan.other_M, "N": N}
+                cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.norm_variants
+                          if v in ops.variants(op) and (v != "gluon-tma" or pow2(N))]
+    if "gemm" in parts:
+        for (M, N, K) in plan.gemm_shapes:
+            cases += [{"op": "matmul", "variant": v, "shape": {"M": M, "N": N, "K": K}, "dtype": plan.gemm_dtype}
+                      for v in plan.gemm_variants]
+    if "gemm-sweep" in parts:
+        for (M, N, K) in plan.gemm_sweep_shapes:
+            for (bm, bn, bk, nw) in plan.gemm_sweep_tiles:
+                for st in plan.gemm_sweep_stages:
+                    knobs = {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st}
+                    try:
+                        GemmConfig(**knobs).validate(plan.gemm_dtype)
+                    except ValueError:
+                        continue  # does not fit in shared memory
+                    cases.append({"op": "matmul", "variant": "gluon-pipelined", "shape": {"M": M, "N": N, "K": K},
+                                  "dtype": plan.gemm_dtype, "config": {**knobs, "study": "gemm-sweep"}})
+    return cases
+
+
+def run_pipelined(results_dir: str = "results", quick: bool = False, plan: PipelinedPlan | None = None,
+                  parts=("norms", "stages", "others", "gemm", "gemm-sweep")):
+    from .bench import Session
+    plan = plan or (PipelinedPlan.quick() if quick else PipelinedPlan())
+    s = Session("03-multibuffer-pipelining", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
+    recs = list(s.records)
+    s.save()
+    recs += s.sweep(pipelined_cases(plan, parts), desc="03-multibuffer-pipelining")
+    return recs, s.save()
+
+
+EXPERIMENTS["03-multibuffer-pipelining"] = run_pipelined

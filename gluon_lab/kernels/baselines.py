@@ -197,3 +197,48 @@ def triton_codegen_spec(op: str, N: int, dtype: str):
         aligned += [k for k in sig if k.endswith("_stride")] + ["N"]
     return dict(fn=TRITON_KERNELS[op], signature=sig, constexprs={"BLOCK": block}, aligned=aligned,
                 num_warps=triton_num_warps(block))
+
+
+# ----------------------------------------------------------------------------------------------
+# matmul: a persistent tl.dot kernel (the "triton" baseline of pattern 3's GEMM). On sm_90 Triton
+# lowers tl.dot to wgmma and software-pipelines the K loop itself (num_stages); tiles are walked
+# persistently in GROUP_M-grouped order, like the Triton matmul tutorial.
+
+@triton.jit
+def matmul_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm, BM: tl.constexpr,
+                             BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr, NUM_SMS: tl.constexpr):
+    start = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    n_tiles = num_pid_m * num_pid_n
+    for t in range(start, n_tiles, NUM_SMS):
+        group = GROUP_M * num_pid_n
+        first_m = (t // group) * GROUP_M
+        size_m = min(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (t % group) % size_m
+        pid_n = (t % group) // size_m
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            a = tl.load(a_ptr + rm[:, None].to(tl.int64) * stride_am + (k0 + rk)[None, :],
+                        mask=(rm[:, None] < M) & ((k0 + rk)[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + (k0 + rk)[:, None].to(tl.int64) * stride_bk + rn[None, :],
+                        mask=((k0 + rk)[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+        tl.store(c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :], acc.to(c_ptr.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def matmul_triton(a, b, out=None, BM=128, BN=256, BK=64, GROUP_M=8, num_stages=3, num_warps=8):
+    import torch
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else out
+    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+    n_tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
+    grid = (max(1, min(sms, n_tiles)), )
+    matmul_persistent_kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=BM, BN=BN, BK=BK,
+                                   GROUP_M=GROUP_M, NUM_SMS=grid[0], num_stages=num_stages, num_warps=num_warps)
+    return c

@@ -194,3 +194,50 @@ def chunks_row_stats(bufs, N, eps, OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, L
         else:
             scale = rms_rstd(ss, N, eps)
         return gl.zeros_like(scale), scale
+
+
+# ----------------------------------------------------------------------------------------------
+# The same over chunks base .. base + NUM_CHUNKS - 1 of a ring buffer [slots * NUM_CHUNKS, R, CHUNK]
+# (base = slot * NUM_CHUNKS, a runtime value: a smem allocation is at most rank 3 with the rank-2
+# NVMMA layout TMA needs, so a ring of chunked rows is flattened). chunks_row_stats above is the
+# base = 0 case; it stays separate only so that pattern 2's recorded kernel hash stays current —
+# fold it into this one at pattern 2's next re-measurement.
+
+@gluon.jit
+def ring_sum(bufs, base, NUM_CHUNKS: gl.constexpr, L: gl.constexpr, SQUARE: gl.constexpr):
+    R: gl.constexpr = bufs.shape[1]
+    CHUNK: gl.constexpr = bufs.shape[2]
+    acc = gl.zeros([R, CHUNK], gl.float32, L)
+    for c in gl.static_range(NUM_CHUNKS):
+        x = bufs.index(base + c).load(L).to(gl.float32)
+        if SQUARE:
+            acc += x * x
+        else:
+            acc += x
+    return gl.sum(acc, axis=1)
+
+
+@gluon.jit
+def ring_row_stats(bufs, base, N, eps, OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, L: gl.constexpr):
+    """(shift, scale) per row over chunks base.. of a ring buffer (LayerNorm: exact two passes,
+    the zero-filled lanes of the last chunk masked out of the centred sum)."""
+    if OP == 1:
+        R: gl.constexpr = bufs.shape[1]
+        CHUNK: gl.constexpr = bufs.shape[2]
+        mean = ring_sum(bufs, base, NUM_CHUNKS, L, False) / N
+        mean2 = gl.expand_dims(mean, 1)
+        cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
+        acc = gl.zeros([R, CHUNK], gl.float32, L)
+        for c in gl.static_range(NUM_CHUNKS):
+            d = bufs.index(base + c).load(L).to(gl.float32) - mean2
+            if c == NUM_CHUNKS - 1:
+                d = gl.where(gl.expand_dims(c * CHUNK + cols0 < N, 0), d, 0.0)
+            acc += d * d
+        return mean, gl.rsqrt(gl.sum(acc, axis=1) / N + eps)
+    else:
+        ss = ring_sum(bufs, base, NUM_CHUNKS, L, True)
+        if OP == 2:
+            scale = l2_inv_norm(ss, eps)
+        else:
+            scale = rms_rstd(ss, N, eps)
+        return gl.zeros_like(scale), scale

@@ -1,0 +1,58 @@
+"""gluon-pipelined matmul on the CPU: compiles for sm_90 and shows what the pattern promises
+(TMA loads into a NUM_STAGES ring, wgmma, a TMA-store epilogue, no spills); config and input rules."""
+import pytest
+import torch
+
+from gluon_lab import codegen
+from gluon_lab.kernels import gemm as G
+
+
+@pytest.mark.parametrize("cfg", [G.GemmConfig(), G.GemmConfig(BN=128, num_stages=4, num_warps=4),
+                                 G.GemmConfig(num_stages=2), G.GemmConfig(BM=64, BN=128, num_stages=5, num_warps=4)],
+                         ids=str)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_census(cfg, dtype):
+    k = codegen.compile_sm90(**G.codegen_spec(cfg, dtype))
+    c = codegen.census(k)
+    # one A box + one B box per k-step issue site (prologue unrolled NUM_STAGES-1 times + the loop's refill);
+    # boxes wider than the 128-byte swizzle (BN=256 bf16 -> 2 x 64-wide... ) split into several UTMALDG
+    assert c["sass"]["UTMALDG"] >= 2 * cfg.num_stages
+    assert c["tma_store"] == 1 and c["sass"].get("UTMASTG", 0) >= 1
+    assert c["sass"].get("HGMMA", 0) >= cfg.BK // 16  # BK/16 wgmma k-slices per step
+    assert c["mbarrier_wait"] == 1 and c["mbarrier_init"] == cfg.num_stages
+    assert c["spill_bytes"] == 0
+    assert c["smem_bytes"] <= cfg.smem_bytes(dtype)
+
+
+def test_config_rules():
+    with pytest.raises(ValueError, match="power of two"):
+        G.GemmConfig(BN=96).validate()
+    with pytest.raises(ValueError, match="shared memory"):
+        G.GemmConfig(num_stages=5).validate()
+    with pytest.raises(ValueError, match="BN must be <= 256"):
+        G.GemmConfig(BN=512).validate()
+    assert G.GemmConfig.heuristic(8192, 8192) == G.GemmConfig()
+    assert G.GemmConfig.heuristic(1024, 1024).BN == 128
+    assert G.GemmConfig.heuristic(8192, 8192, num_stages=4).num_stages == 4
+
+
+def test_input_rules():
+    a = torch.randn(16, 32, dtype=torch.bfloat16)
+    b = torch.randn(32, 16, dtype=torch.bfloat16)
+    G.check(a, b)
+    with pytest.raises(TypeError, match="bfloat16 or torch.float16"):
+        G.check(a.float(), b.float())
+    with pytest.raises(ValueError, match=r"a.shape\[1\] \(K = 32\) must equal b.shape\[0\] \(16\)"):
+        G.check(a, b[:16])
+    with pytest.raises(ValueError, match="16-byte boundaries"):
+        G.check(torch.randn(16, 17, dtype=torch.bfloat16), torch.randn(17, 16, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="unit last stride"):
+        G.check(a, torch.randn(16, 32, dtype=torch.bfloat16).t())
+    with pytest.raises(TypeError, match="b.dtype must equal a.dtype"):
+        G.check(a, b.half())
+
+
+def test_registered_but_not_auto():
+    from gluon_lab import ops
+    assert {"triton", "gluon-pipelined"} <= set(ops.variants("matmul"))
+    assert ops.AUTO_PREFERENCE["matmul"] == ["torch"]

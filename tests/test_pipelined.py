@@ -1,0 +1,56 @@
+"""gluon-pipelined norms on the CPU: every op compiles for sm_90 and shows the ring (one expect and
+one wait per slot fill, TMA for x AND the weight, no ld.global, 128-bit stores, no spills); the
+config heuristic keeps shared memory in bounds."""
+import pytest
+import torch
+
+from gluon_lab import codegen
+from gluon_lab.kernels import pipelined as P
+
+OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("N", [1000, 4096, 5120, 14336])
+def test_census(op, N):
+    cfg = P.PipeConfig.heuristic(op, N, "bfloat16")
+    _, c = codegen.inspect_variant(op, "gluon-pipelined", N=N, dtype="bfloat16", config=cfg)
+    n_params = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
+    assert c["ld_global"] == 0, "x, residual, weight and bias all arrive by TMA"
+    assert c["mbarrier_init"] == cfg.num_stages + 1  # a barrier per ring slot + the weight barrier
+    assert c["mbarrier_wait"] == (2 if n_params else 1)  # the slot's phase in the loop (+ the weight once)
+    assert set(c["st_global_by_bits"]) == {128} and c["spill_bytes"] == 0
+    assert c["smem_bytes"] <= cfg.smem_bytes(op, N, "bfloat16")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("N", [1536, 2880, 8192, 16384, 24576])
+def test_heuristic_fits(op, dtype, N):
+    try:
+        cfg = P.PipeConfig.heuristic(op, N, dtype)
+    except ValueError as e:
+        assert "shared memory" in str(e) or "too long" in str(e)
+        return
+    assert cfg.num_stages >= 2 and cfg.ctas_per_sm >= 1
+    assert cfg.ctas_per_sm * cfg.smem_bytes(op, N, dtype) <= P.SMEM_LIMIT
+
+
+def test_rules():
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        P.check("rms_norm", torch.randn(4, 1001, dtype=torch.bfloat16), torch.randn(1001, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="too long"):
+        P.PipeConfig.heuristic("rms_norm", 131072, "bfloat16")
+    assert P.PipeConfig.heuristic("rms_norm", 4096, "bfloat16", num_stages=2).num_stages == 2
+
+
+def test_plan_03():
+    from gluon_lab.experiments import PipelinedPlan, pipelined_cases
+    plan = PipelinedPlan()
+    norms = pipelined_cases(plan, ("norms", ))
+    assert not [c for c in norms if c.get("variant") == "gluon-tma" and c["shape"]["N"] == 5120]  # pow2 only
+    assert {c["variant"] for c in norms if "variant" in c} >= {"gluon-pipelined", "gluon-chunked", "inductor"}
+    stages = pipelined_cases(plan, ("stages", ))
+    assert sorted({c["config"]["num_stages"] for c in stages}) == [1, 2, 3, 4]
+    gemm = pipelined_cases(plan, ("gemm", "gemm-sweep"))
+    assert {(c["shape"]["M"], c["shape"]["N"], c["shape"]["K"]) for c in gemm} >= {(8192, 8192, 8192), (8192, 4096, 14336)}

@@ -1,0 +1,32 @@
+"""gluon-pipelined norms on the H200 (marked gpu): every op x dtype x N (odd and power-of-2) x ragged
+M, every NUM_STAGES the sweep uses (1..4), rows per slot and grid sizes, against float64."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+CASES = [(op, dt, N, M) for op in OPS for dt in ("bfloat16", "float16", "float32")
+         for N in (1000, 4096, 5120, 14336) for M in (1, 3, 1001, 5000)]
+
+
+@pytest.mark.parametrize("op,dtype,N,M", CASES, ids=str)
+def test_matches_float64(op, dtype, N, M):
+    from gluon_lab import bench
+    inputs = bench.make_inputs(op, {"M": M, "N": N}, dtype, seed=N + M)
+    res = bench.check_correctness(op, "gluon-pipelined", inputs)
+    assert res["passed"], res
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+@pytest.mark.parametrize("rows,ctas", [(1, 1), (2, 2), (4, 1)])
+def test_knobs(op, stages, rows, ctas):
+    from gluon_lab import bench
+    from gluon_lab.kernels import pipelined as P
+    N = 5120
+    try:
+        cfg = P.PipeConfig.heuristic(op, N, "bfloat16", num_stages=stages, rows=rows, ctas_per_sm=ctas)
+    except ValueError:
+        pytest.skip("does not fit in shared memory")
+    inputs = bench.make_inputs(op, {"M": 3001, "N": N}, "bfloat16", seed=stages * 10 + rows)
+    res = bench.check_correctness(op, "gluon-pipelined", inputs, config=cfg)
+    assert res["passed"], (cfg, res)
