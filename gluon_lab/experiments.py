@@ -3,6 +3,7 @@ the CLI (`python -m gluon_lab bench NOTEBOOK`) call the same code, so a batch ru
 machine and an interactive run in JupyterLab produce the same records."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -381,14 +382,43 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
     return cases
 
 
+def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "bfloat16") -> dict:
+    """Run the INSTRUMENT build of gluon-pipelined rms_norm once per NUM_STAGES (after a warm-up
+    launch) and return the %globaltimer stamps of the first TRACE_CTAS programs, in ns relative to
+    the earliest stamp: {stages: [[ [before_wait, ready, stored], ... per block ], ... per CTA]}."""
+    import torch
+    from . import bench
+    from .kernels import pipelined as P
+    x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, dtype, seed=11)
+    out = {}
+    for st in stages:
+        cfg = P.PipeConfig.heuristic("rms_norm", N, dtype, num_stages=st)
+        trace = torch.zeros(P.TRACE_CTAS * P.TRACE_ITERS * 3, dtype=torch.int64, device="cuda")
+        for _ in range(2):  # the first launch compiles; keep the second
+            trace.zero_()
+            P.launch("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace)
+        torch.cuda.synchronize()
+        t = trace.view(P.TRACE_CTAS, P.TRACE_ITERS, 3).cpu()
+        t = t - t[t > 0].min()
+        out[str(st)] = {"config": dataclasses.asdict(cfg), "ns": t.tolist()}
+    return {"M": M, "N": N, "dtype": dtype, "timelines": out}
+
+
 def run_pipelined(results_dir: str = "results", quick: bool = False, plan: PipelinedPlan | None = None,
-                  parts=("norms", "stages", "others", "gemm", "gemm-sweep")):
+                  parts=("norms", "stages", "others", "gemm", "gemm-sweep", "timeline")):
+    import json
+    from pathlib import Path
     from .bench import Session
+    from .results import atomic_write_text
     plan = plan or (PipelinedPlan.quick() if quick else PipelinedPlan())
     s = Session("03-multibuffer-pipelining", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
     recs = list(s.records)
     s.save()
     recs += s.sweep(pipelined_cases(plan, parts), desc="03-multibuffer-pipelining")
+    if "timeline" in parts:
+        path = Path(results_dir) / s.info["gpu_slug"] / "03-multibuffer-pipelining.timeline.json"
+        atomic_write_text(path, json.dumps({"gpu": s.info["gpu_name"], "run_id": s.prov["run_id"],
+                                            **capture_timeline()}, indent=0))
     return recs, s.save()
 
 

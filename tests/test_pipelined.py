@@ -54,3 +54,11 @@ def test_plan_03():
     assert sorted({c["config"]["num_stages"] for c in stages}) == [1, 2, 3, 4]
     gemm = pipelined_cases(plan, ("gemm", "gemm-sweep"))
     assert {(c["shape"]["M"], c["shape"]["N"], c["shape"]["K"]) for c in gemm} >= {(8192, 8192, 8192), (8192, 4096, 14336)}
+
+
+def test_instrumented_build_reads_the_globaltimer_only_when_asked():
+    plain = codegen.compile_sm90(**P.codegen_spec("rms_norm", 8192, "bfloat16"))
+    inst = codegen.compile_sm90(**P.codegen_spec("rms_norm", 8192, "bfloat16", instrument=True))
+    assert "globaltimer" not in plain.asm["ptx"]
+    assert inst.asm["ptx"].count("%globaltimer") == 3  # before the wait, data ready, stores issued
+    assert codegen.census(inst)["spill_bytes"] == 0

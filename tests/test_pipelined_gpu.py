@@ -30,3 +30,18 @@ def test_knobs(op, stages, rows, ctas):
     inputs = bench.make_inputs(op, {"M": 3001, "N": N}, "bfloat16", seed=stages * 10 + rows)
     res = bench.check_correctness(op, "gluon-pipelined", inputs, config=cfg)
     assert res["passed"], (cfg, res)
+
+
+@pytest.mark.parametrize("stages", [1, 3])
+def test_timeline_stamps_are_ordered(stages):
+    import torch
+    from gluon_lab import bench
+    from gluon_lab.kernels import pipelined as P
+    x, w = bench.make_inputs("rms_norm", {"M": 8192, "N": 8192}, "bfloat16", seed=1)
+    cfg = P.PipeConfig.heuristic("rms_norm", 8192, "bfloat16", num_stages=stages)
+    trace = torch.zeros(P.TRACE_CTAS * P.TRACE_ITERS * 3, dtype=torch.int64, device="cuda")
+    y = P.launch("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace)
+    torch.cuda.synchronize()
+    t = trace.view(P.TRACE_CTAS, P.TRACE_ITERS, 3)
+    assert (t > 0).all() and (t[..., 0] <= t[..., 1]).all() and (t[..., 1] <= t[..., 2]).all()
+    assert bench.compare(y, bench.reference_outputs("rms_norm", (x, w)), "bfloat16")["passed"]

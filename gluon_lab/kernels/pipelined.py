@@ -25,6 +25,9 @@ from . import norm_math, rowio
 from .chunked import ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, ChunkPlan, row_layout
 from .norm_math import OP_CODES
 
+TRACE_CTAS: gl.constexpr = gl.constexpr(4)  # programs whose timeline an INSTRUMENT build records
+TRACE_ITERS: gl.constexpr = gl.constexpr(64)  # blocks per program recorded
+
 
 @gluon.jit
 def _load_block(x_desc, r_desc, xbufs, rbufs, bars, slot, row0, pred, NUM_CHUNKS: gl.constexpr, OP: gl.constexpr):
@@ -41,10 +44,19 @@ def _load_block(x_desc, r_desc, xbufs, rbufs, bars, slot, row0, pred, NUM_CHUNKS
             tma.async_copy_global_to_shared(r_desc, [row0, c * CHUNK], bar, rbufs.index(base + c), pred=pred)
 
 
+@gluon.jit
+def globaltimer():
+    """The SM's %globaltimer (ns), for the measured timeline of notebook 03 (INSTRUMENT builds only)."""
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
 @gluon.jit(do_not_specialize=["M", "eps"])
-def pipelined_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps, N_v,
+def pipelined_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps, N_v, t_ptr,
                           OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                          num_warps: gl.constexpr):
+                          INSTRUMENT: gl.constexpr, num_warps: gl.constexpr):
+    """INSTRUMENT: the first TRACE_CTAS programs write, per block i < TRACE_ITERS, three %globaltimer
+    stamps to t_ptr[pid, i, :] — before the slot wait, when the data is there, after the stores
+    were issued — so the notebook can draw a measured timeline (stall = ready - before)."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     CHUNK: gl.constexpr = x_desc.block_type.shape[1]
     dtype: gl.constexpr = x_desc.dtype
@@ -99,7 +111,11 @@ def pipelined_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_str
         _load_block(x_desc, r_desc, xbufs, rbufs, bars, j % NUM_STAGES, (pid + j * nprog) * R, j < n_my, NUM_CHUNKS,
                     OP)
         slot = i % NUM_STAGES
+        if INSTRUMENT:
+            t0 = globaltimer()
         mbarrier.wait(bars.index(slot), (i // NUM_STAGES) & 1)
+        if INSTRUMENT:
+            t1 = globaltimer()
         row0 = (pid + i * nprog) * R
         rows = row0 + rows0
         row_ok = gl.expand_dims(rows < M, 1)
@@ -127,6 +143,13 @@ def pipelined_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_str
                 b = bbufs.index(c).load(L).to(gl.float32)
             y = norm_math.normalize_chunk(x, shift, scale, w, b, OP).to(dtype)
             gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=row_ok & gl.expand_dims(cols < N, 0))
+        if INSTRUMENT:
+            if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
+                t2 = globaltimer()
+                base_t = (pid * TRACE_ITERS + i) * 3
+                gl.store(t_ptr + base_t, t0)
+                gl.store(t_ptr + base_t + 1, t1)
+                gl.store(t_ptr + base_t + 2, t2)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(bars.index(i))
     mbarrier.invalidate(wbar)
@@ -186,7 +209,9 @@ def check(op: str, x, *rest) -> PipeConfig:
     return PipeConfig.heuristic(op, N, dt)
 
 
-def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: PipeConfig | None = None):
+def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: PipeConfig | None = None, trace=None):
+    """trace: an int64 CUDA tensor of TRACE_CTAS * TRACE_ITERS * 3 elements -> an INSTRUMENT build
+    writes its %globaltimer stamps there (see pipelined_norm_kernel)."""
     import torch
     import triton
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -210,12 +235,13 @@ def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: Pip
     sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     grid = (max(1, min(n_blocks, cfg.ctas_per_sm * sms)), )
     pipelined_norm_kernel[grid](x_desc, r_desc, w_desc, b_desc, y2, s2, M, y2.stride(0) // vec, s2.stride(0) // vec,
-                                eps, N // vec, OP=OP_CODES[op], NUM_CHUNKS=-(-N // chunk), NUM_STAGES=cfg.num_stages,
+                                eps, N // vec, trace if trace is not None else y2, OP=OP_CODES[op],
+                                NUM_CHUNKS=-(-N // chunk), NUM_STAGES=cfg.num_stages, INSTRUMENT=trace is not None,
                                 num_warps=cfg.num_warps)
     return (y, s) if op == "add_rms_norm" else y
 
 
-def codegen_spec(op: str, N: int, dtype: str, cfg: PipeConfig | None = None):
+def codegen_spec(op: str, N: int, dtype: str, cfg: PipeConfig | None = None, instrument: bool = False):
     cfg = cfg or PipeConfig.heuristic(op, N, dtype)
     t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
     chunk = 16 // ITEMSIZE[dtype] * 32 * cfg.num_warps
@@ -223,11 +249,11 @@ def codegen_spec(op: str, N: int, dtype: str, cfg: PipeConfig | None = None):
     xd = f"tensordesc<{t}[{cfg.rows}, {chunk}],{lay!r}>"
     wd = f"tensordesc<{t}[1, {chunk}],{lay!r}>"
     sig = {"x_desc": xd, "r_desc": xd, "w_desc": wd, "b_desc": wd, "y_ptr": f"*{t}", "s_ptr": f"*{t}", "M": "i32",
-           "y_stride_v": "i32", "s_stride_v": "i32", "eps": "fp32", "N_v": "i32", "OP": "constexpr",
-           "NUM_CHUNKS": "constexpr", "NUM_STAGES": "constexpr", "num_warps": "constexpr"}
+           "y_stride_v": "i32", "s_stride_v": "i32", "eps": "fp32", "N_v": "i32", "t_ptr": "*i64", "OP": "constexpr",
+           "NUM_CHUNKS": "constexpr", "NUM_STAGES": "constexpr", "INSTRUMENT": "constexpr", "num_warps": "constexpr"}
     nv = N // (16 // ITEMSIZE[dtype])
     aligned = ["y_ptr", "s_ptr"] + (["y_stride_v", "s_stride_v", "N_v"] if nv % 16 == 0 else [])
     return dict(fn=pipelined_norm_kernel, signature=sig,
                 constexprs={"OP": OP_CODES[op], "NUM_CHUNKS": -(-N // chunk), "NUM_STAGES": cfg.num_stages,
-                            "num_warps": cfg.num_warps},
+                            "INSTRUMENT": instrument, "num_warps": cfg.num_warps},
                 aligned=aligned, num_warps=cfg.num_warps)
