@@ -380,3 +380,10 @@ def _pipelined_variant(op: str):
 
 for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
     _pipelined_variant(_op)
+
+
+# variant="auto" without a record near the shape: gluon-chunked for NCHW GroupNorm/InstanceNorm
+# (measured on the H200, notebook 02: 1.01-2.41x / 2.8-8.2x torch eager on every SD shape);
+# channels-last input is refused by it, so auto falls through to torch.
+for _op in ("group_norm", "instance_norm"):
+    ops.AUTO_PREFERENCE[_op] = ["gluon-chunked", "torch"]

@@ -200,3 +200,13 @@ def test_auto_nearest_group_cases_match_layout(tmp_path):
     assert set(autoselect.nearest_group_cases(df, x, 16)["variant"]) == {"a"}
     assert set(autoselect.nearest_group_cases(df, x, 32)["variant"]) == {"c"}
     assert set(autoselect.nearest_group_cases(df, x.to(memory_format=torch.channels_last), 16)["variant"]) == {"b"}
+
+
+def test_auto_fallback_prefers_the_measured_kernel_for_nchw_only():
+    from gluon_lab import ops
+    assert ops.AUTO_PREFERENCE["group_norm"][0] == "gluon-chunked"
+    x = torch.randn(2, 64, 8, 8, dtype=torch.bfloat16)
+    from gluon_lab.kernels import chunked as C
+    assert C.check_group(x, 8, None, None).layout == "nchw"
+    with pytest.raises(ValueError, match="channels-last"):
+        C.check_group(x.to(memory_format=torch.channels_last), 8, None, None)
