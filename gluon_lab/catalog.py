@@ -387,3 +387,16 @@ for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
 # channels-last input is refused by it, so auto falls through to torch.
 for _op in ("group_norm", "instance_norm"):
     ops.AUTO_PREFERENCE[_op] = ["gluon-chunked", "torch"]
+
+
+# pattern 4 (prepared, CPU-compiled only): warp-specialized persistent GEMM
+from .kernels import warp_specialized as _W  # noqa: E402
+
+
+@register("matmul", "gluon-ws", pattern="warp-specialized", needs_hopper=True, supports_out=False, check=_G.check,
+          sources=(_W.launch, _W.ws_gemm_kernel, _W._ws_producer, _W._ws_consumer, _G.GemmConfig, _G.check,
+                   _G._tile_coords),
+          configure=lambda M, N, dtype, overrides: _G.GemmConfig.heuristic(M, N, dtype, **overrides),
+          description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring")
+def matmul_gluon_ws(a, b, out=None, config=None):
+    return _W.launch(a, b, out=out, config=config)

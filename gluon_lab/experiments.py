@@ -328,7 +328,7 @@ class PipelinedPlan:
     other_M: int = 16384
     gemm_shapes: tuple = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 4096),
                           (8192, 6144, 4096), (8192, 14336, 4096), (8192, 4096, 14336))  # (M, N, K)
-    gemm_variants: tuple = ("torch", "triton", "gluon-pipelined")
+    gemm_variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")  # gluon-ws: pattern 4, side by side
     gemm_dtype: str = "bfloat16"
     gemm_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096))
     gemm_sweep_stages: tuple = (2, 3, 4, 5)

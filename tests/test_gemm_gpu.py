@@ -36,3 +36,14 @@ def test_unaligned_rows_are_refused():
     b = torch.randn(17, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="16-byte boundaries"):
         gll.matmul(a, b, variant="gluon-pipelined")
+
+
+@pytest.mark.parametrize("shape", [(1, 8, 8), (1000, 1000, 3000), (3000, 3000, 1000), (4096, 4096, 4096)], ids=str)
+@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=str)
+def test_warp_specialized_matches_float64(shape, cfg):
+    from gluon_lab import bench
+    from gluon_lab.kernels import gemm as G
+    M, N, K = shape
+    inputs = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, "bfloat16", seed=M + K)
+    res = bench.check_correctness("matmul", "gluon-ws", inputs, config=G.GemmConfig.heuristic(M, N, **cfg))
+    assert res["passed"], res
