@@ -344,7 +344,7 @@ def matmul_triton(a, b, out=None):
 
 
 @register("matmul", "gluon-pipelined", pattern="pipelined", needs_hopper=True, supports_out=False, check=_G.check,
-          sources=(_G.launch, _G.check, _G.GemmConfig, _G.persistent_gemm_kernel, _G._issue_k_step, _G._tile_coords),
+          sources=(_G.launch, _G.prepare, _G.check, _G.GemmConfig, _G.persistent_gemm_kernel),
           configure=lambda M, N, dtype, overrides: _G.GemmConfig.heuristic(M, N, dtype, **overrides),
           description="persistent TMA + wgmma GEMM: NUM_STAGES ring across tiles, grouped order, TMA-store epilogue")
 def matmul_gluon_pipelined(a, b, out=None, config=None):
@@ -394,8 +394,7 @@ from .kernels import warp_specialized as _W  # noqa: E402
 
 
 @register("matmul", "gluon-ws", pattern="warp-specialized", needs_hopper=True, supports_out=False, check=_G.check,
-          sources=(_W.launch, _W.ws_gemm_kernel, _W._ws_producer, _W._ws_consumer, _G.GemmConfig, _G.check,
-                   _G._tile_coords),
+          sources=(_W.launch, _W.ws_gemm_kernel, _G.prepare, _G.GemmConfig, _G.check),
           configure=lambda M, N, dtype, overrides: _G.GemmConfig.heuristic(M, N, dtype, **overrides),
           description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring")
 def matmul_gluon_ws(a, b, out=None, config=None):

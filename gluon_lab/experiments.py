@@ -8,6 +8,17 @@ import itertools
 from dataclasses import dataclass
 
 
+def measure_plan(notebook: str, results_dir: str, quick: bool, cases):
+    """One measurement session of a notebook: ceilings first (small ones when quick), then every
+    case, appended to the store as it goes. Returns (records, session)."""
+    from .bench import Session
+    s = Session(notebook, results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
+    recs = list(s.records)
+    s.save()
+    recs += s.sweep(cases, desc=notebook)
+    return recs, s
+
+
 @dataclass(frozen=True)
 class CeilingsPlan:
     """00-ceilings: ceilings + the RMSNorm baseline grid (bf16) + a do_bench-vs-graph timer study."""
@@ -42,12 +53,8 @@ def plan_cases(plan: CeilingsPlan) -> list[dict]:
 
 
 def run_ceilings(results_dir: str = "results", quick: bool = False, plan: CeilingsPlan | None = None):
-    from .bench import Session
     plan = plan or (CeilingsPlan.quick() if quick else CeilingsPlan())
-    s = Session("00-ceilings", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
-    recs = list(s.records)
-    s.save()
-    recs += s.sweep(plan_cases(plan), desc="00-ceilings")
+    recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan))
     return recs, s.save()
 
 
@@ -166,13 +173,9 @@ def run_tma_caching(results_dir: str = "results", quick: bool = False, plan: Tma
                     parts=("rms", "others", "sweep", "inductor-code")):
     import json
     from pathlib import Path
-    from .bench import Session
     from .results import atomic_write_text
     plan = plan or (TmaCachingPlan.quick() if quick else TmaCachingPlan())
-    s = Session("01-tma-caching", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
-    recs = list(s.records)
-    s.save()
-    recs += s.sweep(tma_caching_cases(plan, parts), desc="01-tma-caching")
+    recs, s = measure_plan("01-tma-caching", results_dir, quick, tma_caching_cases(plan, parts))
     if "inductor-code" in parts:
         art = {}
         for N in plan.inductor_code_Ns:
@@ -233,7 +236,6 @@ class ChunkedPlan:
 def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
     from . import ops
     from .kernels import chunked as CK
-    from .kernels.chunked import ChunkPlan
     cases = []
     for part, dtype, variants in (("bf16", "bfloat16", plan.bf16_variants), ("fp32", "float32", plan.fp32_variants)):
         if part not in parts:
@@ -260,7 +262,7 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                     for r in plan.chunk_rows:
                         knobs = {"num_warps": nw, "rows": r, "streaming": False}
                         try:
-                            ChunkPlan.for_row(op, N, "bfloat16", **knobs)
+                            CK.ChunkPlan.for_row(op, N, "bfloat16", **knobs)
                         except ValueError:
                             continue  # these rows do not fit in one CTA's shared memory
                         cases.append({"op": op, "variant": "gluon-chunked", "shape": {"M": plan.chunk_M, "N": N},
@@ -275,7 +277,7 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                         cases.append({"op": op, "variant": v, "shape": s, "dtype": "bfloat16",
                                       "config": {"study": "stream"}})
                 try:  # the cached row, while it fits in one CTA's shared memory at all
-                    ChunkPlan.for_row(op, N, "bfloat16", streaming=False)
+                    CK.ChunkPlan.for_row(op, N, "bfloat16", streaming=False)
                     cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
                                   "config": {"streaming": False, "study": "stream"}})
                 except ValueError:
@@ -297,12 +299,8 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
 
 def run_chunked(results_dir: str = "results", quick: bool = False, plan: ChunkedPlan | None = None,
                 parts=("bf16", "fp32", "others", "chunk", "stream", "groupnorm")):
-    from .bench import Session
     plan = plan or (ChunkedPlan.quick() if quick else ChunkedPlan())
-    s = Session("02-chunked-reductions", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
-    recs = list(s.records)
-    s.save()
-    recs += s.sweep(chunked_cases(plan, parts), desc="02-chunked-reductions")
+    recs, s = measure_plan("02-chunked-reductions", results_dir, quick, chunked_cases(plan, parts))
     return recs, s.save()
 
 
@@ -408,13 +406,9 @@ def run_pipelined(results_dir: str = "results", quick: bool = False, plan: Pipel
                   parts=("norms", "stages", "others", "gemm", "gemm-sweep", "timeline")):
     import json
     from pathlib import Path
-    from .bench import Session
     from .results import atomic_write_text
     plan = plan or (PipelinedPlan.quick() if quick else PipelinedPlan())
-    s = Session("03-multibuffer-pipelining", results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
-    recs = list(s.records)
-    s.save()
-    recs += s.sweep(pipelined_cases(plan, parts), desc="03-multibuffer-pipelining")
+    recs, s = measure_plan("03-multibuffer-pipelining", results_dir, quick, pipelined_cases(plan, parts))
     if "timeline" in parts:
         path = Path(results_dir) / s.info["gpu_slug"] / "03-multibuffer-pipelining.timeline.json"
         atomic_write_text(path, json.dumps({"gpu": s.info["gpu_name"], "run_id": s.prov["run_id"],

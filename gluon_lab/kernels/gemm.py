@@ -44,6 +44,18 @@ def _tile_coords(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
+def _tile_space(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr):
+    """This program's share of the persistent tile loop: (start, nprog, num_pid_m, num_pid_n,
+    k_tiles, my_tiles) — program `start` owns tiles start, start + nprog, ..."""
+    start = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    my_tiles = (num_pid_m * num_pid_n - start + nprog - 1) // nprog
+    return start, nprog, num_pid_m, num_pid_n, gl.cdiv(K, BK), my_tiles
+
+
+@gluon.jit
 def _issue_k_step(a_desc, b_desc, a_bufs, b_bufs, bars, g, start, nprog, k_tiles, num_pid_m, num_pid_n, pred,
                   NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
     """Issue global k-step g of this program (tile g // k_tiles of its sequence, k-step g % k_tiles)."""
@@ -68,13 +80,7 @@ def persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.const
     BN: gl.constexpr = b_desc.block_type.shape[1]
     dtype: gl.constexpr = a_desc.dtype
     gl.static_assert(NUM_STAGES >= 2, "the ring needs >= 2 slots")
-    start = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    k_tiles = gl.cdiv(K, BK)
-    n_tiles = num_pid_m * num_pid_n
-    my_tiles = (n_tiles - start + nprog - 1) // nprog
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
     total = my_tiles * k_tiles  # k-steps this program runs, across all its tiles
 
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], a_desc.layout)
@@ -138,7 +144,7 @@ class GemmConfig:
             v = getattr(self, name)
             if v & (v - 1) or v < 16:
                 raise ValueError(f"GemmConfig.{name} must be a power of two >= 16; got {v}")
-        if self.BM < 16 * self.num_warps * (1 if self.num_warps <= 4 else 1):
+        if self.BM < 16 * self.num_warps:
             raise ValueError(f"GemmConfig.BM must be >= 16 x num_warps (wgmma rows per warp); got BM={self.BM}, "
                              f"num_warps={self.num_warps}")
         if self.num_warps % 4:
@@ -191,9 +197,10 @@ def check(a, b) -> None:
         raise ValueError(f"a and b must be on the same device; got {a.device} and {b.device}")
 
 
-def launch(a, b, out=None, config: GemmConfig | None = None):
+def prepare(a, b, out=None, config: GemmConfig | None = None):
+    """Checks, config, output and TMA descriptors shared by every persistent GEMM launcher:
+    returns (c, (a_desc, b_desc, c_desc), M, N, K, cfg, grid)."""
     import torch
-    import triton  # noqa: F401
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     check(a, b)
     M, K = a.shape
@@ -204,13 +211,17 @@ def launch(a, b, out=None, config: GemmConfig | None = None):
     if (N * a.element_size()) % 16:
         raise ValueError(f"N * itemsize must be a multiple of 16 bytes (C's rows are TMA-stored); got N={N}")
     la, lb, lc = _layouts(cfg, dtype)
-    a_desc = TensorDescriptor.from_tensor(a, [cfg.BM, cfg.BK], la)
-    b_desc = TensorDescriptor.from_tensor(b, [cfg.BK, cfg.BN], lb)
-    c_desc = TensorDescriptor.from_tensor(c, [cfg.BM, cfg.BN], lc)
+    descs = (TensorDescriptor.from_tensor(a, [cfg.BM, cfg.BK], la), TensorDescriptor.from_tensor(b, [cfg.BK, cfg.BN], lb),
+             TensorDescriptor.from_tensor(c, [cfg.BM, cfg.BN], lc))
     n_tiles = -(-M // cfg.BM) * -(-N // cfg.BN)
     sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    persistent_gemm_kernel[(max(1, min(n_tiles, sms)), )](a_desc, b_desc, c_desc, M, N, K, NUM_STAGES=cfg.num_stages,
-                                                          GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+    return c, descs, M, N, K, cfg, (max(1, min(n_tiles, sms)), )
+
+
+def launch(a, b, out=None, config: GemmConfig | None = None):
+    c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
+    persistent_gemm_kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+                                 num_warps=cfg.num_warps)
     return c
 
 

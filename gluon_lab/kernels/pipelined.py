@@ -22,7 +22,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from . import norm_math, rowio
-from .chunked import ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, ChunkPlan, row_layout
+from .chunked import ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, ChunkPlan, _dt, row_layout
 from .norm_math import OP_CODES
 
 TRACE_CTAS: gl.constexpr = gl.constexpr(4)  # programs whose timeline an INSTRUMENT build records
@@ -192,10 +192,6 @@ class PipeConfig:
             raise ValueError(f"gluon-pipelined config {cfg} needs {cfg.smem_bytes(op, N, dtype)} B of shared memory "
                              f"(limit {SMEM_LIMIT}) for N={N} {dtype}")
         return cfg
-
-
-def _dt(t) -> str:
-    return str(t.dtype).replace("torch.", "")
 
 
 def check(op: str, x, *rest) -> PipeConfig:

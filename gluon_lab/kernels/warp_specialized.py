@@ -22,7 +22,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from .gemm import GemmConfig, _layouts, _tile_coords
+from .gemm import GemmConfig, _tile_coords, _tile_space, prepare
 
 
 @gluon.jit
@@ -31,12 +31,7 @@ def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
-    start = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    k_tiles = gl.cdiv(K, BK)
-    my_tiles = (num_pid_m * num_pid_n - start + nprog - 1) // nprog
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
     g = 0
     for i in range(my_tiles):
         pid_m, pid_n = _tile_coords(start + i * nprog, num_pid_m, num_pid_n, GROUP_M)
@@ -56,12 +51,7 @@ def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K,
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1]
     BK: gl.constexpr = a_bufs.shape[2]
-    start = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    k_tiles = gl.cdiv(K, BK)
-    my_tiles = (num_pid_m * num_pid_n - start + nprog - 1) // nprog
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, BN, 16])
     g = 0
@@ -115,24 +105,9 @@ PRODUCER_REGS = 40  # the producer only computes coordinates: setmaxnreg gives t
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None):
-    import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from .gemm import check
-    check(a, b)
-    M, K = a.shape
-    N = b.shape[1]
-    dtype = str(a.dtype).replace("torch.", "")
-    cfg = (config or GemmConfig.heuristic(M, N, dtype)).validate(dtype)
-    c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else out
-    la, lb, lc = _layouts(cfg, dtype)
-    a_desc = TensorDescriptor.from_tensor(a, [cfg.BM, cfg.BK], la)
-    b_desc = TensorDescriptor.from_tensor(b, [cfg.BK, cfg.BN], lb)
-    c_desc = TensorDescriptor.from_tensor(c, [cfg.BM, cfg.BN], lc)
-    n_tiles = -(-M // cfg.BM) * -(-N // cfg.BN)
-    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    ws_gemm_kernel[(max(1, min(n_tiles, sms)), )](a_desc, b_desc, c_desc, M, N, K, NUM_STAGES=cfg.num_stages,
-                                                  GROUP_M=cfg.group_m, PRODUCER_REGS=PRODUCER_REGS,
-                                                  num_warps=cfg.num_warps)
+    c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
+    ws_gemm_kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+                         PRODUCER_REGS=PRODUCER_REGS, num_warps=cfg.num_warps)
     return c
 
 
