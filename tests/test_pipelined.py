@@ -41,6 +41,9 @@ def test_rules():
         P.check("rms_norm", torch.randn(4, 1001, dtype=torch.bfloat16), torch.randn(1001, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="too long"):
         P.PipeConfig.heuristic("rms_norm", 131072, "bfloat16")
+    with pytest.raises(ValueError, match="too long"):  # two slots of x + residual do not fit: streams
+        P.PipeConfig.heuristic("add_rms_norm", 14336, "float32")
+    assert P.PipeConfig.heuristic("add_rms_norm", 8192, "float32").num_stages == 3
     assert P.PipeConfig.heuristic("rms_norm", 4096, "bfloat16", num_stages=2).num_stages == 2
 
 

@@ -42,6 +42,13 @@ def test_timeline_stamps_are_ordered(stages):
     trace = torch.zeros(P.TRACE_CTAS * P.TRACE_ITERS * 3, dtype=torch.int64, device="cuda")
     y = P.launch("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace)
     torch.cuda.synchronize()
-    t = trace.view(P.TRACE_CTAS, P.TRACE_ITERS, 3)
-    assert (t > 0).all() and (t[..., 0] <= t[..., 1]).all() and (t[..., 1] <= t[..., 2]).all()
+    t = trace.view(P.TRACE_CTAS, P.TRACE_ITERS, 3).cpu()
+    # program p walks blocks p, p + grid, ...: it stamps min(its block count, TRACE_ITERS) rows, the rest stay 0
+    n_blocks = -(-8192 // cfg.rows)
+    grid = min(n_blocks, cfg.ctas_per_sm * torch.cuda.get_device_properties(0).multi_processor_count)
+    for p in range(P.TRACE_CTAS):
+        n = min(P.TRACE_ITERS, (n_blocks - p + grid - 1) // grid)
+        assert n >= 2 and (t[p, :n] > 0).all() and (t[p, n:] == 0).all(), (p, n, t[p])
+        assert (t[p, :n, 0] <= t[p, :n, 1]).all() and (t[p, :n, 1] <= t[p, :n, 2]).all()
+        assert (t[p, 1:n, 0] >= t[p, :n - 1, 2]).all()  # blocks run in order
     assert bench.compare(y, bench.reference_outputs("rms_norm", (x, w)), "bfloat16")["passed"]

@@ -22,7 +22,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from . import norm_math, rowio
-from .chunked import ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, ChunkPlan, _dt, row_layout
+from .chunked import ITEMSIZE, ROWS_HEURISTIC, SMEM_LIMIT, SMEM_RESERVE, ChunkPlan, _dt, row_layout
 from .norm_math import OP_CODES
 
 TRACE_CTAS: gl.constexpr = gl.constexpr(4)  # programs whose timeline an INSTRUMENT build records
@@ -173,18 +173,30 @@ class PipeConfig:
 
     @classmethod
     def heuristic(cls, op: str, N: int, dtype: str, M: int | None = None, **overrides) -> "PipeConfig":
-        p = ChunkPlan.for_row(op, N, dtype, streaming=False) if N * ITEMSIZE[dtype] <= SMEM_LIMIT // 3 else None
-        if p is None:
+        n_in = 2 if op == "add_rms_norm" else 1
+        # A ring needs >= 2 slots of one row (x and residual for add_rms_norm) next to the weights;
+        # rows longer than that (bf16 rms_norm N > ~37K, fp32 add_rms_norm N >= ~9.5K) are refused
+        # here and `launch` runs them on pattern 2's streaming kernel, whose ring runs over the
+        # chunks of one row instead of over rows.
+        try:
+            p = ChunkPlan.for_row(op, N, dtype, rows=1, streaming=False)
+        except ValueError:
+            p = None
+        if p is None or cls(p.num_warps, 1, 2, 1).smem_bytes(op, N, dtype) > SMEM_LIMIT:
             raise ValueError(f"variant 'gluon-pipelined' needs >= 2 ring slots of a row in shared memory; N={N} "
-                             f"{dtype} rows are too long: use variant='gluon-chunked' (it streams)")
+                             f"{dtype} {op} rows are too long (launch streams them through gluon-chunked)")
+        rows = ROWS_HEURISTIC(op, N * ITEMSIZE[dtype] * n_in)  # pattern 2's rows per block
         # 3 stages (2 blocks in flight while one is computed) and 2 CTAs per SM while that fits
         # (the other CTA's compute covers this one's stores); fewer when the row is long.
-        cfg = cls(num_warps=p.num_warps, rows=p.rows, num_stages=3, ctas_per_sm=2)
+        cfg = cls(num_warps=p.num_warps, rows=rows, num_stages=3, ctas_per_sm=2)
         known = {f.name for f in dataclasses.fields(cls)}
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
         if "ctas_per_sm" not in overrides:
             while cfg.ctas_per_sm > 1 and cfg.ctas_per_sm * cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT:
                 cfg = dataclasses.replace(cfg, ctas_per_sm=cfg.ctas_per_sm - 1)
+        if "rows" not in overrides:
+            while cfg.rows > 1 and cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT:
+                cfg = dataclasses.replace(cfg, rows=cfg.rows // 2)
         if "num_stages" not in overrides:
             while cfg.num_stages > 2 and cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT:
                 cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
@@ -202,7 +214,10 @@ def check(op: str, x, *rest) -> PipeConfig:
         raise ValueError(f"variant 'gluon-pipelined' needs N * itemsize to be a multiple of 16 bytes (TMA): N={N} {dt} "
                          f"is {N * e} bytes; use variant='torch' or 'triton'")
     rowio.check_tma_operands(op, (x, ) + rest, N)
-    return PipeConfig.heuristic(op, N, dt)
+    try:
+        return PipeConfig.heuristic(op, N, dt)
+    except ValueError:
+        return None  # too long for a ring of rows: launch streams it (pattern 2's ring of chunks)
 
 
 def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: PipeConfig | None = None, trace=None):
@@ -213,6 +228,9 @@ def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: Pip
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     cfg = check(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)))
     cfg = config or cfg
+    if cfg is None:
+        from . import chunked
+        return chunked.launch(op, x, residual, weight, bias, eps, out=out)
     N = x.shape[-1]
     dt = _dt(x)
     vec = 16 // ITEMSIZE[dt]
