@@ -331,11 +331,25 @@ class PipelinedPlan:
     gemm_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096))
     gemm_sweep_stages: tuple = (2, 3, 4, 5)
     gemm_sweep_tiles: tuple = ((128, 256, 64, 8), (128, 128, 64, 4), (128, 256, 32, 8))  # (BM, BN, BK, warps)
+    # 'pipe-sweep': the persistent norm's occupancy knobs (CTAs per SM x ring depth x rows per slot)
+    pipe_sweep_shapes: tuple = ((1024, 4096), (4096, 8192), (16384, 4096), (16384, 5120), (8192, 8192),
+                                (4096, 16384), (32768, 8192))
+    pipe_sweep_ops: tuple = ("rms_norm", "layer_norm")
+    pipe_sweep_ctas: tuple = (1, 2, 3, 4, 6)
+    pipe_sweep_stages: tuple = (2, 3, 4)
+    pipe_sweep_rows: tuple = (1, 2, 4)
+    # 'ws-sweep' (pattern 4): gluon-ws GEMM register split (producer setmaxnreg) x ring depth
+    ws_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096))
+    ws_sweep_regs: tuple = (24, 40, 56, 88)
+    ws_sweep_stages: tuple = (3, 4)
 
     @classmethod
     def quick(cls):
         return cls(Ms=(256, 1024), Ns=(4096, 5120), gemm_shapes=((1024, 1024, 1024), ), other_M=1024,
-                   gemm_sweep_shapes=((1024, 1024, 1024), ), gemm_sweep_stages=(2, 3), gemm_sweep_tiles=((128, 128, 64, 4), ))
+                   gemm_sweep_shapes=((1024, 1024, 1024), ), gemm_sweep_stages=(2, 3), gemm_sweep_tiles=((128, 128, 64, 4), ),
+                   pipe_sweep_shapes=((1024, 4096), ), pipe_sweep_ctas=(1, 4), pipe_sweep_stages=(2, ),
+                   pipe_sweep_rows=(1, ), ws_sweep_shapes=((1024, 1024, 1024), ), ws_sweep_regs=(24, ),
+                   ws_sweep_stages=(3, ))
 
 
 def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
@@ -377,6 +391,29 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
                         continue  # does not fit in shared memory
                     cases.append({"op": "matmul", "variant": "gluon-pipelined", "shape": {"M": M, "N": N, "K": K},
                                   "dtype": plan.gemm_dtype, "config": {**knobs, "study": "gemm-sweep"}})
+    if "pipe-sweep" in parts:
+        from .kernels.pipelined import PipeConfig, SM_SMEM
+        for op in plan.pipe_sweep_ops:
+            for (M, N) in plan.pipe_sweep_shapes:
+                for ctas in plan.pipe_sweep_ctas:
+                    for st in plan.pipe_sweep_stages:
+                        for rows in plan.pipe_sweep_rows:
+                            try:
+                                cfg = PipeConfig.heuristic(op, N, "bfloat16", num_stages=st, rows=rows, ctas_per_sm=ctas)
+                            except ValueError:
+                                continue
+                            if not cfg.fits_sm(op, N, "bfloat16"):
+                                continue  # fewer CTAs would be resident than asked: a duplicate of a smaller value
+                            cases.append({"op": op, "variant": "gluon-pipelined", "shape": {"M": M, "N": N},
+                                          "dtype": "bfloat16", "config": {"num_stages": st, "rows": rows,
+                                                                          "ctas_per_sm": ctas, "study": "pipe-sweep"}})
+    if "ws-sweep" in parts:
+        for (M, N, K) in plan.ws_sweep_shapes:
+            for regs in plan.ws_sweep_regs:
+                for st in plan.ws_sweep_stages:
+                    cases.append({"op": "matmul", "variant": "gluon-ws", "shape": {"M": M, "N": N, "K": K},
+                                  "dtype": plan.gemm_dtype, "config": {"producer_regs": regs, "num_stages": st,
+                                                                       "study": "ws-sweep"}})
     return cases
 
 

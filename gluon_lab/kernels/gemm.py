@@ -134,6 +134,9 @@ class GemmConfig:
     num_stages: int = 3
     num_warps: int = 8
     group_m: int = 8  # grouped ordering: 8 row-tiles per column band (the Triton tutorial's default)
+    # gluon-ws only: the 1-warp TMA producer's setmaxnreg budget (24..256, multiple of 8); it only
+    # computes coordinates, so the rest of the register file goes to the consumer warpgroups
+    producer_regs: int = 40
 
     def smem_bytes(self, dtype: str = "bfloat16") -> int:
         e = ITEMSIZE[dtype]
@@ -151,6 +154,9 @@ class GemmConfig:
             raise ValueError(f"GemmConfig.num_warps must be a multiple of 4 (whole warpgroups); got {self.num_warps}")
         if self.BN > 256:
             raise ValueError(f"GemmConfig.BN must be <= 256 (wgmma N); got {self.BN}")
+        if not 24 <= self.producer_regs <= 256 or self.producer_regs % 8:
+            raise ValueError(f"GemmConfig.producer_regs must be a multiple of 8 in 24..256 (setmaxnreg); "
+                             f"got {self.producer_regs}")
         if self.smem_bytes(dtype) > SMEM_LIMIT:
             raise ValueError(f"GemmConfig {self} needs {self.smem_bytes(dtype)} B of shared memory > {SMEM_LIMIT}")
         return self

@@ -25,6 +25,7 @@ from . import norm_math, rowio
 from .chunked import ITEMSIZE, ROWS_HEURISTIC, SMEM_LIMIT, SMEM_RESERVE, ChunkPlan, _dt, row_layout
 from .norm_math import OP_CODES
 
+SM_SMEM = 233472  # bytes of shared memory per sm_90 SM (228 KB), shared by the resident CTAs
 TRACE_CTAS: gl.constexpr = gl.constexpr(4)  # programs whose timeline an INSTRUMENT build records
 TRACE_ITERS: gl.constexpr = gl.constexpr(64)  # blocks per program recorded
 
@@ -171,6 +172,12 @@ class PipeConfig:
         params = nc * chunk * e * {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
         return self.num_stages * slot + params + SMEM_RESERVE
 
+    def fits_sm(self, op: str, N: int, dtype: str) -> bool:
+        """Are ctas_per_sm CTAs resident at once? Shared memory (SM_SMEM per SM, 1 KB of it reserved
+        per CTA) and warps (64 per SM)."""
+        return self.ctas_per_sm * (self.smem_bytes(op, N, dtype) + 1024) <= SM_SMEM and \
+            self.ctas_per_sm * self.num_warps <= 64
+
     @classmethod
     def heuristic(cls, op: str, N: int, dtype: str, M: int | None = None, **overrides) -> "PipeConfig":
         n_in = 2 if op == "add_rms_norm" else 1
@@ -192,7 +199,7 @@ class PipeConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
         if "ctas_per_sm" not in overrides:
-            while cfg.ctas_per_sm > 1 and cfg.ctas_per_sm * cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT:
+            while cfg.ctas_per_sm > 1 and not cfg.fits_sm(op, N, dtype):
                 cfg = dataclasses.replace(cfg, ctas_per_sm=cfg.ctas_per_sm - 1)
         if "rows" not in overrides:
             while cfg.rows > 1 and cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT:

@@ -101,18 +101,17 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.constexpr, GR
         mbarrier.invalidate(full_bars.index(i))
 
 
-PRODUCER_REGS = 40  # the producer only computes coordinates: setmaxnreg gives the rest to the consumers
-
-
 def launch(a, b, out=None, config: GemmConfig | None = None):
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
     ws_gemm_kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
-                         PRODUCER_REGS=PRODUCER_REGS, num_warps=cfg.num_warps)
+                         PRODUCER_REGS=cfg.producer_regs, num_warps=cfg.num_warps)
     return c
 
 
-def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", producer_regs: int = PRODUCER_REGS):
+def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", producer_regs: int | None = None):
     from .gemm import codegen_spec as base
+    cfg = cfg or GemmConfig()
+    producer_regs = producer_regs or cfg.producer_regs
     spec = base(cfg, dtype)
     spec["fn"] = ws_gemm_kernel
     spec["signature"] = {**spec["signature"], "PRODUCER_REGS": "constexpr"}

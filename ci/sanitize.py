@@ -1,0 +1,73 @@
+"""compute-sanitizer racecheck + synccheck on one small case of each Gluon kernel (H200 only).
+
+    python3 ci/sanitize.py OUT_JSON [KERNEL ...]     # driver: runs every (tool, kernel) in a subprocess
+    python3 ci/sanitize.py --run KERNEL              # one launch + float64 check (what the sanitizer runs)
+
+The driver appends one JSON line per (tool, kernel) to OUT_JSON: the kernel, the tool, the sanitizer's
+summary line, its error/hazard count, whether the checked output matched float64, and the wall time.
+The notebooks state these lines; nothing here is hand-written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+# small odd shapes: every kernel's ring wraps several times and its tails are partial
+CASES = {
+    "pipelined-norm": ("rms_norm", "gluon-pipelined", {"M": 37, "N": 1000}, {"num_stages": 3}),
+    "pipelined-layernorm": ("layer_norm", "gluon-pipelined", {"M": 37, "N": 1000}, {"num_stages": 2}),
+    "pipelined-gemm": ("matmul", "gluon-pipelined", {"M": 300, "N": 264, "K": 520}, {}),
+    "ws-gemm": ("matmul", "gluon-ws", {"M": 300, "N": 264, "K": 520}, {}),
+    "ws-norm": ("rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
+    "ws-add-rms-norm": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
+}
+TOOLS = ("racecheck", "synccheck")
+
+
+def run_one(name: str) -> int:
+    from gluon_lab import bench, ops
+    op, variant, shape, knobs = CASES[name]
+    inputs = bench.make_inputs(op, shape, "bfloat16", seed=5)
+    v = ops.get_variant(op, variant)
+    cfg = v.configure(shape["M"], shape["N"], "bfloat16", knobs) if knobs else None
+    res = bench.check_correctness(op, variant, inputs, **({"config": cfg} if cfg is not None else {}))
+    print("CHECK", json.dumps({"passed": bool(res["passed"]), "max_abs_err": res.get("max_abs_err")}))
+    return 0 if res["passed"] else 1
+
+
+def drive(out_json: str, names) -> int:
+    exe = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    rc = 0
+    for name in names:
+        for tool in TOOLS:
+            t0 = time.time()
+            cmd = [exe, "--tool", tool, "--error-exitcode", "3", sys.executable, __file__, "--run", name]
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=240,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                text, code = p.stdout + p.stderr, p.returncode
+            except subprocess.TimeoutExpired as e:
+                text, code = f"TIMEOUT after 240 s\n{e.stdout or ''}", -1
+            summary = [ln.strip("= ").strip() for ln in text.splitlines() if "SUMMARY" in ln]
+            m = re.search(r"(\d+) (errors|hazards)", " ".join(summary))
+            chk = re.search(r"CHECK (\{.*\})", text)
+            rec = {"kernel": name, "case": list(CASES[name][:3]), "tool": tool, "exit_code": code,
+                   "summary": summary, "count": int(m.group(1)) if m else None,
+                   "check": json.loads(chk.group(1)) if chk else None, "seconds": round(time.time() - t0, 1),
+                   "tail": text.splitlines()[-6:] if code else []}
+            print(json.dumps(rec))
+            with open(out_json, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            rc |= code != 0
+    return rc
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--run":
+        sys.exit(run_one(sys.argv[2]))
+    sys.exit(drive(sys.argv[1], sys.argv[2:] or list(CASES)))
