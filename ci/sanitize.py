@@ -27,6 +27,8 @@ CASES = {
     "ws-add-rms-norm": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
 }
 TOOLS = ("racecheck", "synccheck")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # run as a script from anywhere: gluon_lab is the repo's package
 
 
 def run_one(name: str) -> int:
