@@ -399,3 +399,33 @@ from .kernels import warp_specialized as _W  # noqa: E402
           description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring")
 def matmul_gluon_ws(a, b, out=None, config=None):
     return _W.launch(a, b, out=out, config=config)
+
+
+# pattern 4: warp-specialized persistent norms (1-warp TMA producer + consumer partition)
+def _ws_norm_variant(op: str):
+    def fn(*inputs, eps, out=None, config=None):
+        if op == "add_rms_norm":
+            x, r, w = inputs
+            return _W.launch_norm(op, x, r, w, None, eps, out=out, config=config)
+        if op == "layer_norm":
+            x, w, b = inputs
+            return _W.launch_norm(op, x, None, w, b, eps, out=out, config=config)
+        if op == "l2_norm":
+            return _W.launch_norm(op, inputs[0], None, None, None, eps, out=out, config=config)
+        x, w = inputs
+        return _W.launch_norm(op, x, None, w, None, eps, out=out, config=config)
+
+    fn.__name__ = fn.__qualname__ = f"{op}_gluon_ws"
+    register(op, "gluon-ws", pattern="warp-specialized", needs_hopper=True, supports_out=True,
+             check=lambda *inputs: _W.check_norm(op, *inputs),
+             sources=(_W.launch_norm, _W.check_norm, _W.WsNormConfig, _W.ws_norm_kernel, _W._wsn_producer,
+                      _W._wsn_consumer, _W._block_range, _P._load_block, _P.PipeConfig, _NM.ring_row_stats,
+                      _NM.normalize_chunk, _C.rowio.check_tma_operands, _C.rowio.outputs),
+             codegen=lambda N, dtype, config=None: _W.norm_codegen_spec(op, N, dtype, config),
+             configure=lambda M, N, dtype, overrides: _W.WsNormConfig.heuristic(op, N, dtype, M, **overrides),
+             description="persistent ring split into a 1-warp TMA producer (EMPTY waits) and a consumer partition "
+                         "(FULL waits, reduce, normalize, store)")(fn)
+
+
+for _op in ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm"):
+    _ws_norm_variant(_op)

@@ -308,7 +308,7 @@ EXPERIMENTS["02-chunked-reductions"] = run_chunked
 
 
 # ----------------------------------------------------------------------------------------------
-# 03-multibuffer-pipelining (plan written 2026-11-29; not yet run: the kernels are CPU-compiled only)
+# 03-multibuffer-pipelining (first measured on the H200 2026-11-29, session 3)
 
 @dataclass(frozen=True)
 class PipelinedPlan:
@@ -338,6 +338,7 @@ class PipelinedPlan:
     pipe_sweep_ctas: tuple = (1, 2, 3, 4, 6)
     pipe_sweep_stages: tuple = (2, 3, 4)
     pipe_sweep_rows: tuple = (1, 2, 4)
+    # 'fence': the proxy fence before each refill of a read-only slot, on / off (heuristic config)
     # 'ws-sweep' (pattern 4): gluon-ws GEMM register split (producer setmaxnreg) x ring depth
     ws_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096))
     ws_sweep_regs: tuple = (24, 40, 56, 88)
@@ -407,6 +408,11 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
                             cases.append({"op": op, "variant": "gluon-pipelined", "shape": {"M": M, "N": N},
                                           "dtype": "bfloat16", "config": {"num_stages": st, "rows": rows,
                                                                           "ctas_per_sm": ctas, "study": "pipe-sweep"}})
+    if "fence" in parts:
+        for op in plan.pipe_sweep_ops:
+            for (M, N) in plan.pipe_sweep_shapes:
+                cases += [{"op": op, "variant": "gluon-pipelined", "shape": {"M": M, "N": N}, "dtype": "bfloat16",
+                           "config": {"fence": f, "study": "fence"}} for f in (True, False)]
     if "ws-sweep" in parts:
         for (M, N, K) in plan.ws_sweep_shapes:
             for regs in plan.ws_sweep_regs:
@@ -456,3 +462,128 @@ def run_pipelined(results_dir: str = "results", quick: bool = False, plan: Pipel
 
 
 EXPERIMENTS["03-multibuffer-pipelining"] = run_pipelined
+
+
+# ----------------------------------------------------------------------------------------------
+# 04-warp-specialization
+
+@dataclass(frozen=True)
+class WarpSpecializedPlan:
+    """Pattern 4. Parts: 'norms' = RMSNorm, LayerNorm (and add+RMSNorm at the LLM sizes) bf16 over
+    pattern 3's grid: gluon-ws next to gluon-pipelined, gluon-tma (power-of-2 N) and the baselines
+    that can win (torch.compile, Triton one-row, Liger), with a copy per shape; 'gemm' = torch
+    (cuBLAS), triton, gluon-pipelined and gluon-ws on pattern 3's shape set; 'norm-sweep' = the WS
+    norm's partition knobs (producer setmaxnreg x consumer warps x ring depth); 'ws-sweep' = the WS
+    GEMM's producer setmaxnreg x ring depth x tile; 'timeline' = per-partition %globaltimer stamps."""
+    Ms: tuple = (256, 1024, 4096, 8192, 16384, 32768)
+    Ns: tuple = (4096, 5120, 8192, 16384)
+    norm_ops: tuple = ("rms_norm", "layer_norm")
+    norm_variants: tuple = ("inductor", "triton", "liger", "gluon-tma", "gluon-pipelined", "gluon-ws")
+    add_M: int = 16384
+    gemm_shapes: tuple = PipelinedPlan.gemm_shapes
+    gemm_variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")
+    gemm_dtype: str = "bfloat16"
+    norm_sweep_shapes: tuple = ((1024, 4096), (16384, 4096), (16384, 5120), (8192, 8192), (32768, 8192))
+    norm_sweep_regs: tuple = (24, 40, 56)
+    norm_sweep_warps: tuple = (4, 8)
+    norm_sweep_stages: tuple = (2, 3, 4)
+    ws_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096), (4096, 4096, 4096))
+    ws_sweep_regs: tuple = (24, 40, 56, 88)
+    ws_sweep_tiles: tuple = ((128, 256, 64, 8, 3), (128, 256, 32, 8, 5), (128, 128, 64, 4, 4), (128, 128, 64, 8, 5))
+
+    @classmethod
+    def quick(cls):
+        return cls(Ms=(1024, ), Ns=(4096, 5120), add_M=1024, gemm_shapes=((1024, 1024, 1024), ),
+                   norm_sweep_shapes=((1024, 4096), ), norm_sweep_regs=(24, ), norm_sweep_warps=(4, ),
+                   norm_sweep_stages=(2, ), ws_sweep_shapes=((1024, 1024, 1024), ), ws_sweep_regs=(24, ),
+                   ws_sweep_tiles=((128, 128, 64, 4, 4), ))
+
+
+def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
+    from . import ops
+    from .kernels.gemm import GemmConfig
+    from .kernels.warp_specialized import WsNormConfig
+    pow2 = lambda n: n & (n - 1) == 0  # noqa: E731
+    cases = []
+    if "norms" in parts:
+        for M in plan.Ms:
+            for N in plan.Ns:
+                s = {"M": M, "N": N}
+                cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
+                ops_here = plan.norm_ops + (("add_rms_norm", ) if M == plan.add_M else ())
+                for op in ops_here:
+                    cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.norm_variants
+                              if v in ops.variants(op) and (v != "gluon-tma" or pow2(N))]
+    if "gemm" in parts:
+        for (M, N, K) in plan.gemm_shapes:
+            cases += [{"op": "matmul", "variant": v, "shape": {"M": M, "N": N, "K": K}, "dtype": plan.gemm_dtype}
+                      for v in plan.gemm_variants]
+    if "norm-sweep" in parts:
+        for op in plan.norm_ops:
+            for (M, N) in plan.norm_sweep_shapes:
+                for regs in plan.norm_sweep_regs:
+                    for nw in plan.norm_sweep_warps:
+                        for st in plan.norm_sweep_stages:
+                            knobs = {"producer_regs": regs, "num_warps": nw, "num_stages": st}
+                            try:
+                                WsNormConfig.heuristic(op, N, "bfloat16", M, **knobs)
+                            except ValueError:
+                                continue
+                            cases.append({"op": op, "variant": "gluon-ws", "shape": {"M": M, "N": N},
+                                          "dtype": "bfloat16", "config": {**knobs, "study": "norm-sweep"}})
+    if "ws-sweep" in parts:
+        for (M, N, K) in plan.ws_sweep_shapes:
+            for (bm, bn, bk, nw, st) in plan.ws_sweep_tiles:
+                for regs in plan.ws_sweep_regs:
+                    knobs = {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st, "producer_regs": regs}
+                    try:
+                        GemmConfig(**knobs).validate(plan.gemm_dtype)
+                    except ValueError:
+                        continue
+                    cases.append({"op": "matmul", "variant": "gluon-ws", "shape": {"M": M, "N": N, "K": K},
+                                  "dtype": plan.gemm_dtype, "config": {**knobs, "study": "ws-sweep"}})
+    return cases
+
+
+def capture_ws_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16", stages=(1, 3)) -> dict:
+    """Per-partition stamps of the INSTRUMENT build of gluon-ws rms_norm (after a warm-up launch):
+    {stages: {"config", "ns": [[ [producer_before_empty_wait, producer_issued, consumer_before_full_wait,
+    consumer_ready, consumer_stored], ... per block ], ... per CTA]}} in ns from the earliest stamp."""
+    import dataclasses
+    import torch
+    from . import bench
+    from .kernels import warp_specialized as W
+    from .kernels.pipelined import TRACE_CTAS, TRACE_ITERS
+    x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, dtype, seed=11)
+    out = {}
+    for st in stages:
+        cfg = W.WsNormConfig.heuristic("rms_norm", N, dtype, M, num_stages=st)
+        trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * W.TRACE_FIELDS, dtype=torch.int64, device="cuda")
+        for _ in range(2):  # the first launch compiles; keep the second
+            trace.zero_()
+            W.launch_norm("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace)
+        torch.cuda.synchronize()
+        t = trace.view(TRACE_CTAS, TRACE_ITERS, W.TRACE_FIELDS).cpu()
+        t0 = t[t > 0].min()
+        out[str(st)] = {"config": dataclasses.asdict(cfg),
+                        "ns": [[(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t]}
+    return {"M": M, "N": N, "dtype": dtype, "fields": ["producer_before_empty_wait", "producer_issued",
+                                                       "consumer_before_full_wait", "consumer_ready",
+                                                       "consumer_stored"], "timelines": out}
+
+
+def run_ws(results_dir: str = "results", quick: bool = False, plan: WarpSpecializedPlan | None = None,
+           parts=("norms", "gemm", "norm-sweep", "ws-sweep", "timeline")):
+    import json
+    from pathlib import Path
+    from .results import atomic_write_text
+    plan = plan or (WarpSpecializedPlan.quick() if quick else WarpSpecializedPlan())
+    recs, s = measure_plan("04-warp-specialization", results_dir, quick, ws_cases(plan, parts))
+    if "timeline" in parts:
+        path = Path(results_dir) / s.info["gpu_slug"] / "04-warp-specialization.timeline.json"
+        atomic_write_text(path, json.dumps({"gpu": s.info["gpu_name"], "run_id": s.prov["run_id"],
+                                            **capture_ws_timeline()}, indent=0))
+    return recs, s.save()
+
+
+EXPERIMENTS["04-warp-specialization"] = run_ws

@@ -72,14 +72,55 @@ def missing_note(df, what: str) -> str | None:
             "`mode='measure'` on an sm_90+ GPU (or `python -m gluon_lab bench …` there) and commit the records.")
 
 
-def newest_run(df, mask=None):
+def newest_run(df, mask=None, require=()):
     """Records of the newest run (by timestamp) among those selected by mask: one run's numbers
-    are compared side by side, never numbers from different runs."""
+    are compared side by side, never numbers from different runs.
+
+    require: variants the run must hold among the selected records (e.g. the kernel a section is
+    about plus a baseline); a newer run that re-measured only part of a section is skipped in
+    favour of the newest run that holds all of them. No run holds them all -> the newest run."""
     sub = df if mask is None else df[mask]
     if not len(sub):
         return sub
-    run = sub.sort_values("timestamp")["run_id"].iloc[-1]
-    return sub[sub["run_id"] == run]
+    newest_first = sub.groupby("run_id")["timestamp"].max().sort_values(ascending=False, kind="stable").index
+    need = set(require)
+    for run in newest_first:
+        if need <= set(sub.loc[sub["run_id"] == run, "variant"]):
+            return sub[sub["run_id"] == run]
+    return sub[sub["run_id"] == newest_first[0]]
+
+
+def stale_table(df):
+    """One row per (run, op, variant) with stale records: how many, the hash they were measured
+    with and the hash of the current source (empty when nothing is stale)."""
+    import pandas as pd
+    if not len(df) or "stale" not in df or not df["stale"].any():
+        return pd.DataFrame()
+    s = df[df["stale"].astype(bool)]
+    t = s.groupby(["run_id", "op", "variant", "kernel_source_hash"]).size().rename("stale records").reset_index()
+
+    def now(op, variant):
+        try:
+            return ops.current_hash(op, variant)
+        except KeyError:
+            return "<removed>"
+
+    t["current source hash"] = [now(o, v) for o, v in zip(t["op"], t["variant"])]
+    git = s.groupby("run_id")["git_commit"].first()
+    t["measured at commit"] = t["run_id"].map(git)
+    return t
+
+
+def stale_note(df, what: str) -> str | None:
+    """Markdown warning when records shown for `what` are stale (None when none is)."""
+    if not len(df) or "stale" not in df or not df["stale"].any():
+        return None
+    s = df[df["stale"].astype(bool)]
+    vs = ", ".join(sorted({f"{o}/{v}" for o, v in zip(s["op"], s["variant"])}))
+    return (f"**STALE:** {len(s)} of the {len(df)} records of {what} ({vs}) were measured with a kernel source that "
+            "has changed since (kernel_source_hash differs from the current source). They show the code as it was "
+            f"at commit {', '.join(sorted(s['git_commit'].dropna().unique())) or '?'}, not as it is now; re-measure "
+            "before drawing conclusions about the current kernel.")
 
 
 def config_value(df, key, default=None):

@@ -22,3 +22,37 @@ def test_census(cfg):
 def test_registered():
     from gluon_lab import ops
     assert "gluon-ws" in ops.variants("matmul") and "gluon-ws" not in ops.AUTO_PREFERENCE["matmul"]
+
+
+# ---- the warp-specialized norms ----
+NORM_OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+
+
+@pytest.mark.parametrize("op", NORM_OPS)
+@pytest.mark.parametrize("N,M", [(1000, 37), (4096, 16384), (5120, 16384), (8192, 1024)], ids=str)
+def test_norm_census(op, N, M):
+    cfg = W.WsNormConfig.heuristic(op, N, "bfloat16", M)
+    c = codegen.census(codegen.compile_sm90(**W.norm_codegen_spec(op, N, "bfloat16", cfg)))
+    assert c["num_warps"] == cfg.num_warps + 4  # consumer + the producer's (whole) warpgroup
+    assert c["sass"].get("USETMAXREG", 0) >= 2  # producer gives registers, consumer takes them
+    assert c["mbarrier_init"] == 2 * cfg.num_stages + 1  # EMPTY + FULL per slot, + the weight barrier
+    # producer waits EMPTY, consumer waits FULL (+ the parent's weight wait when the op has weights)
+    assert c["mbarrier_wait"] == (2 if op == "l2_norm" else 3)
+    assert set(c["st_global_by_bits"]) == {128} and c["spill_bytes"] == 0
+    assert c["smem_bytes"] <= cfg.smem_bytes(op, N, "bfloat16")
+
+
+def test_norm_config_rules():
+    with pytest.raises(ValueError, match="multiple of 4"):
+        W.WsNormConfig(2, 1, 2, 1).validate("rms_norm", 4096, "bfloat16")
+    with pytest.raises(ValueError, match="producer_regs"):
+        W.WsNormConfig(4, 1, 2, 1, producer_regs=20).validate("rms_norm", 4096, "bfloat16")
+    assert W.WsNormConfig.heuristic("rms_norm", 1000, "bfloat16", 37).num_warps == 4  # >= one warpgroup
+    cfg = W.WsNormConfig(8, 1, 2, 2)
+    assert cfg.maxnreg() * cfg.threads() * cfg.ctas_per_sm <= 65536
+
+
+def test_norms_registered():
+    from gluon_lab import ops
+    for op in NORM_OPS:
+        assert "gluon-ws" in ops.variants(op, available_only=False)

@@ -25,6 +25,8 @@ from . import norm_math, rowio
 from .chunked import ITEMSIZE, ROWS_HEURISTIC, SMEM_LIMIT, SMEM_RESERVE, ChunkPlan, _dt, row_layout
 from .norm_math import OP_CODES
 
+H200_SMS = 132  # the heuristic's SM count (the grid itself uses the device's)
+FEW_BLOCKS_PER_SM = 8
 SM_SMEM = 233472  # bytes of shared memory per sm_90 SM (228 KB), shared by the resident CTAs
 TRACE_CTAS: gl.constexpr = gl.constexpr(4)  # programs whose timeline an INSTRUMENT build records
 TRACE_ITERS: gl.constexpr = gl.constexpr(64)  # blocks per program recorded
@@ -54,7 +56,7 @@ def globaltimer():
 @gluon.jit(do_not_specialize=["M", "eps"])
 def pipelined_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps, N_v, t_ptr,
                           OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                          INSTRUMENT: gl.constexpr, num_warps: gl.constexpr):
+                          INSTRUMENT: gl.constexpr, FENCE: gl.constexpr, num_warps: gl.constexpr):
     """INSTRUMENT: the first TRACE_CTAS programs write, per block i < TRACE_ITERS, three %globaltimer
     stamps to t_ptr[pid, i, :] — before the slot wait, when the data is there, after the stores
     were issued — so the notebook can draw a measured timeline (stall = ready - before)."""
@@ -105,10 +107,14 @@ def pipelined_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_str
 
     for i in range(n_my):
         # refill the slot block i-1 used: its smem reads are done (same warps, program order; the
-        # compiler puts a CTA barrier before the TMA issue) and the fence orders them (and the
-        # add_rms_norm write of s into that slot) before the async-proxy write
+        # compiler puts a CTA barrier before the TMA issue). add_rms_norm also WROTE s into that
+        # slot (generic proxy): a proxy fence must order that before the TMA (async proxy) write.
+        # For read-only slots the fence is the FENCE knob: the 03 timeline showed a ~0.8 us gap
+        # between a block's last store and the next wait, which a fence.proxy.async behind
+        # outstanding global stores would explain.
         j = i + NUM_STAGES - 1
-        fence_async_shared()
+        if FENCE or OP == 3:
+            fence_async_shared()
         _load_block(x_desc, r_desc, xbufs, rbufs, bars, j % NUM_STAGES, (pid + j * nprog) * R, j < n_my, NUM_CHUNKS,
                     OP)
         slot = i % NUM_STAGES
@@ -163,6 +169,7 @@ class PipeConfig:
     rows: int  # rows per ring slot
     num_stages: int  # ring depth
     ctas_per_sm: int  # persistent grid = min(row blocks, ctas_per_sm x SMs)
+    fence: bool = True  # proxy fence before each refill also for read-only slots (add_rms_norm: always)
 
     def smem_bytes(self, op: str, N: int, dtype: str) -> int:
         e = ITEMSIZE[dtype]
@@ -193,9 +200,12 @@ class PipeConfig:
             raise ValueError(f"variant 'gluon-pipelined' needs >= 2 ring slots of a row in shared memory; N={N} "
                              f"{dtype} {op} rows are too long (launch streams them through gluon-chunked)")
         rows = ROWS_HEURISTIC(op, N * ITEMSIZE[dtype] * n_in)  # pattern 2's rows per block
-        # 3 stages (2 blocks in flight while one is computed) and 2 CTAs per SM while that fits
-        # (the other CTA's compute covers this one's stores); fewer when the row is long.
-        cfg = cls(num_warps=p.num_warps, rows=rows, num_stages=3, ctas_per_sm=2)
+        # H200 pipe-sweep (03, run 20261129T181340Z, CTAs/SM 1..6 x stages 2..4 x rows 1..4): with many
+        # row blocks per SM, 1 CTA/SM and 3 stages was best or within 2% at every shape (more CTAs
+        # did not help); with few blocks (M = 1024: <= 8 per SM) 4 CTAs/SM x 2 stages was best
+        # (more blocks in flight across CTAs when each CTA only sees a handful).
+        few = M is not None and -(-M // rows) <= FEW_BLOCKS_PER_SM * H200_SMS
+        cfg = cls(num_warps=p.num_warps, rows=rows, num_stages=2 if few else 3, ctas_per_sm=4 if few else 1)
         known = {f.name for f in dataclasses.fields(cls)}
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
         if "ctas_per_sm" not in overrides:
@@ -222,7 +232,7 @@ def check(op: str, x, *rest) -> PipeConfig:
                          f"is {N * e} bytes; use variant='torch' or 'triton'")
     rowio.check_tma_operands(op, (x, ) + rest, N)
     try:
-        return PipeConfig.heuristic(op, N, dt)
+        return PipeConfig.heuristic(op, N, dt, x.numel() // N)
     except ValueError:
         return None  # too long for a ring of rows: launch streams it (pattern 2's ring of chunks)
 
@@ -257,7 +267,7 @@ def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: Pip
     grid = (max(1, min(n_blocks, cfg.ctas_per_sm * sms)), )
     pipelined_norm_kernel[grid](x_desc, r_desc, w_desc, b_desc, y2, s2, M, y2.stride(0) // vec, s2.stride(0) // vec,
                                 eps, N // vec, trace if trace is not None else y2, OP=OP_CODES[op],
-                                NUM_CHUNKS=-(-N // chunk), NUM_STAGES=cfg.num_stages, INSTRUMENT=trace is not None,
+                                NUM_CHUNKS=-(-N // chunk), NUM_STAGES=cfg.num_stages, INSTRUMENT=trace is not None, FENCE=cfg.fence,
                                 num_warps=cfg.num_warps)
     return (y, s) if op == "add_rms_norm" else y
 
@@ -271,10 +281,11 @@ def codegen_spec(op: str, N: int, dtype: str, cfg: PipeConfig | None = None, ins
     wd = f"tensordesc<{t}[1, {chunk}],{lay!r}>"
     sig = {"x_desc": xd, "r_desc": xd, "w_desc": wd, "b_desc": wd, "y_ptr": f"*{t}", "s_ptr": f"*{t}", "M": "i32",
            "y_stride_v": "i32", "s_stride_v": "i32", "eps": "fp32", "N_v": "i32", "t_ptr": "*i64", "OP": "constexpr",
-           "NUM_CHUNKS": "constexpr", "NUM_STAGES": "constexpr", "INSTRUMENT": "constexpr", "num_warps": "constexpr"}
+           "NUM_CHUNKS": "constexpr", "NUM_STAGES": "constexpr", "INSTRUMENT": "constexpr", "FENCE": "constexpr",
+           "num_warps": "constexpr"}
     nv = N // (16 // ITEMSIZE[dtype])
     aligned = ["y_ptr", "s_ptr"] + (["y_stride_v", "s_stride_v", "N_v"] if nv % 16 == 0 else [])
     return dict(fn=pipelined_norm_kernel, signature=sig,
                 constexprs={"OP": OP_CODES[op], "NUM_CHUNKS": -(-N // chunk), "NUM_STAGES": cfg.num_stages,
-                            "INSTRUMENT": instrument, "num_warps": cfg.num_warps},
+                            "INSTRUMENT": instrument, "FENCE": cfg.fence, "num_warps": cfg.num_warps},
                 aligned=aligned, num_warps=cfg.num_warps)
