@@ -56,3 +56,11 @@ def test_norms_registered():
     from gluon_lab import ops
     for op in NORM_OPS:
         assert "gluon-ws" in ops.variants(op, available_only=False)
+
+
+def test_norm_instrumented_build_stamps_in_both_partitions():
+    plain = codegen.compile_sm90(**W.norm_codegen_spec("rms_norm", 8192, "bfloat16"))
+    inst = codegen.compile_sm90(**W.norm_codegen_spec("rms_norm", 8192, "bfloat16", instrument=True))
+    assert "globaltimer" not in plain.asm["ptx"]
+    assert inst.asm["ptx"].count("%globaltimer") == W.TRACE_FIELDS  # 2 producer + 3 consumer reads
+    assert codegen.census(inst)["spill_bytes"] == 0

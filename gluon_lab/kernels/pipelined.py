@@ -203,9 +203,12 @@ class PipeConfig:
         # H200 pipe-sweep (03, run 20261129T181340Z, CTAs/SM 1..6 x stages 2..4 x rows 1..4): with many
         # row blocks per SM, 1 CTA/SM and 3 stages was best or within 2% at every shape (more CTAs
         # did not help); with few blocks (M = 1024: <= 8 per SM) 4 CTAs/SM x 2 stages was best
-        # (more blocks in flight across CTAs when each CTA only sees a handful).
+        # (more blocks in flight across CTAs when each CTA only sees a handful). A 4-warp CTA (N =
+        # 5120 bf16: 5 chunks of 1024) alone left the SM underfed (run 20261129T182504Z: rms 16384 x
+        # 5120 3423 GB/s at 1 CTA vs 3738 at 2): keep >= 8 warps per SM.
         few = M is not None and -(-M // rows) <= FEW_BLOCKS_PER_SM * H200_SMS
-        cfg = cls(num_warps=p.num_warps, rows=rows, num_stages=2 if few else 3, ctas_per_sm=4 if few else 1)
+        cfg = cls(num_warps=p.num_warps, rows=rows, num_stages=2 if few else 3,
+                  ctas_per_sm=4 if few else max(1, 8 // p.num_warps))
         known = {f.name for f in dataclasses.fields(cls)}
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
         if "ctas_per_sm" not in overrides:

@@ -133,7 +133,7 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", produce
 # is who waits: the producer waits EMPTY (a slot the consumer released) instead of the consumer
 # issuing the refill itself after its own block, so loads run up to NUM_STAGES blocks ahead.
 # Barrier protocol as in the GEMM (count = 1), slot = i % S, ph = (i // S) & 1 over this CTA's blocks.
-TRACE_FIELDS = 5  # INSTRUMENT stamps per block: producer (before EMPTY wait, copies issued),
+TRACE_FIELDS: gl.constexpr = gl.constexpr(5)  # INSTRUMENT stamps per block: producer (before EMPTY wait, copies issued),
 #                   consumer (before FULL wait, data ready, stores issued)
 
 
@@ -316,11 +316,17 @@ class WsNormConfig:
         nw = max(4, overrides.get("num_warps", base.num_warps))
         if nw != base.num_warps:
             base = PipeConfig.heuristic(op, N, dtype, M, **{**pipe_over, "num_warps": nw})
-        cfg = cls(num_warps=nw, rows=base.rows, num_stages=base.num_stages, ctas_per_sm=base.ctas_per_sm)
+        # one stage deeper than pattern 3: the 04 norm-sweep (run 20261129T182538Z) found 3-4 stages
+        # 10% faster than 2 on average, 4 best at the large shapes; the producer's register budget
+        # (24 / 40 / 56) and 4 vs 8 consumer warps moved the mean by < 2%.
+        cfg = cls(num_warps=nw, rows=base.rows, num_stages=base.num_stages + 1, ctas_per_sm=base.ctas_per_sm)
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
         if "ctas_per_sm" not in overrides:  # keep >= 96 registers per thread (add_rms_norm spilled at 80)
             while cfg.ctas_per_sm > 1 and (cfg.maxnreg() < 96 or not cfg.as_pipe().fits_sm(op, N, dtype)):
                 cfg = dataclasses.replace(cfg, ctas_per_sm=cfg.ctas_per_sm - 1)
+        if "num_stages" not in overrides:
+            while cfg.num_stages > 2 and cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT:
+                cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
         return cfg.validate(op, N, dtype)
 
 
