@@ -25,16 +25,52 @@ CASES = {
     "ws-gemm": ("matmul", "gluon-ws", {"M": 300, "N": 264, "K": 520}, {}),
     "ws-norm": ("rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "ws-add-rms-norm": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
+    # diagnostic, not a lab variant: ws_gemm_kernel with the trailing mbarrier.invalidate loop cut
+    # (racecheck reported a hazard between a read at kernel entry and those invalidates)
+    "ws-gemm-noinval": ("matmul", "diag:ws-gemm-noinval", {"M": 300, "N": 264, "K": 520}, {}),
 }
 TOOLS = ("racecheck", "synccheck")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # run as a script from anywhere: gluon_lab is the repo's package
 
 
+def ws_gemm_without_invalidate():
+    """ws_gemm_kernel's source minus its trailing invalidate loop, as a new @gluon.jit kernel (the
+    JIT needs a real file to read the source from)."""
+    import importlib.util
+    import inspect
+    import tempfile
+    from gluon_lab.kernels import warp_specialized as W
+    src = inspect.getsource(W.ws_gemm_kernel.fn)
+    cut = src.index("    for i in gl.static_range(NUM_STAGES):\n        mbarrier.invalidate")
+    head = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
+            "from triton.experimental.gluon.language.nvidia.hopper import mbarrier\n"
+            "from gluon_lab.kernels.warp_specialized import _ws_consumer, _ws_producer\n\n\n")
+    path = os.path.join(tempfile.mkdtemp(), "ws_gemm_noinval.py")
+    with open(path, "w") as f:
+        f.write(head + src[:cut])
+    spec = importlib.util.spec_from_file_location("ws_gemm_noinval", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ws_gemm_kernel
+
+
 def run_one(name: str) -> int:
     from gluon_lab import bench, ops
     op, variant, shape, knobs = CASES[name]
     inputs = bench.make_inputs(op, shape, "bfloat16", seed=5)
+    if variant == "diag:ws-gemm-noinval":
+        import torch
+        from gluon_lab.kernels.gemm import prepare
+        kern = ws_gemm_without_invalidate()
+        c, descs, M, N, K, cfg, grid = prepare(*inputs)
+        c.fill_(float("nan"))
+        kern[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs,
+                   num_warps=cfg.num_warps)
+        torch.cuda.synchronize()
+        res = bench.compare(c, bench.reference_outputs(op, inputs), "bfloat16")
+        print("CHECK", json.dumps({"passed": bool(res["passed"]), "max_abs_err": res.get("max_abs_err")}))
+        return 0 if res["passed"] else 1
     v = ops.get_variant(op, variant)
     cfg = v.configure(shape["M"], shape["N"], "bfloat16", knobs) if knobs else None
     res = bench.check_correctness(op, variant, inputs, **({"config": cfg} if cfg is not None else {}))
@@ -61,7 +97,7 @@ def drive(out_json: str, names) -> int:
             rec = {"kernel": name, "case": list(CASES[name][:3]), "tool": tool, "exit_code": code,
                    "summary": summary, "count": int(m.group(1)) if m else None,
                    "check": json.loads(chk.group(1)) if chk else None, "seconds": round(time.time() - t0, 1),
-                   "tail": text.splitlines()[-6:] if code else []}
+                   "tail": text.splitlines()[-14:] if code else []}
             print(json.dumps(rec))
             with open(out_json, "a") as f:
                 f.write(json.dumps(rec) + "\n")

@@ -425,7 +425,7 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
 
 def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "bfloat16") -> dict:
     """Run the INSTRUMENT build of gluon-pipelined rms_norm once per NUM_STAGES (after a warm-up
-    launch) and return the %globaltimer stamps of the first TRACE_CTAS programs, in ns relative to
+    launch) and return the %globaltimer stamps of every program of the grid, in ns relative to
     the earliest stamp: {stages: [[ [before_wait, ready, stored], ... per block ], ... per CTA]}."""
     import torch
     from . import bench
@@ -443,7 +443,7 @@ def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "
         t0 = t[t > 0].min()
         # a program stamps only the blocks it ran (< TRACE_ITERS): keep those, drop the zero rows
         out[str(st)] = {"config": dataclasses.asdict(cfg),
-                        "ns": [[(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t]}
+                        "ns": [p for p in ([(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
     return {"M": M, "N": N, "dtype": dtype, "timelines": out}
 
 
@@ -566,7 +566,7 @@ def capture_ws_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16", s
         t = trace.view(TRACE_CTAS, TRACE_ITERS, W.TRACE_FIELDS).cpu()
         t0 = t[t > 0].min()
         out[str(st)] = {"config": dataclasses.asdict(cfg),
-                        "ns": [[(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t]}
+                        "ns": [p for p in ([(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
     return {"M": M, "N": N, "dtype": dtype, "fields": ["producer_before_empty_wait", "producer_issued",
                                                        "consumer_before_full_wait", "consumer_ready",
                                                        "consumer_stored"], "timelines": out}

@@ -28,7 +28,7 @@ from .norm_math import OP_CODES
 H200_SMS = 132  # the heuristic's SM count (the grid itself uses the device's)
 FEW_BLOCKS_PER_SM = 8
 SM_SMEM = 233472  # bytes of shared memory per sm_90 SM (228 KB), shared by the resident CTAs
-TRACE_CTAS: gl.constexpr = gl.constexpr(4)  # programs whose timeline an INSTRUMENT build records
+TRACE_CTAS: gl.constexpr = gl.constexpr(1024)  # programs an INSTRUMENT build records: every CTA of the grid
 TRACE_ITERS: gl.constexpr = gl.constexpr(64)  # blocks per program recorded
 
 
