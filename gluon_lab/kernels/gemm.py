@@ -1,8 +1,9 @@
 """TMA + wgmma GEMM for Hopper (pattern 3, the compute-bound case): C = A @ B, bf16/fp16 in, fp32
 accumulate, output in the input dtype.
 
-STATUS (2026-11-29): compiled and census-checked for sm_90 on the CPU only (tests/test_gemm.py);
-GPU tests written (tests/test_gemm_gpu.py), not yet run. Not registered for variant="auto".
+STATUS (2026-11-29, session 3): measured on the H200 (notebook 03): 682 vs cuBLAS 673 TFLOP/s at
+8192^3 bf16 in the same run, >= 0.96x cuBLAS on every shape of the set; tests/test_gemm_gpu.py pass.
+Not in variant="auto"'s fallback list (auto picks from records near the shape).
 
 The kernel ("gluon-pipelined" for matmul):
 * persistent: grid = min(#tiles, #SMs); program p walks tiles p, p + grid, ... in GROUP_M-grouped

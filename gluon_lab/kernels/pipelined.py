@@ -1,7 +1,10 @@
 """Pattern 3 — multi-buffer pipelining for the norms (variant "gluon-pipelined").
 
-STATUS (2026-11-29): compiled and census-checked for sm_90 on the CPU only (tests/test_pipelined.py);
-GPU tests written (tests/test_pipelined_gpu.py), not yet run. Not in variant="auto"'s fallback list.
+STATUS (2026-11-29, session 3): measured on the H200 (notebook 03; tests/test_pipelined_gpu.py pass).
+Correct everywhere, but 3-10% below the one-row-per-CTA kernels at large M: the every-CTA timeline
+shows the static round-robin grid finishing with a tail (slowest CTA ~7% after the median), which
+the hardware scheduler avoids for one-row grids. Next step: a dynamic (atomic-counter) block
+scheduler. Not in variant="auto"'s fallback list.
 
 One-row-per-CTA kernels (gluon-tma, gluon-chunked) expose the TMA latency of every row before any
 compute: the SM only overlaps it across CTAs. Here a persistent grid (about CTAS_PER_SM CTAs per SM)
