@@ -92,7 +92,7 @@ def drive(out_json: str, names) -> int:
             except subprocess.TimeoutExpired as e:
                 text, code = f"TIMEOUT after 240 s\n{e.stdout or ''}", -1
             summary = [ln.strip("= ").strip() for ln in text.splitlines() if "SUMMARY" in ln]
-            m = re.search(r"(\d+) (errors|hazards)", " ".join(summary))
+            m = re.search(r"(\d+) (errors?|hazards?)", " ".join(summary))
             chk = re.search(r"CHECK (\{.*\})", text)
             rec = {"kernel": name, "case": list(CASES[name][:3]), "tool": tool, "exit_code": code,
                    "summary": summary, "count": int(m.group(1)) if m else None,

@@ -99,3 +99,15 @@ def test_chunked_notebook_renders_from_committed_records(tmp_path):
     assert page.count("data:image/png;base64,") >= 5
     for text in ("Targets (issue #4)", "torch.compile -&gt; gluon-chunked", "gluon vs eager", "stream S=4"):
         assert text in page, text
+
+
+@pytest.mark.slow
+def test_pipelining_notebook_renders_from_committed_records(tmp_path):
+    report.build(["03-multibuffer-pipelining"], out_dir=tmp_path / "site", mode="replay")
+    page = (tmp_path / "site" / "03-multibuffer-pipelining.html").read_text()
+    assert "No records for 03-multibuffer-pipelining" not in page, "results/h200/03-multibuffer-pipelining.jsonl is missing"
+    assert "Traceback" not in page
+    assert page.count("data:image/png;base64,") >= 6
+    for text in ("Targets (issue #5)", "MEASURED with", "%globaltimer", "HGMMA", "UTMALDG", "gluon-pipelined / cuBLAS",
+                 "NUM_STAGES study", "pipe-sweep", "GEMM targets", "compute-sanitizer", "Takeaways"):
+        assert text in page, text
