@@ -812,6 +812,16 @@ if len(tl_stats) >= 2:
                  + ("" if isinstance(chk.iloc[-1]["whole-grid GB/s from stamps"], str) or not chk.iloc[-1]["timed GB/s, same config"] else
                     f" Whole-grid bandwidth from the stamps at NUM_STAGES={chk.index[-1]}: {chk.iloc[-1]['whole-grid GB/s from stamps']:.0f} GB/s "
                     f"vs {chk.iloc[-1]['timed GB/s, same config']:.0f} GB/s timed."))
+    last = str(tl_stats.index[-1])
+    if len(blocks(last)) > 4:  # every CTA traced: the static schedule's tail
+        ends = np.array([bl[-1, 2] for bl in blocks(last)], dtype=float)
+        med = np.median(ends)
+        lines.append(f"- Every CTA traced at NUM_STAGES={last}: the slowest of {len(ends)} CTAs issues its last stores "
+                     f"{100 * (ends.max() / med - 1):.1f}% after the median CTA ({ends.min() / 1e3:.1f} / {med / 1e3:.1f} / "
+                     f"{ends.max() / 1e3:.1f} us min / median / max), with the same number of blocks each: the persistent grid's "
+                     "static round-robin split cannot hand the slow SMs' work to the fast ones, while a one-row-per-CTA grid is "
+                     "balanced by the hardware scheduler. That tail is of the order of the large-M gap to gluon-tma above; a "
+                     "dynamic (atomic-counter) block scheduler is the next thing to measure.")
 if len(stg):
     bc = stage_tab["best NUM_STAGES"].value_counts()
     lines.append(f"- NUM_STAGES study{tag(stg)}: best depth per cell " + ", ".join(f"{int(k)} stages: {v} cells" for k, v in bc.items())
