@@ -111,3 +111,17 @@ def test_pipelining_notebook_renders_from_committed_records(tmp_path):
     for text in ("Targets (issue #5)", "MEASURED with", "%globaltimer", "HGMMA", "UTMALDG", "gluon-pipelined / cuBLAS",
                  "NUM_STAGES study", "pipe-sweep", "GEMM targets", "compute-sanitizer", "Takeaways"):
         assert text in page, text
+
+
+@pytest.mark.slow
+def test_warp_specialization_notebook_renders_from_committed_records(tmp_path):
+    report.build(["04-warp-specialization"], out_dir=tmp_path / "site", mode="replay")
+    page = (tmp_path / "site" / "04-warp-specialization.html").read_text()
+    assert "<strong>No records for" not in page, "a section of notebook 04 found no records in results/h200/"
+    assert "Traceback" not in page
+    assert page.count("data:image/png;base64,") >= 7
+    for text in ("MEASURED with", "%globaltimer", "run-ahead", "tail: max / median - 1 (%)", "setmaxnreg consumer", "HGMMA",
+                 "UTMALDG", "gluon-ws / gluon-pipelined", "met: &gt;= 0.98x gluon-pipelined", "norm-sweep", "STALE",
+                 "gluon-ws / cuBLAS", "moonshot", "ws-sweep", "does not fit", "ping-pong", "compute-sanitizer",
+                 "LDS.U8", "Unresolved", "Takeaways"):
+        assert text in page, text
