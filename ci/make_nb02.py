@@ -1,12 +1,9 @@
 """Generates notebooks/02-chunked-reductions.ipynb (committed without outputs). Run: python ci/make_nb02.py"""
-import nbformat as nbf
+import os
+import sys
 
-md = nbf.v4.new_markdown_cell
-def code(src, tags=None):
-    c = nbf.v4.new_code_cell(src)
-    if tags:
-        c.metadata["tags"] = tags
-    return c
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nbgen import PANDAS_AND_MODE, code, md, write  # noqa: E402
 
 cells = [md("""# 02 — Chunked non-power-of-2 reductions
 
@@ -280,9 +277,5 @@ if len(gn) and "gluon-chunked" in gtab:
                  "group with nothing to overlap, so SOL stays low; splitting a group across a CTA cluster is the next step.")
 display(Markdown("\\n".join(lines)))"""),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata = {"gluon_lab": {"pattern": "Chunked non-power-of-2 reductions",
-                             "summary": "any N as power-of-2 TMA chunks, zero-filled tail, masked variance; streaming rows; GroupNorm/InstanceNorm"},
-               "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-               "language_info": {"name": "python"}}
-nbf.write(nb, "notebooks/02-chunked-reductions.ipynb")
+write(cells, "notebooks/02-chunked-reductions.ipynb", "Chunked non-power-of-2 reductions",
+      "any N as power-of-2 TMA chunks, zero-filled tail, masked variance; streaming rows; GroupNorm/InstanceNorm")

@@ -1,12 +1,9 @@
 """Generates notebooks/03-multibuffer-pipelining.ipynb (committed without outputs). Run: python ci/make_nb03.py"""
-import nbformat as nbf
+import os
+import sys
 
-md = nbf.v4.new_markdown_cell
-def code(src, tags=None):
-    c = nbf.v4.new_code_cell(src)
-    if tags:
-        c.metadata["tags"] = tags
-    return c
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nbgen import PANDAS_AND_MODE, code, md, write  # noqa: E402
 
 cells = [md("""# 03 — Multi-buffer pipelining
 
@@ -52,13 +49,7 @@ from gluon_lab import codegen, device, notebook as nbk, ops, plots
 from gluon_lab.experiments import PipelinedPlan
 from gluon_lab.kernels import gemm, pipelined, warp_specialized
 
-pd.set_option("display.width", 220)
-pd.set_option("display.max_columns", 40)
-pd.set_option("display.max_rows", 200)
-pd.set_option("display.max_colwidth", 160)
-run_mode = nbk.resolve_mode(mode)
-slug = nbk.gpu_slug(gpu, run_mode)
-spec = device.DATASHEET.get(slug)
+""" + PANDAS_AND_MODE + """
 NB = "03-multibuffer-pipelining"
 PLAN = PipelinedPlan()
 BIG = 64 * 2**20  # M*N (elements) from which issue #5 asks for >= 97% of the copy ceiling
@@ -344,16 +335,7 @@ code("""def norm_grid(op):
     return pick(m, require=("gluon-pipelined", "inductor"))
 
 def ceiling_table(run):
-    c = use[(use.op == "copy") & (use.run_id == run) & use.M.notna()]
-    c = c.sort_values("timestamp").groupby(["M", "N"]).tail(1).set_index(["M", "N"])
-    ce = nbk.ceilings(use[use.run_id == run])
-    t = pd.DataFrame({"per-shape copy GB/s": c.gbps, "timer": c.timer, "tensor MiB": c.bytes / 2 / 2**20})
-    t["session copy GB/s"] = ce["copy_gbps"] if ce else np.nan
-    big = np.array([m * n >= BIG for m, n in t.index])
-    t["reference GB/s"] = np.where(big, t[["per-shape copy GB/s", "session copy GB/s"]].max(axis=1), t["per-shape copy GB/s"])
-    t["reference"] = np.where(~big, "per-shape copy",
-                              np.where(t["per-shape copy GB/s"] >= t["session copy GB/s"].fillna(0), "per-shape copy", "session copy"))
-    return t, ce
+    return nbk.copy_reference_table(use, run, BIG)
 
 grids, ceils = {}, {}
 for op in ("rms_norm", "layer_norm"):
@@ -870,10 +852,6 @@ else:
     lines.append("- compute-sanitizer: no records (not run).")
 display(Markdown("\\n".join(lines) if lines else "No records: nothing to conclude."))"""),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata = {"gluon_lab": {"pattern": "Multi-buffer pipelining",
-                             "summary": "persistent CTAs through an NUM_STAGES mbarrier ring: norms (measured timeline, "
-                                        "stages sweep) and a TMA + wgmma GEMM vs cuBLAS"},
-               "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-               "language_info": {"name": "python"}}
-nbf.write(nb, "notebooks/03-multibuffer-pipelining.ipynb")
+write(cells, "notebooks/03-multibuffer-pipelining.ipynb", "Multi-buffer pipelining",
+      "persistent CTAs through an NUM_STAGES mbarrier ring: norms (measured timeline, "
+                                        "stages sweep) and a TMA + wgmma GEMM vs cuBLAS")

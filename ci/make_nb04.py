@@ -1,12 +1,9 @@
 """Generates notebooks/04-warp-specialization.ipynb (committed without outputs). Run: python ci/make_nb04.py"""
-import nbformat as nbf
+import os
+import sys
 
-md = nbf.v4.new_markdown_cell
-def code(src, tags=None):
-    c = nbf.v4.new_code_cell(src)
-    if tags:
-        c.metadata["tags"] = tags
-    return c
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nbgen import PANDAS_AND_MODE, code, md, write  # noqa: E402
 
 cells = [md("""# 04 — Warp specialization
 
@@ -58,13 +55,7 @@ from gluon_lab.experiments import WarpSpecializedPlan
 from gluon_lab.kernels import gemm, pipelined
 from gluon_lab.kernels import warp_specialized as W
 
-pd.set_option("display.width", 220)
-pd.set_option("display.max_columns", 40)
-pd.set_option("display.max_rows", 200)
-pd.set_option("display.max_colwidth", 160)
-run_mode = nbk.resolve_mode(mode)
-slug = nbk.gpu_slug(gpu, run_mode)
-spec = device.DATASHEET.get(slug)
+""" + PANDAS_AND_MODE + """
 NB = "04-warp-specialization"
 NB3 = "03-multibuffer-pipelining"   # pattern 3's records: the GEMM comparison and the pipelined timeline
 PLAN = WarpSpecializedPlan()
@@ -570,16 +561,7 @@ M·N ≥ 64 Mi elements it is **max(per-shape copy, the run's 2 GiB session copy
 graph-timed per-shape `copy_` falls far below the session copy while the norms move their bytes faster
 (printed below; notebook 03, section 4, shows the evidence). `% of ceiling` = GB/s ÷ that reference."""),
 code("""def ceiling_table(df, run):
-    c = df[(df.op == "copy") & (df.run_id == run) & B(df.M.notna())]
-    c = c.sort_values("timestamp").groupby(["M", "N"]).tail(1).set_index(["M", "N"])
-    ce = nbk.ceilings(df[df.run_id == run])
-    t = pd.DataFrame({"per-shape copy GB/s": c.gbps, "timer": c.timer, "tensor MiB": c.bytes / 2 / 2**20})
-    t["session copy GB/s"] = ce["copy_gbps"] if ce else np.nan
-    big = np.array([m * n >= BIG for m, n in t.index], dtype=bool)
-    t["reference GB/s"] = np.where(big, t[["per-shape copy GB/s", "session copy GB/s"]].max(axis=1), t["per-shape copy GB/s"])
-    t["reference"] = np.where(~big, "per-shape copy",
-                              np.where(t["per-shape copy GB/s"] >= t["session copy GB/s"].fillna(0), "per-shape copy", "session copy"))
-    return t, ce
+    return nbk.copy_reference_table(df, run, BIG)
 
 
 grids, ceil_tab = {}, pd.DataFrame()
@@ -1209,10 +1191,6 @@ if len(san):
 lines.append("- Consumer schedule: cooperative only; ping-pong is not implemented and not measured.")
 display(Markdown("\\n".join(lines)))"""),
 ]
-nb = nbf.v4.new_notebook(cells=cells)
-nb.metadata = {"gluon_lab": {"pattern": "Warp specialization",
-                             "summary": "gl.warp_specialize: 1-warp TMA producer (setmaxnreg) + consumer partition, EMPTY/FULL "
-                                        "barriers; norms and a cooperative WS GEMM; per-partition timeline; compute-sanitizer"},
-               "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-               "language_info": {"name": "python"}}
-nbf.write(nb, "notebooks/04-warp-specialization.ipynb")
+write(cells, "notebooks/04-warp-specialization.ipynb", "Warp specialization",
+      "gl.warp_specialize: 1-warp TMA producer (setmaxnreg) + consumer partition, EMPTY/FULL "
+                                        "barriers; norms and a cooperative WS GEMM; per-partition timeline; compute-sanitizer")

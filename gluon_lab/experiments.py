@@ -423,27 +423,36 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
     return cases
 
 
-def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "bfloat16") -> dict:
-    """Run the INSTRUMENT build of gluon-pipelined rms_norm once per NUM_STAGES (after a warm-up
-    launch) and return the %globaltimer stamps of every program of the grid, in ns relative to
-    the earliest stamp: {stages: [[ [before_wait, ready, stored], ... per block ], ... per CTA]}."""
+def record_stamps(launch, configs: dict, fields: int, device: str = "cuda") -> dict:
+    """Run launch(cfg, trace) twice per config (the first launch compiles) and keep the second
+    launch's %globaltimer stamps: {key: {"config", "ns": [[stamps of a block] per block] per CTA]}, in
+    ns from the earliest stamp. A program stamps only the blocks it ran (< TRACE_ITERS): the zero
+    rows are dropped, and programs that did not exist (grid < TRACE_CTAS) with them."""
     import torch
+    from .kernels.pipelined import TRACE_CTAS, TRACE_ITERS
+    out = {}
+    for key, cfg in configs.items():
+        trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * fields, dtype=torch.int64, device=device)
+        for _ in range(2):
+            trace.zero_()
+            launch(cfg, trace)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t = trace.view(TRACE_CTAS, TRACE_ITERS, fields).cpu()
+        t0 = t[t > 0].min()
+        out[str(key)] = {"config": dataclasses.asdict(cfg),
+                         "ns": [p for p in ([(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
+    return out
+
+
+def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "bfloat16") -> dict:
+    """The INSTRUMENT build of gluon-pipelined rms_norm, once per NUM_STAGES: every program's
+    stamps {stages: [[ [before_wait, ready, stored], ... per block ], ... per CTA]} (record_stamps)."""
     from . import bench
     from .kernels import pipelined as P
     x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, dtype, seed=11)
-    out = {}
-    for st in stages:
-        cfg = P.PipeConfig.heuristic("rms_norm", N, dtype, num_stages=st)
-        trace = torch.zeros(P.TRACE_CTAS * P.TRACE_ITERS * 3, dtype=torch.int64, device="cuda")
-        for _ in range(2):  # the first launch compiles; keep the second
-            trace.zero_()
-            P.launch("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace)
-        torch.cuda.synchronize()
-        t = trace.view(P.TRACE_CTAS, P.TRACE_ITERS, 3).cpu()
-        t0 = t[t > 0].min()
-        # a program stamps only the blocks it ran (< TRACE_ITERS): keep those, drop the zero rows
-        out[str(st)] = {"config": dataclasses.asdict(cfg),
-                        "ns": [p for p in ([(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
+    cfgs = {st: P.PipeConfig.heuristic("rms_norm", N, dtype, num_stages=st) for st in stages}
+    out = record_stamps(lambda cfg, trace: P.launch("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace), cfgs, 3)
     return {"M": M, "N": N, "dtype": dtype, "timelines": out}
 
 
@@ -546,27 +555,15 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
 
 
 def capture_ws_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16", stages=(1, 3)) -> dict:
-    """Per-partition stamps of the INSTRUMENT build of gluon-ws rms_norm (after a warm-up launch):
+    """Per-partition stamps of the INSTRUMENT build of gluon-ws rms_norm, once per NUM_STAGES:
     {stages: {"config", "ns": [[ [producer_before_empty_wait, producer_issued, consumer_before_full_wait,
-    consumer_ready, consumer_stored], ... per block ], ... per CTA]}} in ns from the earliest stamp."""
-    import dataclasses
-    import torch
+    consumer_ready, consumer_stored], ... per block ], ... per CTA]}} (record_stamps)."""
     from . import bench
     from .kernels import warp_specialized as W
-    from .kernels.pipelined import TRACE_CTAS, TRACE_ITERS
     x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, dtype, seed=11)
-    out = {}
-    for st in stages:
-        cfg = W.WsNormConfig.heuristic("rms_norm", N, dtype, M, num_stages=st)
-        trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * W.TRACE_FIELDS, dtype=torch.int64, device="cuda")
-        for _ in range(2):  # the first launch compiles; keep the second
-            trace.zero_()
-            W.launch_norm("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace)
-        torch.cuda.synchronize()
-        t = trace.view(TRACE_CTAS, TRACE_ITERS, W.TRACE_FIELDS).cpu()
-        t0 = t[t > 0].min()
-        out[str(st)] = {"config": dataclasses.asdict(cfg),
-                        "ns": [p for p in ([(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
+    cfgs = {st: W.WsNormConfig.heuristic("rms_norm", N, dtype, M, num_stages=st) for st in stages}
+    out = record_stamps(lambda cfg, trace: W.launch_norm("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace),
+                        cfgs, W.TRACE_FIELDS)
     return {"M": M, "N": N, "dtype": dtype, "fields": ["producer_before_empty_wait", "producer_issued",
                                                        "consumer_before_full_wait", "consumer_ready",
                                                        "consumer_stored"], "timelines": out}

@@ -90,6 +90,26 @@ def newest_run(df, mask=None, require=()):
     return sub[sub["run_id"] == newest_first[0]]
 
 
+def copy_reference_table(df, run: str, big_elems: int = 64 * 2**20):
+    """The bandwidth reference of each (M, N) cell of one run, and that run's ceilings: the per-shape
+    copy (y.copy_(x) timed like the kernels), or where M*N >= big_elems the larger of it and the
+    run's session copy (at >= 512 MiB tensors the graph-timed per-shape copy_ fell to ~65% of the
+    session copy on the H200 while norms moved their bytes faster). Returns (table, ceilings)."""
+    import numpy as np
+    import pandas as pd
+    c = df[(df.op == "copy") & (df.run_id == run) & df.M.notna().astype(bool)]
+    c = c.sort_values("timestamp").groupby(["M", "N"]).tail(1).set_index(["M", "N"])
+    ce = ceilings(df[df.run_id == run])
+    t = pd.DataFrame({"per-shape copy GB/s": c.gbps, "timer": c.timer, "tensor MiB": c.bytes / 2 / 2**20})
+    t["session copy GB/s"] = ce["copy_gbps"] if ce else np.nan
+    big = np.array([m * n >= big_elems for m, n in t.index], dtype=bool)
+    t["reference GB/s"] = np.where(big, t[["per-shape copy GB/s", "session copy GB/s"]].max(axis=1), t["per-shape copy GB/s"])
+    t["reference"] = np.where(~big, "per-shape copy",
+                              np.where(t["per-shape copy GB/s"] >= t["session copy GB/s"].fillna(0), "per-shape copy",
+                                       "session copy"))
+    return t, ce
+
+
 def stale_table(df):
     """One row per (run, op, variant) with stale records: how many, the hash they were measured
     with and the hash of the current source (empty when nothing is stale)."""

@@ -65,3 +65,19 @@ def test_instrumented_build_reads_the_globaltimer_only_when_asked():
     assert "globaltimer" not in plain.asm["ptx"]
     assert inst.asm["ptx"].count("%globaltimer") == 3  # before the wait, data ready, stores issued
     assert codegen.census(inst)["spill_bytes"] == 0
+
+
+def test_record_stamps_keeps_the_blocks_each_program_ran():
+    from gluon_lab.experiments import record_stamps
+    from gluon_lab.kernels.pipelined import TRACE_CTAS, TRACE_ITERS
+
+    def fake_launch(cfg, trace):  # 3 programs, running 5, 4 and 4 blocks; 3 stamps per block
+        t = trace.view(TRACE_CTAS, TRACE_ITERS, 3)
+        for p, n in enumerate((5, 4, 4)):
+            for i in range(n):
+                t[p, i] = torch.tensor([1000 + 100 * i + p, 1040 + 100 * i + p, 1090 + 100 * i + p])
+
+    out = record_stamps(fake_launch, {3: P.PipeConfig(8, 1, 3, 1)}, 3, device="cpu")
+    ns = out["3"]["ns"]
+    assert [len(p) for p in ns] == [5, 4, 4] and ns[0][0] == [0, 40, 90] and ns[2][3] == [302, 342, 392]
+    assert out["3"]["config"]["num_stages"] == 3

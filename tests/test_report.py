@@ -81,47 +81,35 @@ def test_ceilings_notebook_renders_from_committed_records(tmp_path):
     assert "00-ceilings" in index.read_text()
 
 
-@pytest.mark.slow
-def test_tma_caching_notebook_renders_from_committed_records(tmp_path):
-    report.build(["01-tma-caching"], out_dir=tmp_path / "site", mode="replay")
-    page = (tmp_path / "site" / "01-tma-caching.html").read_text()
-    assert "No records for" not in page and "missing</td>" not in page
-    assert page.count("data:image/png;base64,") >= 6
-    for text in ("inductor -&gt; gluon-tma", "Targets (issue #3)", "global reads of the reused row", "UTMALDG"):
-        assert text in page, text
+# notebook -> (text that must not appear, min number of plots, texts that must appear)
+PATTERN_PAGES = {
+    "01-tma-caching": (("No records for", "missing</td>"), 6,
+                       ("inductor -&gt; gluon-tma", "Targets (issue #3)", "global reads of the reused row", "UTMALDG")),
+    "02-chunked-reductions": (("No records for", "missing</strong>"), 5,
+                              ("Targets (issue #4)", "torch.compile -&gt; gluon-chunked", "gluon vs eager", "stream S=4")),
+    "03-multibuffer-pipelining": (("No records for 03-multibuffer-pipelining", "Traceback"), 6,
+                                  ("Targets (issue #5)", "MEASURED with", "%globaltimer", "HGMMA", "UTMALDG",
+                                   "gluon-pipelined / cuBLAS", "NUM_STAGES study", "pipe-sweep", "GEMM targets",
+                                   "compute-sanitizer", "Every CTA traced", "Takeaways")),
+    "04-warp-specialization": (("<strong>No records for", "Traceback"), 7,
+                               ("MEASURED with", "%globaltimer", "run-ahead", "tail: max / median - 1 (%)",
+                                "setmaxnreg consumer", "HGMMA", "UTMALDG", "gluon-ws / gluon-pipelined",
+                                "met: &gt;= 0.98x gluon-pipelined", "norm-sweep", "STALE", "gluon-ws / cuBLAS", "moonshot",
+                                "ws-sweep", "does not fit", "ping-pong", "compute-sanitizer", "LDS.U8", "Unresolved",
+                                "Takeaways")),
+}
 
 
 @pytest.mark.slow
-def test_chunked_notebook_renders_from_committed_records(tmp_path):
-    report.build(["02-chunked-reductions"], out_dir=tmp_path / "site", mode="replay")
-    page = (tmp_path / "site" / "02-chunked-reductions.html").read_text()
-    assert "No records for" not in page and "missing</strong>" not in page  # rendered, not the code
-    assert page.count("data:image/png;base64,") >= 5
-    for text in ("Targets (issue #4)", "torch.compile -&gt; gluon-chunked", "gluon vs eager", "stream S=4"):
-        assert text in page, text
-
-
-@pytest.mark.slow
-def test_pipelining_notebook_renders_from_committed_records(tmp_path):
-    report.build(["03-multibuffer-pipelining"], out_dir=tmp_path / "site", mode="replay")
-    page = (tmp_path / "site" / "03-multibuffer-pipelining.html").read_text()
-    assert "No records for 03-multibuffer-pipelining" not in page, "results/h200/03-multibuffer-pipelining.jsonl is missing"
-    assert "Traceback" not in page
-    assert page.count("data:image/png;base64,") >= 6
-    for text in ("Targets (issue #5)", "MEASURED with", "%globaltimer", "HGMMA", "UTMALDG", "gluon-pipelined / cuBLAS",
-                 "NUM_STAGES study", "pipe-sweep", "GEMM targets", "compute-sanitizer", "Takeaways"):
-        assert text in page, text
-
-
-@pytest.mark.slow
-def test_warp_specialization_notebook_renders_from_committed_records(tmp_path):
-    report.build(["04-warp-specialization"], out_dir=tmp_path / "site", mode="replay")
-    page = (tmp_path / "site" / "04-warp-specialization.html").read_text()
-    assert "<strong>No records for" not in page, "a section of notebook 04 found no records in results/h200/"
-    assert "Traceback" not in page
-    assert page.count("data:image/png;base64,") >= 7
-    for text in ("MEASURED with", "%globaltimer", "run-ahead", "tail: max / median - 1 (%)", "setmaxnreg consumer", "HGMMA",
-                 "UTMALDG", "gluon-ws / gluon-pipelined", "met: &gt;= 0.98x gluon-pipelined", "norm-sweep", "STALE",
-                 "gluon-ws / cuBLAS", "moonshot", "ws-sweep", "does not fit", "ping-pong", "compute-sanitizer",
-                 "LDS.U8", "Unresolved", "Takeaways"):
+@pytest.mark.parametrize("nb", sorted(PATTERN_PAGES))
+def test_pattern_notebook_renders_from_committed_records(tmp_path, nb):
+    """Each pattern page, rendered in replay mode from results/ as committed: no missing data, its
+    plots, and the sections the issues ask for."""
+    forbidden, min_plots, texts = PATTERN_PAGES[nb]
+    report.build([nb], out_dir=tmp_path / "site", mode="replay")
+    page = (tmp_path / "site" / f"{nb}.html").read_text()
+    for text in forbidden:
+        assert text not in page, text
+    assert page.count("data:image/png;base64,") >= min_plots
+    for text in texts:
         assert text in page, text
