@@ -3,7 +3,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nbgen import PANDAS_AND_MODE, code, md, write  # noqa: E402
+from nbgen import code, md, write  # noqa: E402
 
 cells = [md("""# 02 — Chunked non-power-of-2 reductions
 

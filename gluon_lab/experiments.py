@@ -353,19 +353,29 @@ class PipelinedPlan:
                    ws_sweep_stages=(3, ))
 
 
+def norm_grid_cases(Ms, Ns, ops_at, variants, dtype: str = "bfloat16") -> list[dict]:
+    """A bf16 norm grid measured side by side: per (M, N) a copy of the operand (the cell's
+    bandwidth reference), then every registered variant of every op in ops_at(M); gluon-tma only
+    at power-of-2 N (it caches a row as one power-of-2 box)."""
+    from . import ops
+    cases = []
+    for M in Ms:
+        for N in Ns:
+            s = {"M": M, "N": N}
+            cases.append({"op": "copy", "shape": s, "dtype": dtype})
+            for op in ops_at(M):
+                cases += [{"op": op, "variant": v, "shape": s, "dtype": dtype} for v in variants
+                          if v in ops.variants(op) and (v != "gluon-tma" or N & (N - 1) == 0)]
+    return cases
+
+
 def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
     from . import ops
     from .kernels.gemm import GemmConfig
     pow2 = lambda n: n & (n - 1) == 0  # noqa: E731
     cases = []
     if "norms" in parts:
-        for M in plan.Ms:
-            for N in plan.Ns:
-                s = {"M": M, "N": N}
-                cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
-                for op in plan.norm_ops:
-                    cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.norm_variants
-                              if v in ops.variants(op) and (v != "gluon-tma" or pow2(N))]
+        cases += norm_grid_cases(plan.Ms, plan.Ns, lambda M: plan.norm_ops, plan.norm_variants)
     if "stages" in parts:
         for M in plan.Ms:
             for N in plan.Ns:
@@ -393,7 +403,7 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
                     cases.append({"op": "matmul", "variant": "gluon-pipelined", "shape": {"M": M, "N": N, "K": K},
                                   "dtype": plan.gemm_dtype, "config": {**knobs, "study": "gemm-sweep"}})
     if "pipe-sweep" in parts:
-        from .kernels.pipelined import PipeConfig, SM_SMEM
+        from .kernels.pipelined import PipeConfig
         for op in plan.pipe_sweep_ops:
             for (M, N) in plan.pipe_sweep_shapes:
                 for ctas in plan.pipe_sweep_ctas:
@@ -509,20 +519,12 @@ class WarpSpecializedPlan:
 
 
 def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
-    from . import ops
     from .kernels.gemm import GemmConfig
     from .kernels.warp_specialized import WsNormConfig
-    pow2 = lambda n: n & (n - 1) == 0  # noqa: E731
     cases = []
     if "norms" in parts:
-        for M in plan.Ms:
-            for N in plan.Ns:
-                s = {"M": M, "N": N}
-                cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
-                ops_here = plan.norm_ops + (("add_rms_norm", ) if M == plan.add_M else ())
-                for op in ops_here:
-                    cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.norm_variants
-                              if v in ops.variants(op) and (v != "gluon-tma" or pow2(N))]
+        cases += norm_grid_cases(plan.Ms, plan.Ns, lambda M: plan.norm_ops + (("add_rms_norm", ) if M == plan.add_M else ()),
+                                 plan.norm_variants)
     if "gemm" in parts:
         for (M, N, K) in plan.gemm_shapes:
             cases += [{"op": "matmul", "variant": v, "shape": {"M": M, "N": N, "K": K}, "dtype": plan.gemm_dtype}
