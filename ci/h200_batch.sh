@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One batch on the lent H200 (device tool): GPU tests, then a notebook's measurement plan.
 # Usage (on the device, repo root as cwd):  bash ci/h200_batch.sh NOTEBOOK [NOTEBOOK...]
-# Writes under $OUT: gpu-tests.log, bench-<nb>.log and results/<gpu-slug>/<nb>.jsonl
+# Writes under $OUT: gpu.txt, gpu-tests.log, bench-<nb>.log, results/<gpu-slug>/<nb>.jsonl (+ the
+# timeline JSON of 03/04 when PARTS has 'timeline') and, with SANITIZE="kernel ...", sanitizer.jsonl.
+# The device tool brings back at most 8 files: two notebooks with timelines + sanitizer is the limit.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30
 OUT=${OUT:-/tmp/out}
@@ -16,4 +18,8 @@ for nb in "$@"; do
   python3 -m gluon_lab bench "$nb" --results-dir "$OUT/results" ${QUICK:+--quick} ${PARTS:+--parts $PARTS} > "$OUT/bench-$nb.log" 2>&1 || rc=1
   tail -n 120 "$OUT/bench-$nb.log"
 done
+if [ -n "${SANITIZE:-}" ]; then  # e.g. SANITIZE="pipelined-norm ws-gemm" (names: ci/sanitize.py CASES)
+  python3 ci/sanitize.py "$OUT/results/sanitizer.jsonl" $SANITIZE > /dev/null 2>&1 || rc=1
+  cut -c1-200 "$OUT/results/sanitizer.jsonl"
+fi
 exit $rc
