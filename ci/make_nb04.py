@@ -111,10 +111,7 @@ def pick(df, mask, require=()):
 
 
 def about(g, what):
-    timers = ", ".join(sorted(g["timer"].dropna().unique())) or "none"
-    files = ", ".join(sorted({Path(s).name for s in g["source"].dropna()}))
-    display(Markdown(f"**{what}**: run `{g.run_id.iloc[0]}` (from `{files}`), {len(g)} records, "
-                     f"{int(g.passed.astype(bool).sum())} passed, timer(s): {timers}"))
+    display(Markdown(nbk.section_line(g, what, with_files=True)))
     n = nbk.stale_note(g, what)
     if n:
         display(Markdown(n))
@@ -918,22 +915,13 @@ if sec:
     display(cc.groupby(["run_id", "op", "variant"]).agg(records=("passed", "size"), passed=("passed", lambda s: int(s.astype(bool).sum())),
                                                        max_abs_err=("max_abs_err", "max"), max_rel_err=("rel_err", "max")))
 san_path = Path(results_dir) / slug / "sanitizer.jsonl"
-san = pd.DataFrame()
-if san_path.exists():
-    lines_ = [json.loads(l) for l in san_path.read_text().splitlines() if l.strip()]
-    san = pd.DataFrame(lines_)
+san, n_old = nbk.load_sanitizer(san_path)
 if len(san):
-    n_all = len(san)
-    san = san.groupby(["kernel", "tool"], sort=False).tail(1).reset_index(drop=True)
-    if n_all > len(san):
-        print(f"{n_all} lines in {san_path.name}; {n_all - len(san)} superseded by a later line for the same (kernel, tool)")
-    san["summary"] = san["summary"].map(lambda s: " | ".join(s) if isinstance(s, list) else s)
-    san["errors/hazards (summary)"] = san["summary"].map(
-        lambda s: sum(int(n) for n, _ in re.findall(r"(\\d+) (error|hazard)s?\\b(?! displayed)", s or "")) if s else None)
-    san["output vs float64"] = san["check"].map(lambda c: ("passed" if c.get("passed") else "FAILED") if isinstance(c, dict) else "no check line")
+    if n_old:
+        print(f"{len(san) + n_old} lines in {san_path.name}; {n_old} superseded by a later line for the same (kernel, tool)")
+    san["output vs float64"] = san["check passed"]
     san["case"] = san["case"].map(lambda c: f"{c[0]} {c[1]} " + "x".join(str(v) for v in c[2].values()) if isinstance(c, list) and len(c) == 3 else c)
     san["warp_specialize"] = san["kernel"].str.startswith("ws-")
-    san["clean"] = (san.exit_code == 0) & (san["errors/hazards (summary)"].fillna(1) == 0)
     cols = ["kernel", "case", "tool", "warp_specialize", "exit_code", "errors/hazards (summary)", "summary", "output vs float64", "clean", "seconds"]
     display(san[[c for c in cols if c in san]])
 else:

@@ -466,17 +466,22 @@ def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "
     return {"M": M, "N": N, "dtype": dtype, "timelines": out}
 
 
-def run_pipelined(results_dir: str = "results", quick: bool = False, plan: PipelinedPlan | None = None,
-                  parts=("norms", "stages", "others", "gemm", "gemm-sweep", "timeline")):
+def save_timeline(session, results_dir: str, notebook: str, capture) -> None:
+    """capture()'s stamps as results/<gpu>/<notebook>.timeline.json, tagged with the session's run."""
     import json
     from pathlib import Path
     from .results import atomic_write_text
+    path = Path(results_dir) / session.info["gpu_slug"] / f"{notebook}.timeline.json"
+    atomic_write_text(path, json.dumps({"gpu": session.info["gpu_name"], "run_id": session.prov["run_id"], **capture()},
+                                       indent=0))
+
+
+def run_pipelined(results_dir: str = "results", quick: bool = False, plan: PipelinedPlan | None = None,
+                  parts=("norms", "stages", "others", "gemm", "gemm-sweep", "timeline")):
     plan = plan or (PipelinedPlan.quick() if quick else PipelinedPlan())
     recs, s = measure_plan("03-multibuffer-pipelining", results_dir, quick, pipelined_cases(plan, parts))
     if "timeline" in parts:
-        path = Path(results_dir) / s.info["gpu_slug"] / "03-multibuffer-pipelining.timeline.json"
-        atomic_write_text(path, json.dumps({"gpu": s.info["gpu_name"], "run_id": s.prov["run_id"],
-                                            **capture_timeline()}, indent=0))
+        save_timeline(s, results_dir, "03-multibuffer-pipelining", capture_timeline)
     return recs, s.save()
 
 
@@ -573,15 +578,10 @@ def capture_ws_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16", s
 
 def run_ws(results_dir: str = "results", quick: bool = False, plan: WarpSpecializedPlan | None = None,
            parts=("norms", "gemm", "norm-sweep", "ws-sweep", "timeline")):
-    import json
-    from pathlib import Path
-    from .results import atomic_write_text
     plan = plan or (WarpSpecializedPlan.quick() if quick else WarpSpecializedPlan())
     recs, s = measure_plan("04-warp-specialization", results_dir, quick, ws_cases(plan, parts))
     if "timeline" in parts:
-        path = Path(results_dir) / s.info["gpu_slug"] / "04-warp-specialization.timeline.json"
-        atomic_write_text(path, json.dumps({"gpu": s.info["gpu_name"], "run_id": s.prov["run_id"],
-                                            **capture_ws_timeline()}, indent=0))
+        save_timeline(s, results_dir, "04-warp-specialization", capture_ws_timeline)
     return recs, s.save()
 
 

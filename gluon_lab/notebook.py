@@ -110,6 +110,41 @@ def copy_reference_table(df, run: str, big_elems: int = 64 * 2**20):
     return t, ce
 
 
+def load_sanitizer(path):
+    """ci/sanitize.py's lines (append-only: the newest per (kernel, tool) wins), with the summary
+    lines joined, the error/hazard count as the summary states it ("1 hazard", "0 errors"), the
+    float64 check of the sanitized run, and `clean` (exit code 0 and a count of 0).
+    Returns (table, number of superseded lines); an empty table when the file is absent."""
+    import json
+    import re
+    from pathlib import Path
+    import pandas as pd
+    path = Path(path)
+    if not path.exists():
+        return pd.DataFrame(), 0
+    san = pd.DataFrame([json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()])
+    if not len(san):
+        return san, 0
+    n_all = len(san)
+    san = san.groupby(["kernel", "tool"], sort=False).tail(1).reset_index(drop=True)
+    san["summary"] = san["summary"].map(lambda s: " | ".join(s) if isinstance(s, list) else s)
+    san["errors/hazards (summary)"] = san["summary"].map(
+        lambda s: sum(int(n) for n, _ in re.findall(r"(\d+) (error|hazard)s?\b(?! displayed)", s or "")) if s else None)
+    san["check passed"] = san["check"].map(
+        lambda c: ("passed" if c.get("passed") else "FAILED") if isinstance(c, dict) else "no check line")
+    san["clean"] = (san.exit_code == 0) & (san["errors/hazards (summary)"].fillna(1) == 0)
+    return san, n_all - len(san)
+
+
+def section_line(g, what: str, with_files: bool = False) -> str:
+    """Markdown: which run a section's records come from, how many passed, which timers."""
+    from pathlib import Path
+    timers = ", ".join(sorted(g["timer"].dropna().unique())) or "none"
+    files = f" (from `{', '.join(sorted({Path(s).name for s in g['source'].dropna()}))}`)" if with_files else ""
+    return (f"**{what}**: run `{g.run_id.iloc[0]}`{files}, {len(g)} records, {int(g.passed.astype(bool).sum())} passed, "
+            f"timer(s): {timers}")
+
+
 def stale_table(df):
     """One row per (run, op, variant) with stale records: how many, the hash they were measured
     with and the hash of the current source (empty when nothing is stale)."""
