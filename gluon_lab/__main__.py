@@ -1,4 +1,4 @@
-"""CLI: python -m gluon_lab {bench,report,inspect,ceilings}"""
+"""CLI: python -m gluon_lab {bench,report,inspect,ceilings,select}"""
 from __future__ import annotations
 
 import argparse
@@ -36,8 +36,13 @@ def main(argv=None) -> int:
     i = sub.add_parser("inspect", help="compile a variant for sm_90 (no GPU needed) and print its census")
     i.add_argument("op")
     i.add_argument("variant")
-    i.add_argument("--N", type=int, required=True)
+    i.add_argument("--N", type=int, help="row length (row ops)")
+    i.add_argument("--M", type=int, default=None, help="rows (row ops; the heuristic may depend on it)")
+    i.add_argument("--shape", default=None, help='JSON shape dict for other ops, e.g. \'{"M": 4096, "N": 4096, "K": 4096}\'')
     i.add_argument("--dtype", default="bfloat16")
+    sel = sub.add_parser("select", help="write the variant='auto' selection table from the current records")
+    sel.add_argument("--results-dir", default=None, help="default: the repository's results/")
+    sel.add_argument("--check", action="store_true", help="exit 1 if the committed table differs (do not write)")
     i.add_argument("--ptx", action="store_true", help="print the PTX too")
     a = p.parse_args(argv)
 
@@ -63,10 +68,26 @@ def main(argv=None) -> int:
         return 0
     if a.cmd == "inspect":
         from .codegen import inspect_variant
-        k, cen = inspect_variant(a.op, a.variant, N=a.N, dtype=a.dtype)
+        shape = json.loads(a.shape) if a.shape else None
+        if shape is None and a.N is None:
+            p.error("inspect needs --N (row ops) or --shape")
+        k, cen = inspect_variant(a.op, a.variant, N=a.N, shape=shape, dtype=a.dtype,
+                                 **({"M": a.M} if shape is None else {}))
         if a.ptx:
             print(k.asm["ptx"])
         print(json.dumps(cen, indent=1, default=str))
+        return 0
+    if a.cmd == "select":
+        from pathlib import Path
+        from . import selection
+        res = Path(a.results_dir) if a.results_dir else Path(__file__).resolve().parent.parent / "results"
+        table = selection.build(res)
+        if a.check:
+            same = selection.TABLE_PATH.exists() and json.loads(selection.TABLE_PATH.read_text()) == table
+            print("selection table is current" if same else
+                  f"{selection.TABLE_PATH} differs from the current records: run `python -m gluon_lab select`")
+            return 0 if same else 1
+        print(f"wrote {selection.write(table)} ({sum(len(d) for g in table['entries'].values() for o in g.values() for d in o.values())} buckets)")
         return 0
     return 2
 

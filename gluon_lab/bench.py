@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from . import device, reference
+from . import device, registry, specs
 from .results import Record, append_records, provenance, store_path
 
 GRAPH_THRESHOLD_MS = 0.100  # below this do_bench's per-call timing includes host launch jitter
@@ -34,8 +34,7 @@ ROTATE_MAX_COPIES = 256
 
 # (atol, rtol) against the float64 reference. bf16 keeps 8 mantissa bits: rounding the output
 # alone costs up to 2^-9 relative; fp32 accumulation order adds a little on long rows.
-TOLERANCES = {"bfloat16": (2e-2, 2e-2), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}
-MATMUL_TOLERANCES = {"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}  # atol is relative to the RMS of C
+TOLERANCES = {"bfloat16": (2e-2, 2e-2), "float16": (2e-3, 2e-3), "float32": (1e-4, 1e-4)}  # unless the spec says
 
 _TORCH_DT = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
@@ -53,7 +52,8 @@ def torch_dtype(name: str):
 # inputs
 
 def make_inputs(op: str, shape: dict, dtype: str, *, seed: int, device_: str = "cuda", scale: float = 1.0):
-    """Fresh random inputs for op (normal, never zeros). scale multiplies x (large-magnitude rows)."""
+    """Fresh random inputs for op (the spec's input maker: normal values, never zeros). scale
+    multiplies x (large-magnitude rows). op "copy": one (M, N) tensor (the copy ceiling)."""
     torch = _torch()
     g = torch.Generator(device=device_).manual_seed(seed)
     dt = torch_dtype(dtype)
@@ -61,57 +61,13 @@ def make_inputs(op: str, shape: dict, dtype: str, *, seed: int, device_: str = "
     def rnd(*s, mean=0.0, std=1.0):
         return (torch.randn(*s, generator=g, device=device_, dtype=torch.float32) * std + mean).to(dt)
 
-    if op == "matmul":
-        M, N, K = shape["M"], shape["N"], shape["K"]
-        return (rnd(M, K), rnd(K, N))
-    if op in ("group_norm", "instance_norm"):
-        B, C, spatial = reference.group_shape(shape)
-        x = as_layout(rnd(B, C, *spatial, std=scale), shape.get("layout", "nchw"))
-        w, b = rnd(C, mean=1.0, std=0.5), rnd(C, std=0.5)
-        return (x, shape.get("G", C), w, b) if op == "group_norm" else (x, w, b)
-    M, N = shape["M"], shape["N"]
-    x = rnd(M, N, std=scale)
-    if op == "rms_norm":
-        return (x, rnd(N, mean=1.0, std=0.5))
-    if op == "layer_norm":
-        return (x, rnd(N, mean=1.0, std=0.5), rnd(N, std=0.5))
-    if op == "l2_norm":
-        return (x, )
-    if op == "add_rms_norm":
-        return (x, rnd(M, N, std=scale), rnd(N, mean=1.0, std=0.5))
-    if op == "copy":
-        return (x, )
-    raise KeyError(op)
-
-
-LAYOUTS = ("nchw", "channels_last")
-
-
-def as_layout(x, layout: str):
-    """x (B, C, *spatial) in the named memory format: "nchw" (contiguous) or "channels_last"
-    (C innermost: torch.channels_last for 4-D, torch.channels_last_3d for 5-D, same strides for 3-D)."""
-    if layout == "nchw":
-        return x.contiguous()
-    if layout == "channels_last":
-        return x.movedim(1, -1).contiguous().movedim(-1, 1)
-    raise ValueError(f"shape['layout'] must be one of {LAYOUTS}, got {layout!r}")
-
-
-DEFAULT_EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5, "l2_norm": 1e-12, "add_rms_norm": 1e-6,
-               "group_norm": 1e-5, "instance_norm": 1e-5}
+    if op == "copy":  # not an op: the measured bandwidth ceiling
+        return (rnd(shape["M"], shape["N"], std=scale), )
+    return specs.get(op).make_inputs(shape, dtype, rnd, scale)
 
 
 def _as_tuple(o):
     return o if isinstance(o, tuple) else (o, )
-
-
-def poisoned_out(op: str, inputs):
-    torch = _torch()
-    x = inputs[0]
-    if op in ("group_norm", "instance_norm"):  # empty_like keeps x's memory format (channels-last)
-        return torch.empty_like(x).fill_(float("nan"))
-    nan = lambda: torch.full(x.shape, float("nan"), dtype=x.dtype, device=x.device)  # noqa: E731
-    return (nan(), nan()) if op == "add_rms_norm" else nan()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -146,48 +102,41 @@ def compare(got, ref, dtype: str, tol=None) -> dict:
     return {"max_abs_err": max_abs, "rel_err": rel, "passed": bool(ok and rel <= rtol)}
 
 
-def reference_outputs(op: str, inputs, eps=None, row_chunk: int = 4096):
-    """float64 reference, computed in row chunks so 32768x16384 fits comfortably."""
+def reference_outputs(op: str, inputs, scalars: dict | None = None, row_chunk: int = 4096):
+    """float64 reference; ops whose spec allows it (row norms) in blocks of rows, so 32768x16384
+    fits comfortably."""
     torch = _torch()
-    ref = reference.REFERENCES[op]
-    if op == "matmul":
-        return ref(*inputs)
-    eps = DEFAULT_EPS[op] if eps is None else eps
-    if op in ("group_norm", "instance_norm"):  # whole tensor: statistics span the spatial dims
-        return ref(*inputs, eps)
+    spec = specs.get(op)
+    scalars = spec.default_scalars(**(scalars or {}))
     x = inputs[0]
+    if not spec.row_blocked_reference or x.dim() != 2 or x.shape[0] <= row_chunk:
+        return spec.reference(*inputs, **scalars)
     M = x.shape[0]
     outs = []
     for s in range(0, M, row_chunk):
         sl = slice(s, min(M, s + row_chunk))
-        if op == "rms_norm":
-            outs.append(_as_tuple(ref(x[sl], inputs[1], eps)))
-        elif op == "layer_norm":
-            outs.append(_as_tuple(ref(x[sl], inputs[1], inputs[2], eps)))
-        elif op == "l2_norm":
-            outs.append(_as_tuple(ref(x[sl], eps)))
-        elif op == "add_rms_norm":
-            outs.append(_as_tuple(ref(x[sl], inputs[1][sl], inputs[2], eps)))
+        block = tuple(t[sl] if hasattr(t, "shape") and t.shape == x.shape else t for t in inputs)
+        outs.append(_as_tuple(spec.reference(*block, **scalars)))
     res = tuple(torch.cat([o[i] for o in outs]) for i in range(len(outs[0])))
     return res if len(res) > 1 else res[0]
 
 
-def check_correctness(op: str, variant: str, inputs, eps=None, tol=None, config=None) -> dict:
+def check_correctness(op: str, variant: str, inputs, scalars: dict | None = None, tol=None, config=None) -> dict:
     """Run the variant once on poisoned outputs and compare with float64. Includes 'error' when
     the variant raised (recorded as a failed case, never skipped)."""
-    from .ops import get_variant
-    v = get_variant(op, variant)
-    kw = {} if op == "matmul" else {"eps": DEFAULT_EPS[op] if eps is None else eps}
+    v = registry.get_variant(op, variant)
+    spec = specs.get(op)
+    kw = spec.default_scalars(**(scalars or {}))
     if v.supports_out:
-        kw["out"] = poisoned_out(op, inputs)
+        kw["out"] = spec.alloc_outputs(inputs, fill=float("nan"))
     if config is not None:
         kw["config"] = config
     got = v.fn(*inputs, **kw)
     _torch().cuda.synchronize()
-    ref = reference_outputs(op, inputs, eps)
+    ref = reference_outputs(op, inputs, scalars)
     dt = ops_dtype(inputs[0])
-    if tol is None and op == "matmul":
-        tol = MATMUL_TOLERANCES[dt]
+    if tol is None and spec.tolerance:
+        tol = spec.tolerance[dt]
     return compare(got, ref, dt, tol)
 
 
@@ -341,7 +290,7 @@ def measure_ceilings(prov: dict | None = None, copy_gib: float = 2.0, matmul_n: 
     t = time_do_bench(lambda: torch.matmul(a, b), warmup_ms=100, rep_ms=500)
     rows = slice(0, 64)  # spot-check the ceiling's arithmetic against float64 on 64 rows
     mm_ok = compare(torch.matmul(a[rows], b), a[rows].double() @ b.double(), "bfloat16",
-                    MATMUL_TOLERANCES["bfloat16"])["passed"]
+                    specs.get("matmul").tolerance["bfloat16"])["passed"]
     nfl = 2 * matmul_n**3
     mm = tflops(nfl, t.ms_median)
     recs.append(Record(op="matmul", variant="torch", pattern="ceiling",
@@ -383,6 +332,7 @@ class Session:
         if self.ceilings:
             self.records.extend(self.ceilings.records)
         self._seed = 1234
+        self._hashes: dict = {}
 
     def next_seed(self) -> int:
         self._seed += 1
@@ -391,35 +341,43 @@ class Session:
     def measure(self, op: str, variant: str, shape: dict, dtype: str, *, timer: str = "auto", config=None,
                 eps=None, scale: float = 1.0) -> Record:
         torch = _torch()
-        from .ops import get_variant
-        v = get_variant(op, variant)
+        spec = specs.get(op)
+        v = registry.get_variant(op, variant)
         inputs = make_inputs(op, shape, dtype, seed=self.next_seed(), scale=scale)
-        nbytes = reference.bytes_moved(op, shape, dtype)
-        nfl = reference.flops(op, shape)
-        cfg_obj, rec_config = None, dict(config or {})
-        if v.configure is not None:  # the record carries the full config the kernel ran with
-            cfg_obj = v.configure(shape.get("M"), shape.get("N"), dtype, dict(config or {}))
+        nbytes = spec.bytes(shape, dtype)
+        nfl = spec.flops(shape)
+        scalars = spec.default_scalars(eps=eps) if "eps" in spec.scalars else spec.default_scalars()
+        rec_config = dict(config or {})
+        cfg_obj = v.resolve(shape, dtype, rec_config) if v.configure is not None else None
+        if cfg_obj is not None:  # the record carries the full config the kernel ran with
             rec_config = {**rec_config, **dataclasses.asdict(cfg_obj)}  # resolved knobs win; extras (study) stay
         base = dict(op=op, variant=variant, pattern=v.pattern, shape=dict(shape), dtype=dtype,
-                    config=rec_config, bytes=nbytes, flops=nfl, kernel_source_hash=v.source_hash, **self.prov)
+                    config=rec_config, bytes=nbytes, flops=nfl, kernel_source_hash=self._hash(v), **self.prov)
         try:
-            corr = check_correctness(op, variant, inputs, eps, config=cfg_obj)
+            corr = check_correctness(op, variant, inputs, scalars, config=cfg_obj)
         except Exception as e:  # a crashing variant is a failed record, not a silent skip
             torch.cuda.synchronize()
             rec = Record(**base, passed=False, notes=f"error: {type(e).__name__}: {e}"[:500])
             self.records.append(rec)
             return rec
-        kw = {} if op == "matmul" else {"eps": DEFAULT_EPS[op] if eps is None else eps}
+        kw = dict(scalars)
         if cfg_obj is not None:
             kw["config"] = cfg_obj
-        call = self._make_call(v, op, inputs, kw)
-        t = self._time(call, lambda: self._make_call(v, op, clone_inputs(inputs), kw), nbytes, nfl, timer)
+        call = self._make_call(v, spec, inputs, kw)
+        t = self._time(call, lambda: self._make_call(v, spec, clone_inputs(inputs), kw), nbytes, nfl, timer)
         del inputs, call
-        rec = Record(**base, **dataclasses.asdict(t), **corr, **self.metrics(nbytes, nfl, t.ms_median, op))
+        rec = Record(**base, **dataclasses.asdict(t), **corr, **self.metrics(nbytes, nfl, t.ms_median, spec))
         if rec.sol_datasheet_pct and rec.sol_datasheet_pct > 100:
             rec.notes = "over 100% of the datasheet: cache reuse leaked into the timing"
         self.records.append(rec)
         return rec
+
+    def _hash(self, v) -> str:
+        """The variant's code hash, once per session (the code does not change during a run)."""
+        key = (v.op, v.name)
+        if key not in self._hashes:
+            self._hashes[key] = v.code_hash()
+        return self._hashes[key]
 
     def measure_copy(self, shape: dict, dtype: str, timer: str = "auto") -> Record:
         """A plain y.copy_(x) of one (M, N) operand: the achievable bandwidth at that size."""
@@ -468,18 +426,17 @@ class Session:
         return "cudagraph" if est < GRAPH_THRESHOLD_MS else "do_bench-l2flush"
 
     @staticmethod
-    def _make_call(v, op, inputs, kw):
+    def _make_call(v, spec, inputs, kw):
         if v.supports_out:
-            out = tuple(_torch().empty_like(inputs[0]) for _ in range(2)) if op == "add_rms_norm" \
-                else _torch().empty_like(inputs[0])
+            out = spec.alloc_outputs(inputs)
             return lambda: v.fn(*inputs, out=out, **kw)
         return lambda: v.fn(*inputs, **kw)
 
-    def metrics(self, nbytes: int, nfl: int, ms: float, op: str = "") -> dict:
+    def metrics(self, nbytes: int, nfl: int, ms: float, spec=None) -> dict:
         bw = gbps(nbytes, ms)
         tf = tflops(nfl, ms) if nfl else None
         m = {"gbps": bw, "tflops": tf}
-        if op == "matmul":  # compute-bound: SOL against tensor-core throughput
+        if spec is not None and spec.compute_bound:  # SOL against tensor-core throughput
             if self.spec:
                 m["sol_datasheet_pct"] = 100 * tf / self.spec.bf16_tflops
             if self.ceilings:

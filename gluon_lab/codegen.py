@@ -181,13 +181,22 @@ def census(k) -> dict:
     return c
 
 
-def inspect_variant(op: str, variant: str, *, N: int, dtype: str = "bfloat16", **config):
-    """Compile a registered variant for one row length N on sm_90 and return (CompiledKernel, census)."""
-    from .ops import get_variant
+def inspect_variant(op: str, variant: str, *, N: int | None = None, shape: dict | None = None, dtype: str = "bfloat16",
+                    **overrides):
+    """Compile a registered variant on sm_90 exactly as it would launch (its configure + codegen
+    hooks) and return (CompiledKernel, census). Row ops: N (and optionally M, default None: the
+    heuristic's many-rows choice); other ops: shape. overrides: knobs, as a sweep would set them."""
+    from .registry import get_variant
     v = get_variant(op, variant)
     if v.codegen is None:
-        raise ValueError(f"variant {variant!r} of {op} has no kernel of ours to compile (it is a library call)")
-    spec = v.codegen(N=N, dtype=dtype, **config)
+        raise ValueError(f"variant {variant!r} of {op} has no codegen hook: it is "
+                         f"{'a library call or torch.compile' if not v.ours else 'not compiled by gluon-lab'}")
+    if shape is None:
+        if N is None:
+            raise ValueError("pass N (row ops) or shape")
+        shape = {"M": overrides.pop("M", None), "N": N}
+    cfg = v.resolve(shape, dtype, overrides) if v.configure is not None else None
+    spec = v.codegen(shape, dtype, cfg)
     k = compile_sm90(spec["fn"], spec["signature"], spec.get("constexprs"), num_warps=spec.get("num_warps", 4),
                      aligned=spec.get("aligned", ()), **spec.get("options", {}))
     return k, census(k)

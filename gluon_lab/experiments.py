@@ -19,6 +19,17 @@ def measure_plan(notebook: str, results_dir: str, quick: bool, cases):
     return recs, s
 
 
+def resolves(op: str, variant: str, shape: dict, dtype: str, knobs: dict | None = None) -> bool:
+    """Does the variant take this shape with these knobs (its configure hook accepts them)? Plans
+    ask the variant instead of importing its config class; a shape it refuses is not a case."""
+    from . import registry
+    try:
+        registry.get_variant(op, variant).resolve(shape, dtype, knobs)
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class CeilingsPlan:
     """00-ceilings: ceilings + the RMSNorm baseline grid (bf16) + a do_bench-vs-graph timer study."""
@@ -91,14 +102,14 @@ class TmaCachingPlan:
 
 
 def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
-    from . import ops
+    from . import registry
     cases = []
     shapes = [{"M": M, "N": N} for M in plan.Ms for N in plan.Ns]
     if "rms" in parts:
         for s in shapes:
             cases.append({"op": "copy", "shape": s, "dtype": plan.dtype})
             for v in plan.rms_variants:
-                if v in ops.variants("rms_norm"):
+                if v in registry.variants("rms_norm"):
                     cases.append({"op": "rms_norm", "variant": v, "shape": s, "dtype": plan.dtype})
             cases.append({"op": "rms_norm", "variant": "gluon-tma", "shape": s, "dtype": plan.dtype,
                           "config": {"tma_store": True}})
@@ -106,7 +117,7 @@ def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
         for op in plan.other_ops:
             for s in shapes:
                 for v in plan.other_variants:
-                    if v in ops.variants(op):
+                    if v in registry.variants(op):
                         cases.append({"op": op, "variant": v, "shape": s, "dtype": plan.dtype})
     if "ln-sweep" in parts:  # LayerNorm: three smem buffers (x, w, b) make occupancy the question
         for N in plan.ln_sweep_Ns:
@@ -135,11 +146,11 @@ def capture_inductor_kernels(op: str, shape: dict, dtype: str, mode: str | None 
     kernels: source, chosen config, num_warps, shared bytes and PTX (for the CPU census)."""
     import torch
     from torch._inductor.utils import run_and_get_code
-    from . import bench
-    from .kernels import baselines as B
+    from . import bench, specs
     inputs = bench.make_inputs(op, shape, dtype, seed=7)
-    fn = torch.compile(B.FORMULAS[op], dynamic=False, mode=mode)
-    _, codes = run_and_get_code(fn, *inputs, bench.DEFAULT_EPS[op])
+    spec = specs.get(op)
+    fn = torch.compile(spec.formula, dynamic=False, mode=mode)
+    _, codes = run_and_get_code(fn, *inputs, *spec.scalars.values())
     out = []
     try:
         from torch._inductor.codecache import PyCodeCache
@@ -234,8 +245,7 @@ class ChunkedPlan:
 
 
 def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
-    from . import ops
-    from .kernels import chunked as CK
+    from . import registry
     cases = []
     for part, dtype, variants in (("bf16", "bfloat16", plan.bf16_variants), ("fp32", "float32", plan.fp32_variants)):
         if part not in parts:
@@ -246,13 +256,13 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                 cases.append({"op": "copy", "shape": s, "dtype": dtype})
                 for op in plan.ops:
                     cases += [{"op": op, "variant": v, "shape": s, "dtype": dtype} for v in variants
-                              if v in ops.variants(op)]
+                              if v in registry.variants(op)]
     if "others" in parts:
         for op in plan.other_ops:
             for N in plan.Ns:
                 s = {"M": plan.other_M, "N": N}
                 cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.bf16_variants
-                          if v in ops.variants(op)]
+                          if v in registry.variants(op)]
     if "chunk" in parts:
         for op in plan.ops:
             for N in plan.chunk_Ns:
@@ -261,9 +271,7 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                         continue
                     for r in plan.chunk_rows:
                         knobs = {"num_warps": nw, "rows": r, "streaming": False}
-                        try:
-                            CK.ChunkPlan.for_row(op, N, "bfloat16", **knobs)
-                        except ValueError:
+                        if not resolves(op, "gluon-chunked", {"M": plan.chunk_M, "N": N}, "bfloat16", knobs):
                             continue  # these rows do not fit in one CTA's shared memory
                         cases.append({"op": op, "variant": "gluon-chunked", "shape": {"M": plan.chunk_M, "N": N},
                                       "dtype": "bfloat16", "config": {**knobs, "study": "chunk"}})
@@ -273,15 +281,12 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                 s = {"M": plan.stream_M, "N": N}
                 cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
                 for v in ("inductor", "triton", "liger"):
-                    if v in ops.variants(op):
+                    if v in registry.variants(op):
                         cases.append({"op": op, "variant": v, "shape": s, "dtype": "bfloat16",
                                       "config": {"study": "stream"}})
-                try:  # the cached row, while it fits in one CTA's shared memory at all
-                    CK.ChunkPlan.for_row(op, N, "bfloat16", streaming=False)
+                if resolves(op, "gluon-chunked", s, "bfloat16", {"streaming": False}):  # the cached row, while it fits
                     cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
                                   "config": {"streaming": False, "study": "stream"}})
-                except ValueError:
-                    pass  # only streaming exists here
                 for st in plan.stream_stages:
                     cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
                                   "config": {"streaming": True, "stages": st, "study": "stream"}})
@@ -293,7 +298,7 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                     if op == "group_norm":
                         s["G"] = plan.gn_groups
                     cases += [{"op": op, "variant": v, "shape": s, "dtype": plan.gn_dtype} for v in plan.gn_variants
-                              if not (v == "gluon-chunked" and lay == "channels_last" and not CK.CHANNELS_LAST_ENABLED)]
+                              if resolves(op, v, s, plan.gn_dtype)]
     return cases
 
 
@@ -355,9 +360,9 @@ class PipelinedPlan:
 
 def norm_grid_cases(Ms, Ns, ops_at, variants, dtype: str = "bfloat16") -> list[dict]:
     """A bf16 norm grid measured side by side: per (M, N) a copy of the operand (the cell's
-    bandwidth reference), then every registered variant of every op in ops_at(M); gluon-tma only
-    at power-of-2 N (it caches a row as one power-of-2 box)."""
-    from . import ops
+    bandwidth reference), then every registered variant of every op in ops_at(M) that takes the
+    shape (gluon-tma, for one, only power-of-2 N: it caches a row as one power-of-2 box)."""
+    from . import registry
     cases = []
     for M in Ms:
         for N in Ns:
@@ -365,14 +370,12 @@ def norm_grid_cases(Ms, Ns, ops_at, variants, dtype: str = "bfloat16") -> list[d
             cases.append({"op": "copy", "shape": s, "dtype": dtype})
             for op in ops_at(M):
                 cases += [{"op": op, "variant": v, "shape": s, "dtype": dtype} for v in variants
-                          if v in ops.variants(op) and (v != "gluon-tma" or N & (N - 1) == 0)]
+                          if v in registry.variants(op) and resolves(op, v, s, dtype)]
     return cases
 
 
 def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
-    from . import ops
-    from .kernels.gemm import GemmConfig
-    pow2 = lambda n: n & (n - 1) == 0  # noqa: E731
+    from . import registry
     cases = []
     if "norms" in parts:
         cases += norm_grid_cases(plan.Ms, plan.Ns, lambda M: plan.norm_ops, plan.norm_variants)
@@ -386,7 +389,7 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
             for N in plan.Ns:
                 s = {"M": plan.other_M, "N": N}
                 cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.norm_variants
-                          if v in ops.variants(op) and (v != "gluon-tma" or pow2(N))]
+                          if v in registry.variants(op) and resolves(op, v, s, "bfloat16")]
     if "gemm" in parts:
         for (M, N, K) in plan.gemm_shapes:
             cases += [{"op": "matmul", "variant": v, "shape": {"M": M, "N": N, "K": K}, "dtype": plan.gemm_dtype}
@@ -396,24 +399,24 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
             for (bm, bn, bk, nw) in plan.gemm_sweep_tiles:
                 for st in plan.gemm_sweep_stages:
                     knobs = {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st}
-                    try:
-                        GemmConfig(**knobs).validate(plan.gemm_dtype)
-                    except ValueError:
+                    if not resolves("matmul", "gluon-pipelined", {"M": M, "N": N, "K": K}, plan.gemm_dtype, knobs):
                         continue  # does not fit in shared memory
                     cases.append({"op": "matmul", "variant": "gluon-pipelined", "shape": {"M": M, "N": N, "K": K},
                                   "dtype": plan.gemm_dtype, "config": {**knobs, "study": "gemm-sweep"}})
     if "pipe-sweep" in parts:
-        from .kernels.pipelined import PipeConfig
+        from . import specs
         for op in plan.pipe_sweep_ops:
             for (M, N) in plan.pipe_sweep_shapes:
                 for ctas in plan.pipe_sweep_ctas:
                     for st in plan.pipe_sweep_stages:
                         for rows in plan.pipe_sweep_rows:
+                            knobs = {"num_stages": st, "rows": rows, "ctas_per_sm": ctas}
                             try:
-                                cfg = PipeConfig.heuristic(op, N, "bfloat16", num_stages=st, rows=rows, ctas_per_sm=ctas)
+                                cfg = registry.get_variant(op, "gluon-pipelined").resolve({"M": M, "N": N}, "bfloat16",
+                                                                                          knobs)
                             except ValueError:
                                 continue
-                            if not cfg.fits_sm(op, N, "bfloat16"):
+                            if not cfg.fits_sm(specs.get(op), N, "bfloat16"):
                                 continue  # fewer CTAs would be resident than asked: a duplicate of a smaller value
                             cases.append({"op": op, "variant": "gluon-pipelined", "shape": {"M": M, "N": N},
                                           "dtype": "bfloat16", "config": {"num_stages": st, "rows": rows,
@@ -458,11 +461,17 @@ def record_stamps(launch, configs: dict, fields: int, device: str = "cuda") -> d
 def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "bfloat16") -> dict:
     """The INSTRUMENT build of gluon-pipelined rms_norm, once per NUM_STAGES: every program's
     stamps {stages: [[ [before_wait, ready, stored], ... per block ], ... per CTA]} (record_stamps)."""
-    from . import bench
-    from .kernels import pipelined as P
-    x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, dtype, seed=11)
-    cfgs = {st: P.PipeConfig.heuristic("rms_norm", N, dtype, num_stages=st) for st in stages}
-    out = record_stamps(lambda cfg, trace: P.launch("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace), cfgs, 3)
+    return _capture("gluon-pipelined", M, N, dtype, stages, 3)
+
+
+def _capture(variant: str, M: int, N: int, dtype: str, stages, fields: int) -> dict:
+    """record_stamps of the variant's INSTRUMENT build (its fn takes trace=) on rms_norm, per NUM_STAGES."""
+    from . import bench, registry
+    v = registry.get_variant("rms_norm", variant)
+    shape = {"M": M, "N": N}
+    x, w = bench.make_inputs("rms_norm", shape, dtype, seed=11)
+    cfgs = {st: v.resolve(shape, dtype, {"num_stages": st}) for st in stages}
+    out = record_stamps(lambda cfg, trace: v.fn(x, w, eps=1e-6, config=cfg, trace=trace), cfgs, fields)
     return {"M": M, "N": N, "dtype": dtype, "timelines": out}
 
 
@@ -524,8 +533,6 @@ class WarpSpecializedPlan:
 
 
 def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
-    from .kernels.gemm import GemmConfig
-    from .kernels.warp_specialized import WsNormConfig
     cases = []
     if "norms" in parts:
         cases += norm_grid_cases(plan.Ms, plan.Ns, lambda M: plan.norm_ops + (("add_rms_norm", ) if M == plan.add_M else ()),
@@ -541,9 +548,7 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                     for nw in plan.norm_sweep_warps:
                         for st in plan.norm_sweep_stages:
                             knobs = {"producer_regs": regs, "num_warps": nw, "num_stages": st}
-                            try:
-                                WsNormConfig.heuristic(op, N, "bfloat16", M, **knobs)
-                            except ValueError:
+                            if not resolves(op, "gluon-ws", {"M": M, "N": N}, "bfloat16", knobs):
                                 continue
                             cases.append({"op": op, "variant": "gluon-ws", "shape": {"M": M, "N": N},
                                           "dtype": "bfloat16", "config": {**knobs, "study": "norm-sweep"}})
@@ -552,9 +557,7 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
             for (bm, bn, bk, nw, st) in plan.ws_sweep_tiles:
                 for regs in plan.ws_sweep_regs:
                     knobs = {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st, "producer_regs": regs}
-                    try:
-                        GemmConfig(**knobs).validate(plan.gemm_dtype)
-                    except ValueError:
+                    if not resolves("matmul", "gluon-ws", {"M": M, "N": N, "K": K}, plan.gemm_dtype, knobs):
                         continue
                     cases.append({"op": "matmul", "variant": "gluon-ws", "shape": {"M": M, "N": N, "K": K},
                                   "dtype": plan.gemm_dtype, "config": {**knobs, "study": "ws-sweep"}})
@@ -565,12 +568,8 @@ def capture_ws_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16", s
     """Per-partition stamps of the INSTRUMENT build of gluon-ws rms_norm, once per NUM_STAGES:
     {stages: {"config", "ns": [[ [producer_before_empty_wait, producer_issued, consumer_before_full_wait,
     consumer_ready, consumer_stored], ... per block ], ... per CTA]}} (record_stamps)."""
-    from . import bench
-    from .kernels import warp_specialized as W
-    x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, dtype, seed=11)
-    cfgs = {st: W.WsNormConfig.heuristic("rms_norm", N, dtype, M, num_stages=st) for st in stages}
-    out = record_stamps(lambda cfg, trace: W.launch_norm("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace),
-                        cfgs, W.TRACE_FIELDS)
+    from .kernels.warp_specialized import TRACE_FIELDS
+    out = _capture("gluon-ws", M, N, dtype, stages, TRACE_FIELDS)["timelines"]
     return {"M": M, "N": N, "dtype": dtype, "fields": ["producer_before_empty_wait", "producer_issued",
                                                        "consumer_before_full_wait", "consumer_ready",
                                                        "consumer_stored"], "timelines": out}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import device, ops, results
+from . import device, registry, results
 
 
 def resolve_mode(mode: str) -> str:
@@ -33,7 +33,7 @@ def load(results_dir, slug: str, notebook: str, newest_only: bool = True):
         df = results.load([], on_error="raise")
         df["stale"] = pd.Series([], dtype=bool)
         return df
-    df = results.mark_stale(results.load(path, on_error="raise"), ops.current_hash)
+    df = results.mark_stale(results.load(path, on_error="raise"), registry.current_hash)
     return results.latest(df) if newest_only else df
 
 
@@ -156,7 +156,7 @@ def stale_table(df):
 
     def now(op, variant):
         try:
-            return ops.current_hash(op, variant)
+            return registry.current_hash(op, variant)
         except KeyError:
             return "<removed>"
 
@@ -222,7 +222,7 @@ def graph_output_caveat(df, l2_bytes: int = 50 * 2**20):
     """Markdown caveat for schema-1 graph-timed records of variants that allocate their outputs
     (torch, inductor, liger...): their K captured calls may have shared one output buffer, which can
     stay in L2 when the output is small. None when no record is affected."""
-    from .ops import get_variant
+    from .registry import get_variant
     if not len(df) or "schema" not in df:
         return None
 

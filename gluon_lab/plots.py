@@ -8,10 +8,12 @@ import math
 import matplotlib.pyplot as plt  # headless machines fall back to Agg by themselves
 import numpy as np
 
+from . import specs as _specs
+
 VARIANT_COLORS = {"torch": "#7f7f7f", "inductor": "#1f77b4", "triton": "#ff7f0e", "liger": "#8c564b",
                   "gluon-tma": "#2ca02c", "gluon-chunked": "#17becf", "gluon-pipelined": "#9467bd",
                   "gluon-ws": "#d62728", "copy": "#000000"}
-OP_MARKERS = {"rms_norm": "o", "layer_norm": "s", "l2_norm": "^", "add_rms_norm": "D", "matmul": "*", "copy": "x"}
+OP_MARKERS = {**{s.name: s.marker for s in _specs.all_specs()}, "copy": "x"}
 
 
 class PhysicsError(ValueError):

@@ -96,13 +96,13 @@ def notebook_meta(nb_path: Path) -> dict:
 
 def data_summary(results_dir: Path, notebook: str) -> dict:
     """GPU(s), newest timestamp, record count and stale count for notebook's records."""
-    from . import ops, plots, results
+    from . import plots, registry, results
     files = sorted(results_dir.glob(f"*/{notebook}.jsonl"))
     if not files:
         return {"gpus": "no records", "date": "", "n": 0, "stale": 0}
     df = results.load(files, on_error="raise")
     plots.check_physical(df)
-    df = results.mark_stale(df, ops.current_hash)
+    df = results.mark_stale(df, registry.current_hash)
     gpus = ", ".join(sorted(df["gpu_name"].dropna().unique())) or "?"
     date = str(df["timestamp"].dropna().max())[:10] if len(df) else ""
     return {"gpus": gpus, "date": date, "n": len(df), "stale": int(df["stale"].sum())}

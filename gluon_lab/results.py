@@ -8,17 +8,13 @@ never silently dropped.
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import datetime as _dt
 import fcntl
-import hashlib
-import inspect
 import json
 import os
 import platform
 import subprocess
-import textwrap
 import uuid
 import warnings
 from dataclasses import dataclass, field
@@ -140,73 +136,6 @@ def provenance(run_id: str | None = None) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# kernel source hash
-
-def _unwrap(obj):
-    """The Python function behind a @triton.jit / @gluon.jit object (or the object itself)."""
-    return getattr(obj, "fn", obj)
-
-
-def _is_jit(obj) -> bool:
-    try:
-        from triton.runtime.jit import JITFunction
-    except ImportError:  # pragma: no cover
-        return False
-    return isinstance(obj, JITFunction)
-
-
-def _referenced_callables(fn) -> list:
-    """Jit functions (and plain helpers from our package) referenced by name in fn's source."""
-    f = _unwrap(fn)
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(f)))
-    except (OSError, TypeError, SyntaxError):
-        return []
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    attrs = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)]
-    g = getattr(f, "__globals__", {})
-    out = []
-    for name in sorted(names):
-        obj = g.get(name)
-        if obj is not None and _is_jit(obj):
-            out.append(obj)
-    for a in attrs:  # module.helper (e.g. norm_math.rms_rstd)
-        mod = g.get(a.value.id)
-        if inspect.ismodule(mod) and mod.__name__.startswith("gluon_lab"):
-            obj = getattr(mod, a.attr, None)
-            if obj is not None and _is_jit(obj):
-                out.append(obj)
-    return out
-
-
-def kernel_source_hash(*fns: Callable) -> str:
-    """sha256 (16 hex) over the source of the given functions and, transitively, every
-    @jit function they call. Depends on source text only (not paths), so a record measured on
-    the device can be checked against the source on any machine."""
-    seen: dict[str, str] = {}
-    stack = list(fns)
-    while stack:
-        fn = stack.pop()
-        f = _unwrap(fn)
-        key = f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
-        if key in seen:
-            continue
-        try:
-            src = textwrap.dedent(inspect.getsource(f))
-        except (OSError, TypeError):
-            src = repr(f)
-        seen[key] = src
-        stack.extend(_referenced_callables(fn))
-    h = hashlib.sha256()
-    for key in sorted(seen):
-        h.update(key.encode())
-        h.update(b"\0")
-        h.update(seen[key].encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
-
-
-# ----------------------------------------------------------------------------------------------
 # JSONL store
 
 def store_path(results_dir: str | os.PathLike, gpu_slug: str, notebook: str) -> Path:
@@ -274,7 +203,12 @@ def read_records(path: str | os.PathLike, on_error: str = "raise") -> tuple[list
 
 # shape entries load() turns into columns: (M, N[, K]) of row ops and matmul; (B, C, [D,] H, W[, G])
 # and the memory layout ("nchw" | "channels_last") of group_norm / instance_norm.
-SHAPE_COLUMNS = ("M", "N", "K", "B", "C", "D", "H", "W", "G", "layout")
+def _shape_columns() -> tuple:
+    from . import specs
+    return tuple(dict.fromkeys(("M", "N", "K") + specs.shape_columns()))
+
+
+SHAPE_COLUMNS = _shape_columns()
 
 
 def load(paths, on_error: str = "raise"):

@@ -4,14 +4,14 @@ import math
 import pytest
 import torch
 
-from gluon_lab import bench, reference
+from gluon_lab import bench, specs
 
 
 def _case(dtype=torch.bfloat16):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(16, 1000, generator=g).to(dtype)
     w = torch.randn(1000, generator=g).to(dtype)
-    return x, w, reference.rms_norm(x, w, 1e-6)
+    return x, w, specs.get("rms_norm").reference(x, w, 1e-6)
 
 
 def test_correct_output_passes():
@@ -62,7 +62,7 @@ def test_tuple_outputs_compare_each():
 def test_reference_chunks_agree():
     x = torch.randn(37, 64, dtype=torch.float32)
     w = torch.randn(64)
-    full = reference.rms_norm(x, w, 1e-6)
+    full = specs.get("rms_norm").reference(x, w, 1e-6)
     chunked = bench.reference_outputs("rms_norm", (x, w), row_chunk=5)
     assert torch.equal(full, chunked)
 
@@ -83,7 +83,7 @@ def test_small_outputs_are_held_to_a_relative_standard():
     """l2_norm outputs are ~1/sqrt(N): a 20% scaling error must fail even though it is far below
     the absolute bf16 tolerance."""
     x = torch.randn(64, 16384, dtype=torch.float32)
-    ref = reference.l2_norm(x)
+    ref = specs.get("l2_norm").reference(x)
     assert ref.abs().max() < 0.05
     assert bench.compare(ref.to(torch.bfloat16), ref, "bfloat16")["passed"]
     assert not bench.compare((ref * 1.2).to(torch.bfloat16), ref, "bfloat16")["passed"]
@@ -93,7 +93,7 @@ def test_small_outputs_are_held_to_a_relative_standard():
 def test_metrics():
     assert bench.gbps(4e9, 1.0) == pytest.approx(4000.0)
     assert bench.tflops(2e12, 1000.0) == pytest.approx(2.0)
-    assert math.isclose(bench.gbps(reference.bytes_moved("l2_norm", {"M": 1, "N": 1}, "float32"), 1e-3), 8e-3)
+    assert math.isclose(bench.gbps(specs.get("l2_norm").bytes({"M": 1, "N": 1}, "float32"), 1e-3), 8e-3)
 
 
 def test_graph_timer_refuses_shared_output_buffers():

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import gluon_lab as gll
-from gluon_lab import reference
+from gluon_lab import specs
+
+REF = {s.name: s.reference for s in specs.all_specs()}
 
 ON_GPU = torch.cuda.is_available()
 
@@ -36,11 +38,11 @@ def test_torch_variant_matches_float64_on_cpu(dtype, tol, shape):
     N = shape[-1]
     w, b, r = (torch.randn(N, generator=g).to(dtype), torch.randn(N, generator=g).to(dtype),
                torch.randn(*shape, generator=g).to(dtype))
-    checks = [(gll.rms_norm(x, w, variant="torch"), reference.rms_norm(x, w, 1e-6)),
-              (gll.layer_norm(x, w, b, variant="torch"), reference.layer_norm(x, w, b, 1e-5)),
-              (gll.l2_norm(x, variant="torch"), reference.l2_norm(x, 1e-12))]
+    checks = [(gll.rms_norm(x, w, variant="torch"), REF['rms_norm'](x, w, 1e-6)),
+              (gll.layer_norm(x, w, b, variant="torch"), REF['layer_norm'](x, w, b, 1e-5)),
+              (gll.l2_norm(x, variant="torch"), REF['l2_norm'](x, 1e-12))]
     y, s = gll.add_rms_norm(x, r, w, variant="torch")
-    ry, rs = reference.add_rms_norm(x, r, w, 1e-6)
+    ry, rs = REF['add_rms_norm'](x, r, w, 1e-6)
     checks += [(y, ry), (s, rs)]
     for got, ref in checks:
         assert got.dtype == dtype and got.shape == x.shape
@@ -96,7 +98,7 @@ def test_gpu_variant_on_cpu_tensor_is_a_clear_error():
 
 
 def test_triton_variant_checks_row_layout_and_size():
-    from gluon_lab.ops import get_variant
+    from gluon_lab.registry import get_variant
     v = get_variant("rms_norm", "triton")
     with pytest.raises(ValueError, match=r"contiguous in its last dimension"):
         v.check(torch.randn(128, 4).t(), torch.randn(4))
@@ -106,7 +108,12 @@ def test_triton_variant_checks_row_layout_and_size():
 
 def test_byte_models():
     s = {"M": 4096, "N": 5120}
-    assert reference.bytes_moved("rms_norm", s, "bfloat16") == 2 * 4096 * 5120 * 2 + 5120 * 2
-    assert reference.bytes_moved("add_rms_norm", s, "float32") == 4 * 4096 * 5120 * 4 + 5120 * 4
-    assert reference.bytes_moved("matmul", {"M": 8, "N": 16, "K": 32}, "bfloat16") == (8 * 32 + 32 * 16 + 8 * 16) * 2
-    assert reference.flops("matmul", {"M": 8, "N": 16, "K": 32}) == 2 * 8 * 16 * 32
+    assert specs.get("rms_norm").bytes(s, "bfloat16") == 2 * 4096 * 5120 * 2 + 5120 * 2
+    assert specs.get("layer_norm").bytes(s, "bfloat16") == 2 * 4096 * 5120 * 2 + 2 * 5120 * 2
+    assert specs.get("l2_norm").bytes(s, "bfloat16") == 2 * 4096 * 5120 * 2
+    assert specs.get("add_rms_norm").bytes(s, "float32") == 4 * 4096 * 5120 * 4 + 5120 * 4
+    assert specs.get("matmul").bytes({"M": 8, "N": 16, "K": 32}, "bfloat16") == (8 * 32 + 32 * 16 + 8 * 16) * 2
+    assert specs.get("matmul").flops({"M": 8, "N": 16, "K": 32}) == 2 * 8 * 16 * 32
+    g = {"B": 2, "C": 8, "H": 3, "W": 5, "G": 4, "layout": "nchw"}
+    assert specs.get("group_norm").bytes(g, "bfloat16") == 2 * 2 * 8 * 15 * 2 + 2 * 8 * 2
+    assert specs.get("group_norm").flops(g) == 7 * 2 * 8 * 15

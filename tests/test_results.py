@@ -104,13 +104,14 @@ def kern(x_ptr, N, BLOCK: tl.constexpr):
 """
 
 
-def test_kernel_source_hash_follows_called_jit_functions(tmp_path):
+def test_code_hash_follows_called_jit_functions(tmp_path):
+    from gluon_lab.staleness import code_hash
     a = _load_module(tmp_path, "ka", KERNELS.format(k=2))
     b = _load_module(tmp_path, "kb", KERNELS.format(k=3))  # only the *helper* differs
     c = _load_module(tmp_path / "elsewhere", "ka", KERNELS.format(k=2))  # same module, other path
-    ha, hb, hc = (results.kernel_source_hash(m.kern) for m in (a, b, c))
+    ha, hb, hc = (code_hash(m.kern) for m in (a, b, c))
     assert ha != hb  # a change in a called @jit helper makes the kernel's records stale
-    assert ha == hc  # the hash depends on source text, not on where the file lives
+    assert ha == hc  # the hash depends on the code, not on where the file lives
     assert len(ha) == 16
 
 
@@ -133,9 +134,9 @@ def test_staleness(tmp_path):
 
 
 def test_registered_variants_hash_their_kernels():
-    from gluon_lab import ops
+    from gluon_lab import registry as ops
     h1 = ops.current_hash("rms_norm", "triton")
-    assert h1 == ops.get_variant("rms_norm", "triton").source_hash
+    assert h1 == ops.get_variant("rms_norm", "triton").code_hash()
     assert h1 != ops.current_hash("rms_norm", "torch")
     with pytest.raises(KeyError):
         ops.current_hash("rms_norm", "no-such-variant")

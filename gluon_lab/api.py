@@ -1,0 +1,50 @@
+"""The public functional API, one function per op spec, generated from the spec (signature, docstring,
+validation) so an op is declared once.
+
+    rms_norm(x, weight, eps=1e-6, *, variant="auto")
+    group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, variant="auto")
+    matmul(a, b, *, variant="auto")
+
+Every call validates its inputs with the spec's rules (a clear error naming the argument and the
+rule), returns empty outputs for empty input, and dispatches to the variant (``"auto"``: the
+selection table, ``gluon_lab.selection``).
+"""
+from __future__ import annotations
+
+from . import specs
+from .registry import check_runnable, get_variant
+
+
+def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
+    scalars = spec.validate(*inputs, **scalars)
+    empty = spec.empty_outputs(inputs)
+    if empty is not None:
+        if variant != "auto":
+            get_variant(spec.name, variant)  # an unknown variant is an error even for empty input
+        return empty
+    if variant == "auto":
+        from .selection import choose
+        variant = choose(spec, inputs)
+    v = get_variant(spec.name, variant)
+    check_runnable(v, inputs)
+    return v.fn(*inputs, **scalars)
+
+
+def make_public(spec):
+    """A real Python function with the op's signature (exec'd once, as dataclasses does)."""
+    params = [f"{o.name}=None" if o.optional else o.name for o in spec.inputs]
+    params += [f"{k}={v!r}" for k, v in spec.scalars.items()]
+    inputs = "".join(f"{o.name}, " for o in spec.inputs)
+    scalars = ", ".join(f"{k!r}: {k}" for k in spec.scalars)
+    src = (f"def {spec.name}({', '.join(params)}, *, variant='auto'):\n"
+           f"    return _call(_spec, ({inputs}), {{{scalars}}}, variant)\n")
+    ns = {"_call": call, "_spec": spec}
+    exec(compile(src, f"<gluon_lab.api.{spec.name}>", "exec"), ns)
+    fn = ns[spec.name]
+    fn.__doc__ = spec.doc
+    fn.__module__ = "gluon_lab"
+    fn.__qualname__ = spec.name
+    return fn
+
+
+PUBLIC = {s.name: make_public(s) for s in specs.all_specs()}
