@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 from dataclasses import dataclass
 
 
@@ -63,9 +64,58 @@ def plan_cases(plan: CeilingsPlan) -> list[dict]:
     return cases
 
 
-def run_ceilings(results_dir: str = "results", quick: bool = False, plan: CeilingsPlan | None = None):
+def measure_dispatch(session, op: str = "rms_norm", Ms=(1, 32, 256, 4096), N: int = 4096, dtype: str = "bfloat16",
+                     variants=None, calls: int = 200, repeats: int = 7) -> list:
+    """Host cost of a call: a plain Python loop of `calls` calls through the public API, wall time
+    per call (median of `repeats` loops, after warm-up), for variant="auto", the variant auto chose,
+    and every gluon-lab variant and torch. At these sizes the kernel takes a few us, so the loop
+    measures the host path (timer "host-loop"). Records carry config.study = "dispatch" and, for
+    auto, config.chosen; auto's hash is None (it is a rule over the others, never stale)."""
+    import time
+    import torch
+    import gluon_lab as gll
+    from . import bench, registry, selection, specs
+    from .results import Record
+    spec = specs.get(op)
+    fn = getattr(gll, op)
+    recs = []
+    for M in Ms:
+        shape = {"M": M, "N": N}
+        inputs = bench.make_inputs(op, shape, dtype, seed=session.next_seed())
+        chosen = selection.choose(spec, inputs)
+        names = ["auto"] + [v for v in (variants or registry.variants(op))
+                            if v == "torch" or (registry.get_variant(op, v).ours
+                                                and registry.eligible(registry.get_variant(op, v), inputs))]
+        for name in names:
+            for _ in range(20):
+                fn(*inputs, variant=name)
+            torch.cuda.synchronize()
+            per = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn(*inputs, variant=name)
+                per.append((time.perf_counter() - t0) / calls * 1e3)
+                torch.cuda.synchronize()
+            v = None if name == "auto" else registry.get_variant(op, name)
+            recs.append(Record(op=op, variant=name, pattern="dispatch" if v is None else v.pattern, shape=shape,
+                               dtype=dtype, config={"study": "dispatch", "calls": calls,
+                                                    **({"chosen": chosen} if v is None else {})},
+                               ms_median=statistics.median(per), ms_min=min(per), ms_max=max(per), n_reps=repeats,
+                               timer="host-loop", bytes=spec.bytes(shape, dtype), flops=spec.flops(shape),
+                               passed=True, kernel_source_hash=None if v is None else session._hash(v),
+                               notes="host wall time per call (ms) of a Python loop through the public API",
+                               **session.prov))
+    session.records.extend(recs)
+    return recs
+
+
+def run_ceilings(results_dir: str = "results", quick: bool = False, plan: CeilingsPlan | None = None,
+                 parts=("grid", "dispatch")):
     plan = plan or (CeilingsPlan.quick() if quick else CeilingsPlan())
-    recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan))
+    recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan) if "grid" in parts else [])
+    if "dispatch" in parts:
+        recs += measure_dispatch(s)
     return recs, s.save()
 
 
@@ -245,7 +295,7 @@ class ChunkedPlan:
 
 
 def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
-    from . import registry
+    from . import registry, specs
     cases = []
     for part, dtype, variants in (("bf16", "bfloat16", plan.bf16_variants), ("fp32", "float32", plan.fp32_variants)):
         if part not in parts:
@@ -295,7 +345,7 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
             for (B, C, H, W) in plan.gn_shapes:
                 for lay in plan.gn_layouts:
                     s = {"B": B, "C": C, "H": H, "W": W, "layout": lay}
-                    if op == "group_norm":
+                    if "num_groups" in specs.get(op).input_names:
                         s["G"] = plan.gn_groups
                     cases += [{"op": op, "variant": v, "shape": s, "dtype": plan.gn_dtype} for v in plan.gn_variants
                               if resolves(op, v, s, plan.gn_dtype)]

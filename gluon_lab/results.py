@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 # so variants that allocate their output write K distinct buffers (schema-1 graph records of such
 # variants may have reused one output buffer across the K calls: see notebook.graph_output_caveat).
 SCHEMA_VERSION = 2
-TIMERS = ("do_bench-l2flush", "cudagraph")
+TIMERS = ("do_bench-l2flush", "cudagraph", "host-loop")  # host-loop: wall time per call of a Python loop
 
 
 @dataclass

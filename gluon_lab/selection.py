@@ -36,7 +36,8 @@ def _votes(df):
     """Records that may vote: passed, timed, current, the heuristic config, newest per case."""
     import dataclasses
     from . import registry, results, specs
-    df = df[df["passed"].fillna(False).astype(bool) & df["ms_median"].notna() & df["op"].isin(specs.names())]
+    df = df[df["passed"].fillna(False).astype(bool) & df["ms_median"].notna() & df["op"].isin(specs.names())
+            & (df["pattern"] != "ceiling") & (df["timer"] != "host-loop")]
     df = results.mark_stale(results.latest(df), registry.current_hash)
     df = df[~df["stale"]]
     keep = []
@@ -63,7 +64,8 @@ def _votes(df):
 
 def build(results_dir) -> dict:
     from . import device, results, specs
-    df = results.load(results_dir, on_error="warn")
+    stores = sorted(p for p in Path(results_dir).glob("*/*.jsonl") if p.name != "sanitizer.jsonl")  # not Records
+    df = results.load(stores, on_error="raise")
     entries: dict = {}
     runs: dict = {}
     if len(df):
