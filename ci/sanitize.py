@@ -56,7 +56,7 @@ def ws_gemm_without_invalidate():
 
 
 def run_one(name: str) -> int:
-    from gluon_lab import bench, ops
+    from gluon_lab import bench, registry
     op, variant, shape, knobs = CASES[name]
     inputs = bench.make_inputs(op, shape, "bfloat16", seed=5)
     if variant == "diag:ws-gemm-noinval":
@@ -71,8 +71,8 @@ def run_one(name: str) -> int:
         res = bench.compare(c, bench.reference_outputs(op, inputs), "bfloat16")
         print("CHECK", json.dumps({"passed": bool(res["passed"]), "max_abs_err": res.get("max_abs_err")}))
         return 0 if res["passed"] else 1
-    v = ops.get_variant(op, variant)
-    cfg = v.configure(shape["M"], shape["N"], "bfloat16", knobs) if knobs else None
+    v = registry.get_variant(op, variant)
+    cfg = v.resolve(shape, "bfloat16", knobs) if knobs else None
     res = bench.check_correctness(op, variant, inputs, **({"config": cfg} if cfg is not None else {}))
     print("CHECK", json.dumps({"passed": bool(res["passed"]), "max_abs_err": res.get("max_abs_err")}))
     return 0 if res["passed"] else 1

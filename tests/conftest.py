@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 
@@ -10,6 +12,16 @@ def _has_hopper():
 
 
 HAS_GPU = _has_hopper()
+
+
+def pytest_configure(config):
+    """A GPU run must fail loudly when it cannot see the GPU: `-m gpu` (the device batch) or
+    GLUON_LAB_REQUIRE_GPU=1 without an sm_90+ GPU is an error, not a run of skipped tests."""
+    wants_gpu = "gpu" in (config.option.markexpr or "").replace("not gpu", "") or \
+        os.environ.get("GLUON_LAB_REQUIRE_GPU") == "1"
+    if wants_gpu and not HAS_GPU:
+        raise pytest.UsageError("GPU tests were asked for (-m gpu / GLUON_LAB_REQUIRE_GPU=1) but no NVIDIA sm_90+ "
+                                "GPU is visible: refusing to report them as skipped")
 
 
 def pytest_collection_modifyitems(config, items):
