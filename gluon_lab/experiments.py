@@ -11,8 +11,12 @@ from dataclasses import dataclass
 
 def measure_plan(notebook: str, results_dir: str, quick: bool, cases):
     """One measurement session of a notebook: ceilings first (small ones when quick), then every
-    case, appended to the store as it goes. Returns (records, session)."""
+    case, appended to the store as it goes. Returns (records, session). GLUON_LAB_EXCLUDE_VARIANTS
+    (comma-separated) leaves those variants' cases out of a run (a time-limited device call)."""
+    import os
     from .bench import Session
+    skip = {v for v in os.environ.get("GLUON_LAB_EXCLUDE_VARIANTS", "").split(",") if v}
+    cases = [c for c in cases if c.get("variant") not in skip]
     s = Session(notebook, results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
     recs = list(s.records)
     s.save()
