@@ -4,6 +4,9 @@
 # Writes under $OUT: gpu.txt, gpu-tests.log, bench-<nb>.log, results/<gpu-slug>/<nb>.jsonl (+ the
 # timeline JSON of 03/04 when PARTS has 'timeline') and, with SANITIZE="kernel ...", sanitizer.jsonl.
 # The device tool brings back at most 8 files: two notebooks with timelines + sanitizer is the limit.
+# COMPARE=1: first ci/compare_old.py (old vs new kernels in one process; needs .old/ from
+# ci/old_package.sh carried) -> results/<gpu>/redesign-compare.jsonl + compare.log.
+# GLUON_LAB_EXCLUDE_VARIANTS=a,b leaves those variants out of the plans (time-limited calls).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30
 OUT=${OUT:-/tmp/out}
@@ -12,7 +15,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 rc=0
 if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider -x 2>&1 | tail -n 40 | tee "$OUT/gpu-tests.log" || rc=1
+  timeout "${GPU_TEST_TIMEOUT:-900}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider ${PYTEST_ARGS:--x} 2>&1 | tail -n 60 | tee "$OUT/gpu-tests.log" || rc=1
+fi
+if [ "${COMPARE:-0}" = 1 ]; then
+  PYTHONPATH=".old:${PYTHONPATH:-}" python3 ci/compare_old.py "$OUT/results" ${QUICK:+--quick} > "$OUT/compare.log" 2>&1 || rc=1
+  tail -n 60 "$OUT/compare.log"
 fi
 for nb in "$@"; do
   python3 -m gluon_lab bench "$nb" --results-dir "$OUT/results" ${QUICK:+--quick} ${PARTS:+--parts $PARTS} > "$OUT/bench-$nb.log" 2>&1 || rc=1
