@@ -350,8 +350,9 @@ def takeaways(cur) -> list[str]:
         lose = vb[vb < TIE]
         sol = g[g.variant == V].sol_datasheet_pct
         lines.append(f"**{op} bf16**: {V} {cm.sol_range(sol)}% of datasheet; vs best baseline geomean "
-                     f"{plots.geomean(vb):.3f}x, wins/ties {len(win)}/{len(vb)} cells; loses at N = "
-                     f"{sorted(set(int(n) for n in lose.index.get_level_values('N')))} (worst {vb.min():.3f}x); "
+                     f"{plots.geomean(vb):.3f}x, wins/ties {len(win)}/{len(vb)} cells; "
+                     + (f"loses at N = {sorted(set(int(n) for n in lose.index.get_level_values('N')))}" if len(lose)
+                        else "loses in no cell") + f" (worst {vb.min():.3f}x); "
                      f"vs torch.compile {plots.geomean(cm.ratio(piv, 'inductor', V)):.3f}x, "
                      f"vs eager {plots.geomean(cm.ratio(piv, 'torch', V)):.2f}x.")
     sw = chunk_sweep(cur)
