@@ -50,7 +50,7 @@ def test_no_records_gives_notes_not_errors(tmp_path):
     df = cm.load(ctx)
     assert len(df) == 0
     prov, note = cm.overview(ctx, df)
-    assert prov.empty and "No records for 00-ceilings on h200" in note
+    assert prov is None and "No records for 00-ceilings on h200" in note
     assert cm.heatmaps(df, ["torch"]) is None
     piv, r, who = cm.vs_best_baseline(df, "gluon-tma")
     assert piv.empty and r.empty and who.empty
@@ -87,3 +87,4 @@ def test_show_renders_in_order(monkeypatch):
     assert [type(x).__name__ for x in shown] == ["Markdown", "DataFrame", "Figure"]
     assert not plt.fignum_exists(fig.number)  # closed: the inline backend will not draw it twice
     assert cm.takeaways(["one.", None, "two."]) == "- one.\n- two."
+    assert cm.takeaways([]).startswith("**Takeaways: missing**")

@@ -223,7 +223,8 @@ def heuristic_vs_best(sw, dtype: str = "bfloat16"):
 
 # ---- streaming -----------------------------------------------------------------------------------
 def stream_records(cur, plan_=None):
-    """(the newest streaming study with a `label`: cached / stream S=k / baseline, the same run's copies)."""
+    """(the newest streaming study with a `label`: cached / stream S=k / baseline, the same run's bf16 copies
+    at the study's M and Ns, the newest one per N)."""
     import numpy as np
     if not len(cur):
         return cur.copy(), cur.copy()
@@ -236,7 +237,9 @@ def stream_records(cur, plan_=None):
     st.loc[gm, "label"] = np.where(cm.config_value(st[gm], "streaming") == True,  # noqa: E712
                                    "stream S=" + cm.config_value(st[gm], "stages").astype(str), "cached")
     copies = cur[(cur.op == "copy") & (cur.run_id == st.run_id.iloc[0]) & (cur.M == p.stream_M)
-                 & cur.N.isin(p.stream_Ns)].assign(label="copy")
+                 & cur.N.isin(p.stream_Ns) & (cur.dtype == "bfloat16")].assign(label="copy")
+    # the plan measures the copy once per op: keep the newest per N (one point per N on the copy line)
+    copies = copies.sort_values("timestamp", kind="stable").groupby("N").tail(1)
     return st, copies
 
 
