@@ -49,3 +49,88 @@ def test_copy_reference_table_uses_the_session_copy_only_for_big_cells():
     assert t.loc[(1024, 4096), "reference GB/s"] == 2800.0  # small cell: its own copy, even if lower
     assert t.loc[(16384, 16384), "reference GB/s"] == 4270.0  # big cell: the larger of the two
     assert t.loc[(16384, 16384), "reference"] == "session copy"
+
+
+# --- jupytext pairs: notebooks/NN-name.py is the source, NN-name.ipynb is generated (make notebooks)
+SOURCES = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.py"))
+IPYNBS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))
+FIX = "edit notebooks/{stem}.py, then run `make notebooks` (python ci/sync_notebooks.py) and commit both"
+
+
+def _cells(nb):
+    return [(c.cell_type, c.source, list(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def test_every_ipynb_has_a_py_source():
+    orphans = [p.name for p in IPYNBS if not p.with_suffix(".py").exists()]
+    assert not orphans, (f"notebooks without a jupytext source: {orphans}; create it with "
+                         "`jupytext --to py:percent notebooks/<name>.ipynb` and make it the source")
+    assert SOURCES, "no notebooks/NN-*.py sources"
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=lambda p: p.name)
+def test_ipynb_is_in_sync_with_its_py_source(py):
+    import jupytext
+    ipynb = py.with_suffix(".ipynb")
+    assert ipynb.exists(), f"{ipynb.name} missing: " + FIX.format(stem=py.stem)
+    src = jupytext.read(py, fmt="py:percent")
+    nb = nbformat.read(str(ipynb), as_version=4)
+    a, b = _cells(src), _cells(nb)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            what = "type" if x[0] != y[0] else "tags" if x[2] != y[2] else "source"
+            first = (x[1].splitlines() or [""])[0][:70]
+            raise AssertionError(f"{py.stem}: cell {i} ({x[0]}, starts {first!r}) differs in {what} between "
+                                 f"{py.name} and {ipynb.name}: " + FIX.format(stem=py.stem))
+    assert len(a) == len(b), (f"{py.stem}: {py.name} has {len(a)} cells, {ipynb.name} {len(b)}: "
+                              + FIX.format(stem=py.stem))
+    for key in ("kernelspec", "language_info", "gluon_lab"):
+        assert src.metadata.get(key) == nb.metadata.get(key), (
+            f"{py.stem}: notebook metadata {key!r} differs: " + FIX.format(stem=py.stem))
+
+
+def test_sync_script_is_byte_stable(tmp_path):
+    """What `make notebooks` writes is what is committed (ids, metadata, no outputs)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sync_notebooks", ROOT / "ci" / "sync_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for py in SOURCES:
+        text = mod.ipynb_text(py)
+        assert text == mod.ipynb_text(py)
+        assert text == py.with_suffix(".ipynb").read_text(encoding="utf-8"), (
+            f"{py.stem}.ipynb is not what `make notebooks` writes: " + FIX.format(stem=py.stem))
+
+
+def test_notebook_runs_with_papermill_from_the_repo_root(tmp_path):
+    """results_dir=None is the repository's results/ whatever the cwd (it used to be '../results',
+    which from the repo root found no records: 00 showed 'No records', 01 crashed in matplotlib)."""
+    import papermill as pm
+    out = tmp_path / "00-ceilings.ipynb"
+    pm.execute_notebook(str(ROOT / "notebooks" / "00-ceilings.ipynb"), str(out), parameters={"mode": "replay"},
+                        cwd=str(ROOT), kernel_name="python3", progress_bar=False, log_output=False,
+                        start_timeout=180)
+    nb = nbformat.read(str(out), as_version=4)
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) +
+                     str(o.get("data", {}).get("text/markdown", "")) for c in nb.cells if c.cell_type == "code"
+                     for o in c.outputs)
+    assert "No records for" not in text and "Ceilings: missing" not in text
+    assert f"results={ROOT / 'results'}" in text
+    assert "Copy ceiling" in text and "records shown" in text
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nb", ["00-ceilings", "01-tma-caching", "02-chunked-reductions"])
+def test_notebook_without_records_shows_missing_notes(tmp_path, nb):
+    """An existing but empty results_dir: every section says 'missing' instead of raising."""
+    import papermill as pm
+    (tmp_path / "results").mkdir()
+    out = tmp_path / f"{nb}.ipynb"
+    pm.execute_notebook(str(ROOT / "notebooks" / f"{nb}.ipynb"), str(out),
+                        parameters={"mode": "replay", "results_dir": "results"}, cwd=str(tmp_path),
+                        kernel_name="python3", progress_bar=False, log_output=False, start_timeout=180)
+    nb_out = nbformat.read(str(out), as_version=4)
+    md = "\n".join(str(o.get("data", {}).get("text/markdown", "")) for c in nb_out.cells if c.cell_type == "code"
+                   for o in c.outputs)
+    assert f"No records for {nb} on h200" in md and "missing" in md

@@ -1,0 +1,139 @@
+# ---
+# jupyter:
+#   gluon_lab:
+#     pattern: ceilings & baselines
+#     summary: copy / matmul ceilings, RMSNorm baseline grid, timer study
+#   jupytext:
+#     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 00 — Ceilings: what "100%" means on this GPU
+#
+# Every later notebook says a kernel reached *x %* of speed of light (SOL). This notebook pins down
+# what that is measured against, on the GPU the numbers come from:
+#
+# * the **datasheet** (H200: 4.8 TB/s HBM3e, 989 dense bf16 TFLOP/s) — a promise, never reached;
+# * **ceilings measured in the same run** as the kernels they judge: a device-to-device copy over
+#   2 GiB (what a streaming kernel can hope for) and a bf16 8192³ `torch.matmul` (cuBLAS);
+# * the **baselines** a Gluon pattern has to beat: eager `F.rms_norm`, `torch.compile` of the eager
+#   formula, and a plain one-row-per-program Triton kernel.
+#
+# How we time matters as much as what we time. Kernels under ~100 µs are timed with a **CUDA graph**
+# replaying the op over rotated input copies (> 3× L2, so every launch reads cold data and no host
+# launch gap is on the clock); larger ones with `triton.testing.do_bench` (L2 flushed before each
+# call). Section 5 shows why, with both timers side by side on the same cells.
+#
+# Data flows one way: this notebook → `gluon_lab` → records in `results/<gpu>/00-ceilings.jsonl` →
+# plots → this page. On a machine without an sm_90+ GPU the notebook **replays** the committed
+# records; it never invents a number.
+
+# %% tags=["parameters"]
+mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "measure" | "replay" force it
+quick = False              # measure mode only: a small grid (smoke run)
+results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
+gpu = None                 # replay: results/<gpu>/ to show (None -> "h200"); measure: the GPU present
+
+# %%
+from gluon_lab.analysis import ceilings as ana, common as cm
+
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, width=200)
+spec, slug = ctx.spec, ctx.slug
+print(ctx.describe())
+
+# %% [markdown]
+# ## 1. Measure (GPU) or replay (CPU)
+#
+# In measure mode the plan in `gluon_lab.experiments.CeilingsPlan` runs here — the same function the
+# batch CLI `python -m gluon_lab bench 00-ceilings` calls on the lent H200 — and appends its records.
+# Either way the rest of the notebook reads only the records.
+
+# %%
+if ctx.run_mode == "measure":
+    print("appended", ana.measure(ctx, quick=quick))
+df = cm.load(ctx, newest_only=True)
+cm.show(cm.overview(ctx, df))
+
+# %% [markdown]
+# ## 2. The ceilings
+#
+# The copy moves every byte twice (read + write), like a norm that reads its input once and writes
+# its output once, so its GB/s is the honest upper bound for the memory-bound kernels in this lab.
+# The matmul ceiling is what cuBLAS gets on random-normal bf16 8192³ operands (power and clocks
+# depend on the data: random inputs are the realistic case, zeros would flatter it).
+
+# %%
+tab = ana.ceilings_table(df, spec)
+cm.show(tab if tab is not None else ana.CEILINGS_MISSING)
+
+# %% [markdown]
+# ## 3. The baseline to beat, and its code
+#
+# The plain Triton kernel keeps one whole row in registers (`BLOCK = next_power_of_2(N)`): one read
+# of x, one write of y, masked lanes when N is not a power of two. Compiled for sm_90 here on the
+# CPU, its census shows what every Gluon pattern will be compared with: 128-bit global loads, no
+# TMA, no mbarriers — and, at N = 5120, a 8192-wide block with 37.5% of its lanes masked off.
+
+# %% tags=["show-code"]
+print(ana.baseline_source())
+cm.show(ana.census_table(Ns=(4096, 5120, 16384)))
+
+# %% [markdown]
+# ## 4. Roofline and the RMSNorm baseline grid (bf16)
+#
+# A norm does ~4 FLOP per element and moves ~4 bytes per element (bf16 in + out): arithmetic
+# intensity ≈ 1, deep in the bandwidth-bound corner of the roofline, where only the diagonal roof
+# matters. The heatmaps give SOL % of the **datasheet** bandwidth for each baseline over
+# M ∈ {4096…32768} × N ∈ {4096…16384}, with the copy of the same-sized tensor as the practical roof.
+
+# %% tags=["headline"]
+grid = ana.baseline_grid(df)
+cm.show(cm.missing_note(grid, "the RMSNorm baseline grid"))
+fig = ana.grid_heatmaps(grid, spec, slug)
+cm.show(cm.graph_output_caveat(grid))
+
+# %%
+fig = ana.roofline(df, spec, slug)
+
+# %% [markdown]
+# The same grid against the **copy ceiling measured in this run** (`sol_measured_pct`): how much of
+# what is achievable each baseline gets.
+
+# %%
+fig = ana.measured_heatmaps(grid)
+
+# %% [markdown]
+# Seed-format tables: each cell reads `baseline -> variant (delta)` — SOL % of the datasheet for
+# both, and the speed change of the variant (ms_baseline / ms_variant − 1).
+
+# %%
+cm.show(ana.delta_tables(grid))
+
+# %% [markdown]
+# ## 5. Why the graph timer: do_bench vs CUDA graph on the same cells
+#
+# Each cell below was measured three times in a row with each timer. `do_bench` times every call
+# with CUDA events but launches from Python: when the kernel is shorter than the host's launch path,
+# the GPU waits for the host and the event pair measures that too. The graph timer launches K
+# captured calls back to back on rotated inputs, so only GPU time is on the clock. The gap closes as
+# the kernel grows past ~100 µs.
+
+# %%
+repeats, versus = ana.timer_study(df)
+cm.show(cm.missing_note(ana.timer_records(df), "the timer study"), repeats, versus)
+
+# %% [markdown]
+# ## 6. Takeaways (computed from the records above)
+
+# %%
+cm.show(cm.takeaways(ana.takeaways(df, spec)))

@@ -1,0 +1,183 @@
+# ---
+# jupyter:
+#   gluon_lab:
+#     pattern: Chunked non-power-of-2 reductions
+#     summary: any N as power-of-2 TMA chunks, zero-filled tail, masked variance; streaming
+#       rows; GroupNorm/InstanceNorm
+#   jupytext:
+#     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 02 — Chunked non-power-of-2 reductions
+#
+# Gluon and Triton register tiles are powers of two; real hidden sizes are not (2880, 3584, 5120, 7168,
+# 14336...). A one-row Triton kernel pads the row to `BLOCK = next_power_of_2(N)`: at N = 5120 that is
+# 8192 lanes, 37.5% of them masked, and the whole padded row sits in registers.
+#
+# The chunked pattern cuts the row into `NUM_CHUNKS = cdiv(N, CHUNK)` power-of-2 chunks, one register
+# tile each (`CHUNK = 16-byte vector x 32 lanes x warps`), TMA-copies every chunk into its own
+# shared-memory slot (`[NUM_CHUNKS, R, CHUNK]`, R rows per CTA), all on one mbarrier. The last box runs
+# past the row end and **TMA zero-fills it** (bounds are per descriptor dimension, so it never reads the
+# next row). Both passes walk the chunks from shared memory. Zeros are harmless in Σx and Σx², but not in
+# LayerNorm's centred variance: each padded lane would add (0 − mean)², so the last chunk is masked there
+# and in the stores.
+#
+# Rows whose cached copy would exceed 100 KB of shared memory **stream**: a ring of chunk slots, each
+# with its own mbarrier, carries the row through twice (pass 1: statistics; LayerNorm by Chan-merged
+# per-chunk moments of x − K, K = the first chunk's mean; pass 2: normalize and store). The second read
+# comes from L2 or HBM. GroupNorm and InstanceNorm reuse the machinery: a (sample, group) is a 2-D region
+# of boxes.
+
+# %% tags=["parameters"]
+mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "measure" | "replay" force it
+quick = False              # measure mode only: a small grid (smoke run)
+results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
+gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
+parts = ["bf16", "fp32", "others", "chunk", "stream", "groupnorm"]  # measure mode: parts of the plan
+
+# %%
+from gluon_lab.analysis import chunked as ana, common as cm
+
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir)
+spec, slug = ctx.spec, ctx.slug
+PLAN = ana.plan()
+print(ctx.describe())
+
+# %% [markdown]
+# ## 1. Measure (GPU) or replay (CPU)
+#
+# `gluon_lab.experiments.run_chunked` is the plan; `python -m gluon_lab bench 02-chunked-reductions
+# --parts ...` runs the same function in a batch on the lent H200. Every run measures the copy and
+# matmul ceilings first. All timings use the CUDA-graph timer over rotated inputs (> 3x L2), so L2 is
+# cold and host launch time is off the clock. Sections pick the newest run holding their data; records
+# whose kernel source changed since are flagged stale and not used for conclusions.
+
+# %%
+if ctx.run_mode == "measure":
+    print("appended", ana.measure(ctx, quick=quick, parts=parts))
+allrec = cm.load(ctx)
+cm.show(cm.overview(ctx, allrec))
+cur = cm.current(allrec)
+
+# %% [markdown]
+# ## 2. The kernel
+#
+# One program handles `R` rows (`R` = the box's first dimension). `N` arrives as a runtime value in
+# 16-byte vectors (`N_v = N / VEC`): one compile serves every N with the same `NUM_CHUNKS`, and the
+# compiler can prove every masked access is 128-bit.
+
+# %% tags=["show-code"]
+print(ana.kernel_source())
+
+# %% tags=["show-code"]
+print(ana.norm_math_sources())
+
+# %% [markdown]
+# ### The chunk plan for the issue's N set (computed on this CPU)
+#
+# `waste` is the padded share of the last chunk; `pow2 waste` is what `next_power_of_2(N)` padding costs.
+
+# %%
+print(ana.plan_source())
+plan_tab = ana.plan_table(PLAN.Ns + (131072, ))
+plan_tab
+
+# %% [markdown]
+# ## 3. Codegen evidence: chunked Gluon vs the "pad to next power of two" Triton kernel (sm_90, this CPU)
+#
+# What the pattern promises: x arrives only by TMA (`UTMALDG`, no `ld.global` of x); the only
+# `ld.global` left are weight/bias chunks; all global accesses stay 128-bit for any N (N is passed in
+# vectors); no spills. The Triton kernel holds `next_pow2(N)` elements per row in registers: its
+# predicated loads cover the padded lanes, and past ~16K elements it spills.
+
+# %%
+ana.census_table(Ns=(2880, 5120, 14336, 24576))
+
+# %% [markdown]
+# ## 4. bf16 RMSNorm and LayerNorm over the N set — every variant, one run
+#
+# Headline: SOL % of the 4.8 TB/s datasheet, gluon-chunked next to the best baseline (torch eager,
+# torch.compile, the one-row Triton kernel, Liger) per cell.
+
+# %% tags=["headline"]
+heads = ana.headline(cur)
+cm.show(ana.headline_items(heads))
+fig = ana.headline_figure(heads)
+
+# %%
+for op in ana.HEADLINE_OPS:
+    cm.show(ana.grid_section(cur, op))
+
+# %% [markdown]
+# ## 5. fp32, and L2Norm / add+RMSNorm (bf16, M = 16384)
+
+# %%
+for op, dt in ana.OTHER_CASES:
+    cm.show(ana.other_section(cur, op, dt))
+
+# %% [markdown]
+# ## 6. The CHUNK sweep (warps x rows per CTA), bf16, M = 16384
+#
+# `CHUNK = VEC x 32 x warps`. The heuristic takes the largest tile up to 8 warps whose padding stays
+# <= 12.5%, and 2 rows per CTA while a row is <= 8 KB. 16 warps (a 4096-element chunk) was swept for
+# N >= 8192 only; it is not in the heuristic (see the takeaways).
+
+# %%
+sw = ana.chunk_sweep(cur)
+if len(sw):
+    cm.show(ana.sweep_table(sw), ana.heuristic_vs_best(sw))
+else:
+    cm.show("**CHUNK sweep: missing**")
+
+# %% [markdown]
+# ## 7. Where streaming takes over (bf16, M = 4096)
+#
+# Cached (whole row in shared memory, one CTA per row, as long as it fits at all) vs streaming through a
+# ring of 2/4/8 chunk slots, next to the baselines that can take the row (the Triton one-row kernel and
+# Liger stop at 65536 elements: register tile limit) and a copy of the same bytes.
+
+# %%
+st, copies = ana.stream_records(cur, PLAN)
+if len(st):
+    cm.show(ana.stream_figure(st, copies), ana.stream_table(st), ana.refused(st))
+else:
+    cm.show("**streaming study: missing**")
+
+# %% [markdown]
+# ## 8. GroupNorm and InstanceNorm on SD-UNet-style activations (bf16, B = 8, G = 32)
+#
+# A (sample, group) is a rectangle of a 2-D view of x: in NCHW the group's Cg = C/G channel rows of
+# H·W elements (chunked along H·W, the tail zero-filled by TMA); one CTA per group, cached when the
+# group fits in 100 KB, else streamed through an 8-slot ring. Channels-last is refused by gluon-chunked
+# for now (see the note below the table): its baselines are shown for reference.
+
+# %%
+gn = ana.group_records(cur)
+if len(gn):
+    cm.show(ana.group_runs(gn), ana.group_table(gn))
+    print(ana.group_plan_source())
+else:
+    cm.show("**GroupNorm / InstanceNorm: missing**")
+
+# %% [markdown]
+# ## 9. Targets (issue #4), checked against the records above
+
+# %%
+cm.show(ana.targets(cur))
+
+# %% [markdown]
+# ## 10. Takeaways (computed from the data shown)
+
+# %%
+cm.show(cm.takeaways(ana.takeaways(cur)))
