@@ -3,12 +3,12 @@ per chunk, zero-filled tail handled by masks), and the refusal messages."""
 import pytest
 import torch
 
-from gluon_lab import codegen
+from gluon_lab import codegen, specs
 from gluon_lab.kernels import chunked as C
 
 ISSUE_NS = (1536, 2560, 2880, 3584, 5120, 6144, 7168, 12288, 14336, 18432, 20480, 24576)
 EDGE_NS = (8, 24, 1000, 4104)
-OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+OPS = tuple(s.name for s in specs.family("row_norm"))
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
@@ -41,12 +41,12 @@ def test_chunk_plan_examples():
 def test_census_one_box_per_chunk(op, N):
     p = C.ChunkPlan.for_row(op, N, "bfloat16")
     _, c = codegen.inspect_variant(op, "gluon-chunked", N=N, dtype="bfloat16")
-    n_in = 2 if op == "add_rms_norm" else 1
+    row = specs.get(op).row
+    n_in = 1 + row.residual
     # a [1, CHUNK] logical copy per chunk, split in [1, 256] boxes over the warps
     assert c["tma_boxes"][0]["block_size"] == [p.rows, 256] and c["sass"]["UTMALDG"] >= n_in * p.num_chunks
     assert c["mbarrier_expect_tx"] == 1 and c["mbarrier_wait"] >= 1
-    n_param = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
-    assert c["ld_global"] == n_param * p.num_chunks  # x only through TMA; weight/bias per chunk
+    assert c["ld_global"] == (row.weight + row.bias) * p.num_chunks  # x only through TMA; weight/bias per chunk
     # lengths passed in 16-byte vectors: masked stores and weight loads stay 128-bit for any N
     assert set(c["ld_global_by_bits"]) <= {128} and set(c["st_global_by_bits"]) == {128}
     assert c["spill_bytes"] == 0 and c["smem_bytes"] <= p.smem_bytes
@@ -68,12 +68,13 @@ def test_long_rows_stream_through_a_ring(op, dtype):
     p = C.ChunkPlan.for_row(op, N, dtype)
     assert p.streaming and p.stages == C.STREAM_STAGES and p.num_chunks == N // p.chunk
     _, c = codegen.inspect_variant(op, "gluon-chunked", N=N, dtype=dtype)
-    n_in = 2 if op == "add_rms_norm" else 1
+    row = specs.get(op).row
+    n_in = 1 + row.residual
     # S-1 prologue copies + one refill per pass, each one expect (count-1 barriers, one per slot)
     assert c["mbarrier_init"] == C.STREAM_STAGES and c["mbarrier_expect_tx"] == C.STREAM_STAGES + 1
     assert c["tma_load"] == n_in * (C.STREAM_STAGES + 1)
-    # one wait per pass; LayerNorm waits for chunk 0 once more up front (its shift K, see the kernel)
-    assert c["mbarrier_wait"] == (3 if op == "layer_norm" else 2)
+    # one wait per pass; centered stats wait for chunk 0 once more up front (their shift K, see the kernel)
+    assert c["mbarrier_wait"] == (3 if row.centered else 2)
     assert c["smem_bytes"] <= C.STREAM_STAGES * p.chunk * C.ITEMSIZE[dtype] * n_in + C.SMEM_RESERVE
     assert c["spill_bytes"] == 0
 
@@ -91,7 +92,32 @@ def test_refuses_misaligned_row_stride():
         C.check("rms_norm", cpu(8, 5124)[:, :5120], cpu(5120))
 
 
-def test_not_in_auto_until_measured():
-    from gluon_lab import ops
-    assert "gluon-chunked" in ops.variants("rms_norm")
-    assert "gluon-chunked" not in ops.AUTO_PREFERENCE["rms_norm"]
+def test_registered_for_every_row_norm_and_the_group_ops():
+    from gluon_lab import registry
+    for op in OPS:
+        v = registry.get_variant(op, "gluon-chunked")
+        assert v.pattern == "chunked" and v.needs_hopper and set(v.knobs) <= set(C.PLAN_KNOBS)
+        plan = v.resolve({"M": 16384, "N": 5120}, "bfloat16", {"num_warps": 8, "study": "chunk"})
+        assert isinstance(plan, C.ChunkPlan) and plan.num_warps == 8
+    for op in ("group_norm", "instance_norm"):
+        v = registry.get_variant(op, "gluon-chunked")
+        plan = v.resolve({"B": 2, "C": 320, "H": 32, "W": 32, "G": 32, "layout": "nchw"}, "bfloat16", {"cached": False})
+        assert isinstance(plan, C.GroupPlan) and not plan.cached
+        with pytest.raises(ValueError, match="channels-last"):
+            v.resolve({"B": 2, "C": 320, "H": 32, "W": 32, "G": 32, "layout": "channels_last"}, "bfloat16", {})
+
+
+@pytest.mark.parametrize("op,shape,cached", [
+    ("group_norm", {"B": 8, "C": 320, "H": 32, "W": 32, "G": 32, "layout": "nchw"}, True),
+    ("group_norm", {"B": 8, "C": 640, "H": 64, "W": 64, "G": 32, "layout": "nchw"}, False),
+    ("instance_norm", {"B": 8, "C": 320, "H": 32, "W": 32, "layout": "nchw"}, True)], ids=str)
+def test_group_census(op, shape, cached):
+    """NCHW groups: x only through TMA ([1, CHUNK] boxes, one expect per fill), per-row weight/bias
+    scalars, 128-bit stores, no spills; a cached group waits for each box once, a streamed one twice."""
+    _, c = codegen.inspect_variant(op, "gluon-chunked", shape=shape, dtype="bfloat16")
+    from gluon_lab import registry
+    plan = registry.get_variant(op, "gluon-chunked").resolve(shape, "bfloat16")
+    assert plan.cached == cached and c["tma_boxes"] == [{"block_size": [1, 256], "swizzle": 0}]  # boxes split at 256
+    assert c["mbarrier_init"] == plan.slots and c["ld_global"] == 2  # the channel's weight and bias
+    assert set(c["st_global_by_bits"]) == {128} and c["spill_bytes"] == 0
+    assert c["smem_bytes"] <= plan.smem_bytes

@@ -69,3 +69,76 @@ def test_compile_rejects_unknown_aligned_arg():
     from gluon_fixtures import tma_scale_row_kernel, tma_signature
     with pytest.raises(ValueError, match="not in the signature"):
         codegen.compile_sm90(tma_scale_row_kernel, tma_signature(256), {"num_warps": 4}, aligned=("w_ptr", ))
+
+
+# ----------------------------------------------------------------------------------------------
+# The templates' census, pinned: each variant compiled through its registered configure + codegen
+# hooks exactly as its launcher JITs it (M = 16384 rows for the row norms). These are the counts
+# the kernel-template redesign was gated on (identical before and after it); a change to a template,
+# a hook or a heuristic that moves one of them shows up here without a GPU.
+# Facts: TMA loads (per issue site), ld/st.global by width, mbarrier init/wait/expect, wgmma,
+# setmaxnreg budgets, shared memory. Every kernel: no local memory, no spills.
+CENSUS_FACTS = [
+    # gluon-tma: x is one TMA box per row block, the weight (and bias) ride its barrier (param_tma),
+    # so no ld.global; 128-bit stores; one expect on one barrier
+    ("rms_norm", "gluon-tma", 4096, "bfloat16", dict(tma_load=2, ld_global=0, st_global_by_bits={128: 2},
+                                                     mbarrier_expect_tx=1, smem_bytes=24584)),
+    ("add_rms_norm", "gluon-tma", 4096, "bfloat16", dict(tma_load=3, ld_global=0, st_global_by_bits={128: 4},
+                                                         smem_bytes=40968)),  # x + residual + weight; y and s
+    ("l2_norm", "gluon-tma", 4096, "bfloat16", dict(tma_load=1, ld_global=0, st_global_by_bits={128: 2},
+                                                    smem_bytes=16392)),  # no weight at all
+    ("layer_norm", "gluon-tma", 4096, "float32", dict(tma_load=3, ld_global=0, st_global_by_bits={128: 4},
+                                                      smem_bytes=49184)),
+    # gluon-chunked: one box per chunk, weight/bias by 128-bit loads per chunk (any N), masked stores
+    ("rms_norm", "gluon-chunked", 5120, "bfloat16", dict(tma_load=5, ld_global_by_bits={128: 5},
+                                                         st_global_by_bits={128: 5}, mbarrier_expect_tx=1,
+                                                         smem_bytes=10256)),
+    ("layer_norm", "gluon-chunked", 1000, "bfloat16", dict(tma_load=2, ld_global_by_bits={128: 4},
+                                                           st_global_by_bits={128: 4}, smem_bytes=4112)),
+    ("add_rms_norm", "gluon-chunked", 5120, "float32", dict(tma_load=10, ld_global_by_bits={128: 5},
+                                                            st_global_by_bits={128: 10}, smem_bytes=40968)),
+    # streaming (rows past the cache budget): a 4-slot ring, one wait per pass (+1 for the centred K)
+    ("l2_norm", "gluon-chunked", 131072, "bfloat16", dict(tma_load=5, ld_global=0, st_global_by_bits={128: 1},
+                                                          mbarrier_init=4, mbarrier_wait=2, mbarrier_expect_tx=5,
+                                                          smem_bytes=16544)),
+    ("layer_norm", "gluon-chunked", 131072, "bfloat16", dict(tma_load=5, ld_global_by_bits={128: 2},
+                                                             mbarrier_init=4, mbarrier_wait=3, smem_bytes=16544)),
+    # gluon-pipelined: everything by TMA (x ring + weights once per CTA), a barrier per slot + 1
+    ("rms_norm", "gluon-pipelined", 5120, "bfloat16", dict(tma_load=20, ld_global=0, st_global_by_bits={128: 5},
+                                                           mbarrier_init=4, mbarrier_wait=2, mbarrier_expect_tx=4,
+                                                           smem_bytes=41112)),
+    ("add_rms_norm", "gluon-pipelined", 4096, "bfloat16", dict(tma_load=14, ld_global=0, st_global_by_bits={128: 4},
+                                                               smem_bytes=57416)),
+    ("l2_norm", "gluon-pipelined", 4096, "float32", dict(tma_load=12, mbarrier_wait=1, mbarrier_expect_tx=3,
+                                                         smem_bytes=49224)),
+    # gluon-ws: EMPTY + FULL per slot + the weight barrier; producer/consumer register budgets
+    ("layer_norm", "gluon-ws", 4096, "bfloat16", dict(tma_load=20, ld_global=0, mbarrier_init=9, mbarrier_wait=3,
+                                                      mbarrier_expect_tx=2, setmaxnreg_values=[24, 40, 232, 240],
+                                                      smem_bytes=82060)),
+    ("add_rms_norm", "gluon-ws", 5120, "bfloat16", dict(tma_load=45, st_global_by_bits={128: 10},
+                                                        setmaxnreg_values=[24, 40, 216, 232], smem_bytes=92332)),
+    # group_norm (NCHW): cached group (10 boxes, one slot each) and a ring-streamed one
+    ("group_norm", "gluon-chunked", {"B": 8, "C": 320, "H": 32, "W": 32, "G": 32, "layout": "nchw"}, "bfloat16",
+     dict(tma_load=10, ld_global_by_bits={16: 2}, st_global_by_bits={128: 1}, mbarrier_init=10, mbarrier_wait=2,
+          smem_bytes=20624)),
+    ("group_norm", "gluon-chunked", {"B": 8, "C": 640, "H": 64, "W": 64, "G": 32, "layout": "nchw"}, "bfloat16",
+     dict(tma_load=9, mbarrier_init=8, mbarrier_wait=3, smem_bytes=32928)),
+    # matmul: TMA ring + wgmma + one TMA-store epilogue
+    ("matmul", "gluon-pipelined", {"M": 8192, "N": 8192, "K": 8192}, "bfloat16",
+     dict(tma_load=6, tma_store=1, ld_global=0, st_global=0, wgmma=4, mbarrier_init=3, mbarrier_wait=1,
+          smem_bytes=213016)),
+    ("matmul", "gluon-ws", {"M": 8192, "N": 8192, "K": 8192}, "bfloat16",
+     dict(tma_load=5, tma_store=1, ld_global=0, st_global=0, wgmma=4, mbarrier_init=6, mbarrier_wait=2,
+          setmaxnreg_values=[24, 40, 232, 240], smem_bytes=213164)),
+]
+
+
+@pytest.mark.parametrize("op,variant,shape,dtype,facts", CENSUS_FACTS,
+                         ids=[f"{o}-{v}-{s if isinstance(s, int) else '-'.join(map(str, s.values()))}-{d}"
+                              for o, v, s, d, _ in CENSUS_FACTS])
+def test_template_census(op, variant, shape, dtype, facts):
+    shape = {"M": 16384, "N": shape} if isinstance(shape, int) else shape
+    _, c = codegen.inspect_variant(op, variant, shape=shape, dtype=dtype)
+    got = {k: c[k] for k in facts}
+    assert got == facts
+    assert c["ld_local"] == c["st_local"] == 0 and c["spill_bytes"] == 0

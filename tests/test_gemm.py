@@ -52,7 +52,10 @@ def test_input_rules():
         G.check(a, b.half())
 
 
-def test_registered_but_not_auto():
-    from gluon_lab import ops
-    assert {"triton", "gluon-pipelined"} <= set(ops.variants("matmul"))
-    assert ops.AUTO_PREFERENCE["matmul"] == ["torch"]
+def test_registered():
+    from gluon_lab import registry
+    assert {"triton", "gluon-pipelined"} <= set(registry.variants("matmul"))
+    v = registry.get_variant("matmul", "gluon-pipelined")
+    assert v.pattern == "pipelined" and v.resolve({"M": 8192, "N": 8192, "K": 8192}, "bfloat16") == G.GemmConfig()
+    with pytest.raises(ValueError, match="shared memory"):  # sweeps skip configs that do not fit
+        v.resolve({"M": 8192, "N": 8192, "K": 8192}, "bfloat16", {"num_stages": 5})

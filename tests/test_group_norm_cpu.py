@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 
 import gluon_lab as gll
-from gluon_lab import autoselect, bench, reference, results
-from gluon_lab.kernels import baselines as B
+from gluon_lab import bench, registry, results, selection, specs
+from gluon_lab.specs.group import as_layout
 from gluon_lab.results import Record
 
 CL = {4: torch.channels_last, 5: torch.channels_last_3d}
@@ -19,7 +19,7 @@ def _rand(shape, layout="nchw", dtype=torch.float64, seed=0):
     C = shape[1]
     w = torch.randn(C, generator=g, dtype=torch.float64).to(dtype)
     b = torch.randn(C, generator=g, dtype=torch.float64).to(dtype)
-    return bench.as_layout(x, layout), w, b
+    return as_layout(x, layout), w, b
 
 
 def _is_channels_last(x):
@@ -39,10 +39,10 @@ def test_references_match_torch_in_float64(shape, G, layout):
         assert x.is_contiguous(memory_format=CL[x.dim()])
     spatial_one = x.numel() == x.shape[0] * x.shape[1]  # F.instance_norm refuses one spatial element
     for ww, bb in ((w, b), (None, None), (w, None), (None, b)):
-        torch.testing.assert_close(reference.group_norm(x, G, ww, bb, 1e-5), F.group_norm(x, G, ww, bb, 1e-5),
+        torch.testing.assert_close(specs.get("group_norm").reference(x, G, ww, bb, 1e-5), F.group_norm(x, G, ww, bb, 1e-5),
                                    atol=1e-12, rtol=1e-12)
         if not spatial_one:
-            torch.testing.assert_close(reference.instance_norm(x, ww, bb, 1e-5),
+            torch.testing.assert_close(specs.get("instance_norm").reference(x, ww, bb, 1e-5),
                                        F.instance_norm(x, weight=ww, bias=bb, use_input_stats=True, eps=1e-5),
                                        atol=1e-12, rtol=1e-12)
 
@@ -58,26 +58,24 @@ def test_torch_variant_equals_torch(dtype, layout):
         assert torch.equal(gll.group_norm(x, 2, variant=v), F.group_norm(x, 2))
         yi = gll.instance_norm(x, w, b, eps=1e-3, variant=v)
         assert torch.equal(yi, F.instance_norm(x, weight=w, bias=b, use_input_stats=True, eps=1e-3))
-    ref = reference.group_norm(x, 3, w, b, 1e-5)
+    ref = specs.get("group_norm").reference(x, 3, w, b, 1e-5)
     assert bench.compare(gll.group_norm(x, 3, w, b), ref, str(dtype).replace("torch.", ""))["passed"]
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 def test_fp32_formulas_match_torch(layout):
     x, w, b = _rand((2, 6, 5, 7), layout, torch.bfloat16)
-    torch.testing.assert_close(B.group_norm_formula(x, 3, w, b, 1e-5),
+    torch.testing.assert_close(specs.get("group_norm").formula(x, 3, w, b, 1e-5),
                                F.group_norm(x.float(), 3, w.float(), b.float(), 1e-5).to(x.dtype))
-    torch.testing.assert_close(B.instance_norm_formula(x, None, b, 1e-5),
+    torch.testing.assert_close(specs.get("instance_norm").formula(x, None, b, 1e-5),
                                F.instance_norm(x.float(), bias=b.float(), eps=1e-5).to(x.dtype))
-    assert {"group_norm", "instance_norm"} <= set(B.FORMULAS)
 
 
-def test_variants_and_auto_preference():
-    from gluon_lab import ops
+def test_variants_and_auto_fallback():
     for op in ("group_norm", "instance_norm"):
-        assert op in gll.OPS and {"torch", "inductor"} <= set(gll.variants(op))
-        assert ops.AUTO_PREFERENCE[op][-1] == "torch"
-        assert not ops.get_variant(op, "torch").needs_cuda and ops.get_variant(op, "inductor").needs_cuda
+        assert op in gll.OPS and {"torch", "inductor", "gluon-chunked"} <= set(gll.variants(op))
+        assert not registry.get_variant(op, "torch").needs_cuda and registry.get_variant(op, "inductor").needs_cuda
+    assert selection.FALLBACK == "torch"
     assert {"group_norm", "instance_norm"} <= set(gll.__all__)
 
 
@@ -124,23 +122,22 @@ def test_bad_input_errors_name_argument_and_rule(call, exc, msg):
 def test_inductor_on_cpu_tensor_is_a_clear_error():
     with pytest.raises(ValueError, match="runs on a CUDA GPU: x is on cpu"):
         gll.group_norm(x4, 3, w6, w6, variant="inductor")
-    from gluon_lab import ops
 
-    class OnCuda:  # stands in for a CUDA x: check_cuda skips num_groups (an int) and None
+    class OnCuda:  # stands in for a CUDA x: the device rule skips num_groups (an int) and None
         is_cuda = True
 
     with pytest.raises(ValueError, match="runs on a CUDA GPU: weight is on cpu"):
-        ops.check_cuda("inductor", OnCuda(), 3, w6, None, names=("x", "num_groups", "weight", "bias"))
+        registry.check_runnable(registry.get_variant("group_norm", "inductor"), (OnCuda(), 3, w6, None))
 
 
 def test_byte_and_flop_models():
     s = {"B": 8, "C": 64, "H": 32, "W": 48, "G": 16, "layout": "channels_last"}
     n = 8 * 64 * 32 * 48
-    assert reference.bytes_moved("group_norm", s, "bfloat16") == 2 * n * 2 + 2 * 64 * 2
-    assert reference.bytes_moved("instance_norm", {k: v for k, v in s.items() if k != "G"}, "float32") \
+    assert specs.get("group_norm").bytes(s, "bfloat16") == 2 * n * 2 + 2 * 64 * 2
+    assert specs.get("instance_norm").bytes({k: v for k, v in s.items() if k != "G"}, "float32") \
         == 2 * n * 4 + 2 * 64 * 4
-    assert reference.flops("group_norm", s) == reference.flops("instance_norm", s) == 7 * n
-    assert reference.bytes_moved("group_norm", {"B": 2, "C": 4, "D": 3, "H": 5, "W": 7, "G": 2}, "float16") \
+    assert specs.get("group_norm").flops(s) == specs.get("instance_norm").flops(s) == 7 * n
+    assert specs.get("group_norm").bytes({"B": 2, "C": 4, "D": 3, "H": 5, "W": 7, "G": 2}, "float16") \
         == 2 * (2 * 4 * 3 * 5 * 7) * 2 + 2 * 4 * 2
 
 
@@ -154,7 +151,7 @@ def test_make_inputs_layout_and_groups(layout):
     xi, wi, bi = bench.make_inputs("instance_norm", {k: v for k, v in s.items() if k != "G"}, "float32", seed=3,
                                    device_="cpu")
     assert xi.shape == (2, 6, 5, 7) and wi.shape == (6, ) and xi.dtype == torch.float32
-    out = bench.poisoned_out("group_norm", (x, G, w, b))
+    out = specs.get("group_norm").alloc_outputs((x, G, w, b), fill=float("nan"))
     assert out.stride() == x.stride() and out.isnan().all()
     copies = bench.clone_inputs((x, G, w, b))
     assert copies[1] == 3 and copies[0].stride() == x.stride() and copies[0].data_ptr() != x.data_ptr()
@@ -163,7 +160,7 @@ def test_make_inputs_layout_and_groups(layout):
     assert bench.compare(F.group_norm(x, G, w, b, 1e-5), ref, "bfloat16")["passed"]
     assert bench.compare(F.instance_norm(xi, weight=wi, bias=bi, eps=1e-5),
                          bench.reference_outputs("instance_norm", (xi, wi, bi)), "float32")["passed"]
-    assert bench.DEFAULT_EPS["group_norm"] == bench.DEFAULT_EPS["instance_norm"] == 1e-5
+    assert specs.get("group_norm").scalars["eps"] == specs.get("instance_norm").scalars["eps"] == 1e-5
     with pytest.raises(ValueError, match="layout"):
         bench.make_inputs("group_norm", {**s, "layout": "nhwc"}, "bfloat16", seed=3, device_="cpu")
 
@@ -191,20 +188,17 @@ def test_results_keep_layouts_apart(tmp_path):
     assert sorted(lat["ms_median"]) == [2.0, 3.0, 4.0, 5.0]
 
 
-def test_auto_nearest_group_cases_match_layout(tmp_path):
-    p = tmp_path / "nb.jsonl"
-    results.append_records(p, [_rec("nchw", 1.0, variant="a"), _rec("channels_last", 2.0, variant="b"),
-                               _rec("nchw", 3.0, variant="c", G=32)])
-    df = results.load(p)
+def test_auto_buckets_keep_layouts_and_group_sizes_apart():
+    """The selection table's buckets: another layout is never near; another G is another bucket."""
+    spec = specs.get("group_norm")
     x = torch.empty(8, 64, 32, 32)
-    assert set(autoselect.nearest_group_cases(df, x, 16)["variant"]) == {"a"}
-    assert set(autoselect.nearest_group_cases(df, x, 32)["variant"]) == {"c"}
-    assert set(autoselect.nearest_group_cases(df, x.to(memory_format=torch.channels_last), 16)["variant"]) == {"b"}
+    nchw = spec.bucket(spec.shape_of(x, 16))
+    assert selection._distance(nchw, spec.bucket(spec.shape_of(x.to(memory_format=torch.channels_last), 16))) \
+        == float("inf")
+    assert 0 < selection._distance(nchw, spec.bucket(spec.shape_of(x, 32))) < float("inf")
 
 
-def test_auto_fallback_prefers_the_measured_kernel_for_nchw_only():
-    from gluon_lab import ops
-    assert ops.AUTO_PREFERENCE["group_norm"][0] == "gluon-chunked"
+def test_gluon_chunked_takes_nchw_only():
     x = torch.randn(2, 64, 8, 8, dtype=torch.bfloat16)
     from gluon_lab.kernels import chunked as C
     assert C.check_group(x, 8, None, None).layout == "nchw"

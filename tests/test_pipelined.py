@@ -4,18 +4,19 @@ config heuristic keeps shared memory in bounds."""
 import pytest
 import torch
 
-from gluon_lab import codegen
+from gluon_lab import codegen, specs
 from gluon_lab.kernels import pipelined as P
 
-OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+OPS = tuple(s.name for s in specs.family("row_norm"))
 
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("N", [1000, 4096, 5120, 14336])
 def test_census(op, N):
     cfg = P.PipeConfig.heuristic(op, N, "bfloat16")
-    _, c = codegen.inspect_variant(op, "gluon-pipelined", N=N, dtype="bfloat16", config=cfg)
-    n_params = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
+    _, c = codegen.inspect_variant(op, "gluon-pipelined", N=N, dtype="bfloat16")  # the same config
+    row = specs.get(op).row
+    n_params = row.weight + row.bias
     assert c["ld_global"] == 0, "x, residual, weight and bias all arrive by TMA"
     assert c["mbarrier_init"] == cfg.num_stages + 1  # a barrier per ring slot + the weight barrier
     assert c["mbarrier_wait"] == (2 if n_params else 1)  # the slot's phase in the loop (+ the weight once)

@@ -3,10 +3,10 @@ shared memory by every pass, nothing spills), and bad input is refused with a cl
 import pytest
 import torch
 
-from gluon_lab import codegen
+from gluon_lab import codegen, specs
 from gluon_lab.kernels import tma_cache as T
 
-OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+OPS = tuple(s.name for s in specs.family("row_norm"))
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -14,9 +14,11 @@ OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
 @pytest.mark.parametrize("tma_store,param_tma", [(False, False), (True, False), (False, True)])
 def test_census_shows_the_pattern(op, dtype, tma_store, param_tma):
     N = 8192
-    cfg = T.TmaCacheConfig.make(op, N, dtype, tma_store=tma_store, param_tma=param_tma)
-    k, c = codegen.inspect_variant(op, "gluon-tma", N=N, dtype=dtype, config=cfg)
-    n_inputs = 2 if op == "add_rms_norm" else 1
+    knobs = dict(tma_store=tma_store, param_tma=param_tma)
+    cfg = T.TmaCacheConfig.make(op, N, dtype, **knobs)
+    k, c = codegen.inspect_variant(op, "gluon-tma", N=N, dtype=dtype, **knobs)  # the registered hooks
+    row = specs.get(op).row
+    n_inputs = 1 + row.residual
     vec = 16 // T.ITEMSIZE[dtype]
     chunks = N // (vec * 32 * cfg.num_warps)
     # x (and residual) arrive only through TMA: one [R, N] copy per input, split in [R, 256] boxes
@@ -25,7 +27,7 @@ def test_census_shows_the_pattern(op, dtype, tma_store, param_tma):
     assert c["tma_boxes"][0]["block_size"] == [cfg.rows_per_cta, N // 256, 256]
     # the only global loads left are the weight (and bias): one 128-bit load per chunk each, or
     # none when they ride the row's barrier into shared memory
-    n_param = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op]
+    n_param = row.weight + row.bias
     if param_tma:
         assert c["ld_global"] == 0 and c["tma_load"] == n_inputs + n_param
     else:
@@ -35,7 +37,7 @@ def test_census_shows_the_pattern(op, dtype, tma_store, param_tma):
     assert c["mbarrier_expect_tx"] == 1 and c["mbarrier_init"] == 1
     # the reduction and the normalize pass each read the cached row from shared memory (LayerNorm's
     # mean and centred-variance passes read the same addresses back to back: LLVM merges them)
-    passes = {"rms_norm": 2, "layer_norm": 2, "l2_norm": 2, "add_rms_norm": 3}[op]
+    passes = 2 + row.residual
     assert c["ld_shared"] >= passes * chunks
     assert c["mbarrier_wait"] >= 1 and c["spill_bytes"] == 0
     assert cfg.smem_bytes(op, N, dtype) - T.SMEM_RESERVE <= c["smem_bytes"] <= cfg.smem_bytes(op, N, dtype)
@@ -47,7 +49,7 @@ def test_census_shows_the_pattern(op, dtype, tma_store, param_tma):
 
 def test_narrow_boxes_split_the_row():
     cfg = T.TmaCacheConfig.make("rms_norm", 8192, "bfloat16", one_box=False, param_tma=False)
-    _, c = codegen.inspect_variant("rms_norm", "gluon-tma", N=8192, dtype="bfloat16", config=cfg)
+    _, c = codegen.inspect_variant("rms_norm", "gluon-tma", N=8192, dtype="bfloat16", one_box=False, param_tma=False)
     # 32 boxes of [R, 1, 256], spread over the warps: each warp issues 32 / num_warps of them
     assert c["tma_boxes"][0]["block_size"] == [cfg.rows_per_cta, 1, 256]
     assert c["tma_load"] == 8192 // 256 // cfg.num_warps
@@ -131,7 +133,35 @@ def test_tma_store_sources_are_not_reused_as_scratch(op, param_tma):
     reduction scratch on top of it. No scratch offset may fall inside the cached buffers."""
     import re
     cfg = T.TmaCacheConfig(num_warps=4, rows_per_cta=1, tma_store=True, param_tma=param_tma)
-    k, c = codegen.inspect_variant(op, "gluon-tma", N=1024, dtype="bfloat16", config=cfg)
+    k = codegen.compile_sm90(**T.codegen_spec(op, 1024, "bfloat16", cfg))
     cached = cfg.smem_bytes(op, 1024, "bfloat16") - T.SMEM_RESERVE
     offsets = [int(m) for m in re.findall(r"global_smem\+(\d+)", k.asm["ptx"])]
     assert all(o >= cached for o in offsets), (offsets, cached)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_absent_operands_are_constexpr_none(op):
+    """No dummy descriptors or pointers: what the op lacks reaches the kernel as a constexpr None,
+    and the op's math arrives as its spec's hooks (STATS) and features (HAS_*)."""
+    from gluon_lab.kernels import norm_math
+    row = specs.get(op).row
+    spec = T.codegen_spec(op, 4096, "bfloat16", T.TmaCacheConfig(num_warps=4, rows_per_cta=1, tma_store=False,
+                                                                  param_tma=True))
+    ce = spec["constexprs"]
+    assert ce["STATS"] is norm_math.STATS_HOOKS[row.stats]
+    assert (ce["HAS_W"], ce["HAS_B"], ce["HAS_RESIDUAL"]) == (row.weight, row.bias, row.residual)
+    absent = {"y_desc", "s_desc"} | ({"r_desc", "s_ptr"} if not row.residual else set()) | \
+        ({"w_desc", "w_ptr"} if not row.weight else set()) | ({"b_desc", "b_ptr"} if not row.bias else set())
+    assert {n for n, t in spec["signature"].items() if t == "constexpr" and ce[n] is None} == absent
+
+
+def test_registered_with_knobs_and_hooks():
+    from gluon_lab import registry
+    for op in OPS:
+        v = registry.get_variant(op, "gluon-tma")
+        assert v.pattern == "tma-caching" and v.needs_hopper and v.supports_out
+        assert set(v.knobs) == {"num_warps", "rows_per_cta", "tma_store", "one_box", "param_tma"}
+        cfg = v.resolve({"M": 4096, "N": 4096}, "bfloat16", {"tma_store": True, "study": "sweep"})
+        assert isinstance(cfg, T.TmaCacheConfig) and cfg.tma_store
+        with pytest.raises(ValueError, match="num_warps=16 needs N to be a multiple of 4096"):
+            v.resolve({"M": 4096, "N": 1024}, "bfloat16", {"num_warps": 16})

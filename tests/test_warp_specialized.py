@@ -2,7 +2,7 @@
 consumer wgmma, empty/full barrier pairs per ring slot, a TMA-store epilogue and no spills."""
 import pytest
 
-from gluon_lab import codegen
+from gluon_lab import codegen, specs
 from gluon_lab.kernels import gemm as G
 from gluon_lab.kernels import warp_specialized as W
 
@@ -20,12 +20,14 @@ def test_census(cfg):
 
 
 def test_registered():
-    from gluon_lab import ops
-    assert "gluon-ws" in ops.variants("matmul") and "gluon-ws" not in ops.AUTO_PREFERENCE["matmul"]
+    from gluon_lab import registry
+    v = registry.get_variant("matmul", "gluon-ws")
+    assert v.pattern == "warp-specialized" and "producer_regs" in v.knobs
+    assert v.resolve({"M": 8192, "N": 8192, "K": 8192}, "bfloat16", {"producer_regs": 24}).producer_regs == 24
 
 
 # ---- the warp-specialized norms ----
-NORM_OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+NORM_OPS = tuple(s.name for s in specs.family("row_norm"))
 
 
 @pytest.mark.parametrize("op", NORM_OPS)
@@ -37,7 +39,7 @@ def test_norm_census(op, N, M):
     assert c["sass"].get("USETMAXREG", 0) >= 2  # producer gives registers, consumer takes them
     assert c["mbarrier_init"] == 2 * cfg.num_stages + 1  # EMPTY + FULL per slot, + the weight barrier
     # producer waits EMPTY, consumer waits FULL (+ the parent's weight wait when the op has weights)
-    assert c["mbarrier_wait"] == (2 if op == "l2_norm" else 3)
+    assert c["mbarrier_wait"] == (3 if specs.get(op).row.weight else 2)
     assert set(c["st_global_by_bits"]) == {128} and c["spill_bytes"] == 0
     assert c["smem_bytes"] <= cfg.smem_bytes(op, N, "bfloat16")
 
@@ -53,9 +55,11 @@ def test_norm_config_rules():
 
 
 def test_norms_registered():
-    from gluon_lab import ops
+    from gluon_lab import registry
     for op in NORM_OPS:
-        assert "gluon-ws" in ops.variants(op, available_only=False)
+        v = registry.get_variant(op, "gluon-ws")
+        assert v.pattern == "warp-specialized" and v.supports_out
+        assert v.resolve({"M": 16384, "N": 4096}, "bfloat16", {"num_stages": 2, "study": "norm-sweep"}).num_stages == 2
 
 
 def test_norm_instrumented_build_stamps_in_both_partitions():

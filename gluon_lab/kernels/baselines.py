@@ -14,49 +14,6 @@ import triton.language as tl
 
 
 # ----------------------------------------------------------------------------------------------
-# eager formulas (also what "inductor" compiles). fp32 math, output in x's dtype.
-
-def rms_norm_formula(x, weight, eps: float):
-    xf = x.float()
-    y = xf * (xf * xf).mean(-1, keepdim=True).add(eps).rsqrt()
-    return (y * weight.float()).to(x.dtype)
-
-
-def layer_norm_formula(x, weight, bias, eps: float):
-    xf = x.float()
-    mu = xf.mean(-1, keepdim=True)
-    xc = xf - mu
-    y = xc * (xc * xc).mean(-1, keepdim=True).add(eps).rsqrt()
-    return (y * weight.float() + bias.float()).to(x.dtype)
-
-
-def l2_norm_formula(x, eps: float):
-    xf = x.float()
-    n = (xf * xf).sum(-1, keepdim=True).sqrt().clamp_min(eps)
-    return (xf / n).to(x.dtype)
-
-
-def add_rms_norm_formula(x, residual, weight, eps: float):
-    s = x + residual
-    return rms_norm_formula(s, weight, eps), s
-
-
-def _float_or_none(t):
-    return None if t is None else t.float()
-
-
-def group_norm_formula(x, num_groups: int, weight, bias, eps: float):
-    import torch.nn.functional as F
-    return F.group_norm(x.float(), num_groups, _float_or_none(weight), _float_or_none(bias), eps).to(x.dtype)
-
-
-def instance_norm_formula(x, weight, bias, eps: float):
-    import torch.nn.functional as F
-    return F.instance_norm(x.float(), weight=_float_or_none(weight), bias=_float_or_none(bias),
-                           use_input_stats=True, eps=eps).to(x.dtype)
-
-
-# ----------------------------------------------------------------------------------------------
 # plain Triton kernels: one row per program, whole row in registers
 
 def triton_num_warps(block: int) -> int:
@@ -134,70 +91,49 @@ def _block(N: int) -> int:
     return block
 
 
-def rms_norm_triton(x2, w, eps, out):
-    M, N = x2.shape
+# The plain Triton kernel of a row norm, by its declarative math (spec.row): (stats, residual).
+# Arguments follow one convention: input pointers in operand order (x, residual, weight, bias),
+# then output pointers (y, s); row strides of x (, residual), y (, s); then N, eps.
+TRITON_ROW_KERNELS = {("rms", False): rms_norm_triton_kernel, ("rms", True): add_rms_norm_triton_kernel,
+                      ("layer", False): layer_norm_triton_kernel, ("l2", False): l2_norm_triton_kernel}
+
+
+def triton_row_kernel(row):
+    try:
+        return TRITON_ROW_KERNELS[(row.stats, row.residual)]
+    except KeyError:
+        raise ValueError(f"variant 'triton' has no plain kernel for row math {row}") from None
+
+
+def row_norm_triton(spec, inputs, eps, outs):
+    """Launch the plain kernel: one program per row, BLOCK = next_pow2(N) in registers."""
+    from ..specs._rules import rows_2d
+    named = spec.named(inputs)
+    rows = [rows_2d(n, named[n]) for n in ("x", "residual") if n in named]
+    params = [named[n] for n in ("weight", "bias") if n in named]
+    outs2 = [o.view(-1, o.shape[-1]) for o in outs]
+    M, N = rows[0].shape
     block = _block(N)
-    rms_norm_triton_kernel[(M, )](x2, w, out, x2.stride(0), out.stride(0), N, eps, BLOCK=block,
-                                  num_warps=triton_num_warps(block))
-    return out
+    triton_row_kernel(spec.row)[(M, )](*rows, *params, *outs2, *(t.stride(0) for t in rows + outs2), N, eps,
+                                       BLOCK=block, num_warps=triton_num_warps(block))
 
 
-def add_rms_norm_triton(x2, r2, w, eps, out, out_res):
-    M, N = x2.shape
+def triton_codegen_spec(spec, N: int, dtype: str):
+    """Arguments for gluon_lab.codegen.compile_sm90 reproducing what row_norm_triton JITs."""
+    from .hopper import short_dtype
+    kernel = triton_row_kernel(spec.row)
     block = _block(N)
-    add_rms_norm_triton_kernel[(M, )](x2, r2, w, out, out_res, x2.stride(0), r2.stride(0), out.stride(0),
-                                      out_res.stride(0), N, eps, BLOCK=block, num_warps=triton_num_warps(block))
-    return out, out_res
-
-
-def layer_norm_triton(x2, w, b, eps, out):
-    M, N = x2.shape
-    block = _block(N)
-    layer_norm_triton_kernel[(M, )](x2, w, b, out, x2.stride(0), out.stride(0), N, eps, BLOCK=block,
-                                    num_warps=triton_num_warps(block))
-    return out
-
-
-def l2_norm_triton(x2, eps, out):
-    M, N = x2.shape
-    block = _block(N)
-    l2_norm_triton_kernel[(M, )](x2, out, x2.stride(0), out.stride(0), N, eps, BLOCK=block,
-                                 num_warps=triton_num_warps(block))
-    return out
-
-
-TRITON_KERNELS = {"rms_norm": rms_norm_triton_kernel, "add_rms_norm": add_rms_norm_triton_kernel,
-                  "layer_norm": layer_norm_triton_kernel, "l2_norm": l2_norm_triton_kernel}
-FORMULAS = {"rms_norm": rms_norm_formula, "add_rms_norm": add_rms_norm_formula,
-            "layer_norm": layer_norm_formula, "l2_norm": l2_norm_formula,
-            "group_norm": group_norm_formula, "instance_norm": instance_norm_formula}
-
-
-def triton_codegen_spec(op: str, N: int, dtype: str):
-    """Arguments for gluon_lab.codegen.compile_sm90 reproducing what the launcher JITs."""
-    block = _block(N)
-    t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
-    sigs = {
-        "rms_norm": {"x_ptr": f"*{t}", "w_ptr": f"*{t}", "y_ptr": f"*{t}", "x_stride": "i32", "y_stride": "i32",
-                     "N": "i32", "eps": "fp32", "BLOCK": "constexpr"},
-        "add_rms_norm": {"x_ptr": f"*{t}", "r_ptr": f"*{t}", "w_ptr": f"*{t}", "y_ptr": f"*{t}", "s_ptr": f"*{t}",
-                         "x_stride": "i32", "r_stride": "i32", "y_stride": "i32", "s_stride": "i32", "N": "i32",
-                         "eps": "fp32", "BLOCK": "constexpr"},
-        "layer_norm": {"x_ptr": f"*{t}", "w_ptr": f"*{t}", "b_ptr": f"*{t}", "y_ptr": f"*{t}", "x_stride": "i32",
-                       "y_stride": "i32", "N": "i32", "eps": "fp32", "BLOCK": "constexpr"},
-        "l2_norm": {"x_ptr": f"*{t}", "y_ptr": f"*{t}", "x_stride": "i32", "y_stride": "i32", "N": "i32",
-                    "eps": "fp32", "BLOCK": "constexpr"},
-    }
-    sig = sigs[op]
+    t = short_dtype(dtype)
+    sig = {a: (f"*{t}" if a.endswith("_ptr") else "constexpr" if a == "BLOCK" else "fp32" if a == "eps" else "i32")
+           for a in kernel.arg_names}
     # The runtime marks 16-byte-aligned pointers and ints divisible by 16 (tt.divisibility=16);
     # N is divisible by 16 only for some shapes, so it is marked only then.
     # Row strides equal N for contiguous rows, so they are marked exactly when N is.
     aligned = [k for k in sig if k.endswith("_ptr")]
     if N % 16 == 0:
         aligned += [k for k in sig if k.endswith("_stride")] + ["N"]
-    return dict(fn=TRITON_KERNELS[op], signature=sig, constexprs={"BLOCK": block}, aligned=aligned,
+    return dict(fn=kernel, signature=sig, constexprs={"BLOCK": block}, aligned=aligned,
                 num_warps=triton_num_warps(block))
-
 
 # ----------------------------------------------------------------------------------------------
 # matmul: a persistent tl.dot kernel (the "triton" baseline of pattern 3's GEMM). On sm_90 Triton
@@ -242,3 +178,128 @@ def matmul_triton(a, b, out=None, BM=128, BN=256, BK=64, GROUP_M=8, num_stages=3
     matmul_persistent_kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), BM=BM, BN=BN, BK=BK,
                                    GROUP_M=GROUP_M, NUM_SMS=grid[0], num_stages=num_stages, num_warps=num_warps)
     return c
+
+
+# ----------------------------------------------------------------------------------------------
+# registration: every op gets "torch" (its spec's eager formulation) and, where the spec has an
+# fp32 formula, "inductor" (torch.compile of it); row norms and matmul get the plain Triton
+# kernels; peers (Liger) where installed.
+
+import functools  # noqa: E402
+
+from .. import specs  # noqa: E402
+from ..registry import register  # noqa: E402
+
+
+def _register_torch(spec):
+    def fn(*inputs, out=None, **scalars):
+        return spec.eager(*inputs, **scalars)
+    fn.__name__ = fn.__qualname__ = f"{spec.name}_torch"
+    register(spec.name, "torch", pattern="baseline", needs_cuda=False, roots=(spec.eager, ),
+             description=f"eager torch ({spec.eager.__name__})")(fn)
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_formula(op: str, mode: str | None = None):
+    import torch
+    import torch._dynamo
+    # One specialization per shape and dtype: the default recompile limit (8) would silently
+    # send later shapes of a sweep back to eager.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4096)
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 65536)
+    return torch.compile(specs.get(op).formula, dynamic=False, mode=mode)
+
+
+def _register_inductor(spec, name="inductor", mode=None):
+    def fn(*inputs, out=None, **scalars):
+        return compiled_formula(spec.name, mode)(*inputs, *scalars.values())
+    fn.__name__ = fn.__qualname__ = f"{spec.name}_{name.replace('-', '_')}"
+    register(spec.name, name, pattern="baseline", roots=(spec.formula, ),
+             description=f"torch.compile({'default' if mode is None else repr(mode)}) of the eager fp32 formula")(fn)
+
+
+def _register_triton_row(spec):
+    def fn(*inputs, eps, out=None):
+        outs = out if out is not None else spec.alloc_outputs(inputs)
+        row_norm_triton(spec, inputs, eps, outs if isinstance(outs, tuple) else (outs, ))
+        return outs
+
+    def check(*inputs):
+        from ..specs._rules import rows_2d
+        named = spec.named(inputs)
+        _block(named["x"].shape[-1])  # raises ValueError above the register cap
+        for n in ("x", "residual"):
+            if n in named:
+                rows_2d(n, named[n])
+
+    fn.__name__ = fn.__qualname__ = f"{spec.name}_triton"
+    register(spec.name, "triton", pattern="baseline", supports_out=True, check=check,
+             codegen=lambda shape, dtype, config=None: triton_codegen_spec(spec, shape["N"], dtype),
+             description="plain Triton, one row per program, BLOCK=next_pow2(N) in registers")(fn)
+
+
+for _s in specs.all_specs():
+    _register_torch(_s)
+    if _s.formula is not None:
+        _register_inductor(_s)
+for _s in specs.family("row_norm"):
+    _register_triton_row(_s)
+_register_inductor(specs.get("rms_norm"), "inductor-max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _check_matmul(a, b):
+    from .gemm import check
+    check(a, b)  # the same rules (2-D, bf16/fp16, row-major, 16-byte rows) as the Gluon GEMMs
+
+
+@register("matmul", "triton", pattern="baseline", check=_check_matmul,
+          description="persistent tl.dot kernel, 128x256x64, 3 stages, grouped tile order")
+def matmul_triton_variant(a, b, out=None):
+    return matmul_triton(a, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# Liger-Kernel (optional peer; pure Python on top of Triton). casting_mode="gemma" = fp32 math
+# throughout, the same numerics as every other variant here (Liger's default "llama" multiplies
+# by the weight in the input dtype).
+
+def _liger_available() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+def _liger(path: str):
+    """liger_kernel's autograd Function `module:Name` (imported on first use)."""
+    import importlib
+    mod, name = path.split(":")
+    return getattr(importlib.import_module(f"liger_kernel.ops.{mod}"), name)
+
+
+def _liger_roots(mod: str, kernel: str):
+    """Liger's forward kernel (hashed with our code: a Liger upgrade marks its records stale)."""
+    if not _liger_available():
+        return ()
+    import importlib
+    return tuple(k for k in (getattr(importlib.import_module(f"liger_kernel.ops.{mod}"), kernel, None), ) if k)
+
+
+@register("rms_norm", "liger", pattern="baseline", available=_liger_available,
+          roots=_liger_roots("rms_norm", "_rms_norm_forward_kernel"),
+          description="Liger-Kernel LigerRMSNormFunction (casting_mode='gemma')")
+def rms_norm_liger(x, weight, eps=1e-6, out=None):
+    return _liger("rms_norm:LigerRMSNormFunction").apply(x, weight, eps, 0.0, "gemma", False)
+
+
+@register("layer_norm", "liger", pattern="baseline", available=_liger_available,
+          roots=_liger_roots("layer_norm", "_layer_norm_forward_kernel"),
+          description="Liger-Kernel LigerLayerNormFunction")
+def layer_norm_liger(x, weight, bias, eps=1e-5, out=None):
+    return _liger("layer_norm:LigerLayerNormFunction").apply(x, weight, bias, eps)
+
+
+@register("add_rms_norm", "liger", pattern="baseline", available=_liger_available,
+          roots=_liger_roots("fused_add_rms_norm", "_fused_add_rms_norm_forward_kernel"),
+          description="Liger-Kernel LigerFusedAddRMSNormFunction (casting_mode='gemma')")
+def add_rms_norm_liger(x, residual, weight, eps=1e-6, out=None):
+    return _liger("fused_add_rms_norm:LigerFusedAddRMSNormFunction").apply(x, residual, weight, eps, 0.0, "gemma",
+                                                                           False)

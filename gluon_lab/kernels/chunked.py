@@ -1,8 +1,7 @@
 """Pattern 2 — chunked non-power-of-2 reductions (variant "gluon-chunked").
 
-STATUS (2026-11-29): run on the H200 (tests/test_chunked_gpu.py, test_group_norm_gpu.py; records in
-results/h200/02-chunked-reductions.jsonl, notebook 02). Not in variant="auto"'s fallback list: the
-records make "auto" pick it where it measured fastest.
+Measured on the H200 (tests/test_chunked_gpu.py, test_group_norm_gpu.py; records in
+results/h200/02-chunked-reductions.jsonl, notebook 02).
 
 Gluon/Triton register tiles are powers of two; real hidden sizes are not (2880, 5120, 14336...).
 Padding the whole row to the next power of two (what a one-row Triton kernel does: BLOCK =
@@ -10,7 +9,7 @@ next_power_of_2(N)) wastes up to half the lanes. Here the row is loaded as NUM_C
 power-of-2 TMA boxes of [1, CHUNK] into a shared row buffer, all on one mbarrier;
 the last box runs past the row end and TMA zero-fills it (bounds are per dimension of the
 descriptor, so it never reads the next row). Both passes walk the chunks from shared memory with
-the shared norm_math helpers; MASK_TAIL keeps the zero-filled lanes out of LayerNorm's centred
+the op's norm_math hooks; MASK_TAIL keeps the zero-filled lanes out of LayerNorm's centred
 variance ((0 - mean)^2 != 0) and out of the stores.
 
 Rows whose cached copy would take more than CACHED_SMEM_LIMIT stream instead (streaming_norm_kernel):
@@ -27,24 +26,41 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from . import norm_math, rowio
-from .norm_math import OP_CODES
+from .hopper import (ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, cdiv, check_tma_operands, check_tma_rows, desc_type,
+                     descriptor, dtype_name, kernel_spec, row_layout, row_outputs, short_dtype, vec)
 
-SMEM_LIMIT = 232448
-SMEM_RESERVE = 2048
 # Cache the row while it takes <= 100 KB (two CTAs per SM, as gluon-tma's heuristic); longer rows
 # stream. Where exactly streaming starts to pay is for the H200 sweep of issue #4 to say.
 CACHED_SMEM_LIMIT = 100 * 1024
 STREAM_STAGES = 4  # ring slots in flight: 3 chunks (12 KB) ahead of the one being reduced
-ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+STREAM_WARPS = 8  # streaming chunks: 8 warps = 2048 bf16 / 1024 fp32 elements (4 KB)
 PLAN_KNOBS = ("num_warps", "streaming", "stages", "rows")  # what a sweep may override
+
+
+@gluon.jit
+def load_chunks(x_desc, r_desc, xbufs, rbufs, bar, slot0, row0, c0, NUM: gl.constexpr, pred,
+                HAS_RESIDUAL: gl.constexpr):
+    """Issue NUM [R, CHUNK] boxes of rows row0.., chunks c0.. of the row, into slots slot0.. of
+    xbufs (and of rbufs for the residual), all completing on bar: one expect carrying every box's
+    bytes (the zero-filled part past column N and rows past M included: TMA counts them as
+    transferred). Every pattern that moves rows in chunks issues its copies here."""
+    CHUNK: gl.constexpr = x_desc.block_type.shape[1]
+    mbarrier.expect(bar, NUM * x_desc.block_type.nbytes * (2 if HAS_RESIDUAL else 1), pred=pred)
+    for c in gl.static_range(NUM):
+        tma.async_copy_global_to_shared(x_desc, [row0, (c0 + c) * CHUNK], bar, xbufs.index(slot0 + c), pred=pred)
+    if HAS_RESIDUAL:
+        for c in gl.static_range(NUM):
+            tma.async_copy_global_to_shared(r_desc, [row0, (c0 + c) * CHUNK], bar, rbufs.index(slot0 + c), pred=pred)
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])
 def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride_v, s_stride_v, eps, N_v,
-                        OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, num_warps: gl.constexpr):
+                        STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                        NUM_CHUNKS: gl.constexpr, num_warps: gl.constexpr):
     """R rows per program (R = the box's first dim). x_desc / r_desc: block [R, CHUNK] over the
-    (M, N) rows. N is a runtime value (N_v = N / VEC): one compile serves every N with the same
-    NUM_CHUNKS."""
+    (M, N) rows (r_desc / s_ptr None without a residual, w_ptr / b_ptr None without the op's
+    weight / bias). N is a runtime value (N_v = N / VEC): one compile serves every N with the
+    same NUM_CHUNKS. STATS: the op's statistics hooks (norm_math)."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     CHUNK: gl.constexpr = x_desc.block_type.shape[1]
     dtype: gl.constexpr = x_desc.dtype
@@ -66,15 +82,9 @@ def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride_
     xbufs = gl.allocate_shared_memory(dtype, [NUM_CHUNKS, R, CHUNK], x_desc.layout)
     bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(bar, count=1)
-    # Full box bytes, the zero-filled part past column N (and rows past M) included: TMA counts
-    # them as transferred.
-    mbarrier.expect(bar, NUM_CHUNKS * x_desc.block_type.nbytes * (2 if OP == 3 else 1))
-    for c in gl.static_range(NUM_CHUNKS):
-        tma.async_copy_global_to_shared(x_desc, [row0, c * CHUNK], bar, xbufs.index(c))
-    if OP == 3:
-        rbufs = gl.allocate_shared_memory(dtype, [NUM_CHUNKS, R, CHUNK], r_desc.layout)
-        for c in gl.static_range(NUM_CHUNKS):
-            tma.async_copy_global_to_shared(r_desc, [row0, c * CHUNK], bar, rbufs.index(c))
+    # the residual's chunks (a 1-slot placeholder the compiler drops when the op has none)
+    rbufs = gl.allocate_shared_memory(dtype, [NUM_CHUNKS if HAS_RESIDUAL else 1, R, CHUNK], x_desc.layout)
+    load_chunks(x_desc, r_desc, xbufs, rbufs, bar, 0, row0, 0, NUM_CHUNKS, True, HAS_RESIDUAL)
 
     rows = row0 + gl.arange(0, R, layout=gl.SliceLayout(1, L))
     row_ok = gl.expand_dims(rows < M, 1)
@@ -83,46 +93,39 @@ def chunked_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride_
     mbarrier.wait(bar, 0)
     mbarrier.invalidate(bar)
 
-    if OP == 3:  # s = x + residual (input dtype), written once, then normalized from smem
-        s_row = gl.expand_dims(rows.to(gl.int64) * s_stride, 1)
-        for c in gl.static_range(NUM_CHUNKS):
-            cols = c * CHUNK + cols0
-            rs = rbufs.index(c)
-            s = xbufs.index(c).load(L) + rs.load(L)
-            rs.store(s)
-            gl.store(s_ptr + s_row + gl.expand_dims(cols, 0), s, mask=row_ok & gl.expand_dims(cols < N, 0))
+    if HAS_RESIDUAL:  # s = x + residual (input dtype), written once, then normalized from smem
+        norm_math.residual_add(xbufs, rbufs, 0, s_ptr + gl.expand_dims(rows.to(gl.int64) * s_stride, 1), row_ok,
+                               cols0, N, norm_math.slots, CHUNK, NUM_CHUNKS, L, True, True)
         src = rbufs
     else:
         src = xbufs
 
-    shift, scale = norm_math.chunks_row_stats(src, N, eps, OP, NUM_CHUNKS, L)
+    shift, scale = STATS.row(src, 0, N, eps, norm_math.slots, CHUNK, NUM_CHUNKS, L, True)
     for c in gl.static_range(NUM_CHUNKS):
         cols = c * CHUNK + cols0
-        x = src.index(c).load(L).to(gl.float32)
-        y = norm_math.normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, OP, True, L).to(dtype)
+        x = norm_math.load_chunk(src, 0, c, CHUNK, L, norm_math.slots)
+        y = norm_math.normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, HAS_W, HAS_B, True,
+                                                    L).to(dtype)
         gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=row_ok & gl.expand_dims(cols < N, 0))
 
 
 @gluon.jit
-def _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k, row, NUM_CHUNKS, pred, S: gl.constexpr, OP: gl.constexpr):
+def _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k, row, NUM_CHUNKS, pred, S: gl.constexpr,
+                 HAS_RESIDUAL: gl.constexpr):
     """Load the k-th chunk of the two-pass sequence (chunk k mod NUM_CHUNKS) into ring slot k mod S."""
-    CHUNK: gl.constexpr = x_desc.block_type.shape[1]
     slot = k % S
-    c = k % NUM_CHUNKS
-    bar = bars.index(slot)
-    mbarrier.expect(bar, x_desc.block_type.nbytes * (2 if OP == 3 else 1), pred=pred)
-    tma.async_copy_global_to_shared(x_desc, [row, c * CHUNK], bar, bufs.index(slot), pred=pred)
-    if OP == 3:
-        tma.async_copy_global_to_shared(r_desc, [row, c * CHUNK], bar, rbufs.index(slot), pred=pred)
+    load_chunks(x_desc, r_desc, bufs, rbufs, bars.index(slot), slot, row, k % NUM_CHUNKS, 1, pred, HAS_RESIDUAL)
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])
 def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride_v, s_stride_v, eps, N_v,
-                          OP: gl.constexpr, S: gl.constexpr, num_warps: gl.constexpr):
+                          STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                          CENTERED: gl.constexpr, S: gl.constexpr, num_warps: gl.constexpr):
     """Rows too long for shared memory: a ring of S [1, CHUNK] slots streams the row twice (pass 1:
-    statistics, pass 2: normalize + store). The second read comes from L2/HBM: 2x the DRAM traffic
-    of the cached path in the worst case. add_rms_norm reloads x and residual in pass 2 and
-    recomputes s (no read-back of this CTA's own global writes through the async proxy)."""
+    statistics, STATS.accumulate per chunk; pass 2: normalize + store). The second read comes from
+    L2/HBM: 2x the DRAM traffic of the cached path in the worst case. Residual ops reload x and
+    residual in pass 2 and recompute s (no read-back of this CTA's own global writes through the
+    async proxy). CENTERED: the statistics run on x - K, K = the mean of chunk 0."""
     CHUNK: gl.constexpr = x_desc.block_type.shape[1]
     dtype: gl.constexpr = x_desc.dtype
     VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
@@ -137,24 +140,24 @@ def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_strid
     TOTAL = 2 * NUM_CHUNKS
 
     bufs = gl.allocate_shared_memory(dtype, [S, 1, CHUNK], x_desc.layout)
-    rbufs = gl.allocate_shared_memory(dtype, [S, 1, CHUNK], r_desc.layout)
+    rbufs = gl.allocate_shared_memory(dtype, [S if HAS_RESIDUAL else 1, 1, CHUNK], x_desc.layout)
     bars = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(S):
         mbarrier.init(bars.index(i), count=1)
     for p in gl.static_range(S - 1):  # prologue: S-1 chunks in flight
-        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, p, row, NUM_CHUNKS, p < TOTAL, S, OP)
+        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, p, row, NUM_CHUNKS, p < TOTAL, S, HAS_RESIDUAL)
 
     cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
     zero = gl.sum(gl.zeros([1, CHUNK], gl.float32, L), axis=1)
-    acc = zero  # sum of squares (rms, l2, add+rms) or running count (LayerNorm)
+    acc = zero  # the hooks' running statistics: sum of squares, or (count, mean, M2) of x - K
     mean = zero
     m2 = zero
     K = zero
-    if OP == 1:
-        # LayerNorm works on x - K, K = the mean of chunk 0 (slot 0's first fill, waited for here and
-        # again, already complete, in the loop). Merging chunk means into a running mean of the raw
-        # data rounds at |mean| once per chunk: on the H200, x = 100 + N(0, 1) in fp32 at
-        # N = 131080 (128 chunks) drifted the mean by ~2e-4. Shifted, the running mean is O(std).
+    if CENTERED:
+        # Centered statistics work on x - K, K = the mean of chunk 0 (slot 0's first fill, waited
+        # for here and again, already complete, in the loop). Merging chunk means into a running
+        # mean of the raw data rounds at |mean| once per chunk: on the H200, x = 100 + N(0, 1) in
+        # fp32 at N = 131080 (128 chunks) drifted the mean by ~2e-4. Shifted, it is O(std).
         mbarrier.wait(bars.index(0), 0)
         K = norm_math.chunk_moments(bufs.index(0).load(L).to(gl.float32), cols0, N)[1]
     # pass 1: statistics
@@ -162,48 +165,37 @@ def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_strid
         # refill the slot chunk k-1 used (its reads are done; the compiler's CTA barrier and this
         # fence order them before the TMA write)
         fence_async_shared()
-        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k + S - 1, row, NUM_CHUNKS, k + S - 1 < TOTAL, S, OP)
+        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k + S - 1, row, NUM_CHUNKS, k + S - 1 < TOTAL, S,
+                     HAS_RESIDUAL)
         slot = k % S
         mbarrier.wait(bars.index(slot), (k // S) & 1)
         xs = bufs.index(slot)
-        if OP == 3:
+        if HAS_RESIDUAL:
             x = (xs.load(L) + rbufs.index(slot).load(L)).to(gl.float32)
         else:
             x = xs.load(L).to(gl.float32)
-        if OP == 1:
-            # moments of (x - K) - (running mean): O(std) values, no cancellation (see chan_merge)
-            n_b, delta, m2_b = norm_math.chunk_moments((x - gl.expand_dims(K, 1)) - gl.expand_dims(mean, 1),
-                                                         k * CHUNK + cols0, N)
-            acc, mean, m2 = norm_math.chan_merge(acc, mean, m2, n_b, delta, m2_b)
-        else:
-            acc += gl.sum(x * x, axis=1)  # zero-filled tail adds nothing
-    if OP == 1:
-        shift = K + mean
-        scale = gl.rsqrt(m2 / N + eps)
-    elif OP == 2:
-        shift = zero
-        scale = norm_math.l2_inv_norm(acc, eps)
-    else:
-        shift = zero
-        scale = norm_math.rms_rstd(acc, N, eps)
+        acc, mean, m2 = STATS.accumulate(acc, mean, m2, x, K, k * CHUNK + cols0, N)
+    shift, scale = STATS.finalize(acc, mean, m2, K, N, eps)
 
     # pass 2: normalize and store
     y_row = row.to(gl.int64) * y_stride
     s_row = row.to(gl.int64) * s_stride
     for k in range(NUM_CHUNKS, TOTAL):
         fence_async_shared()
-        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k + S - 1, row, NUM_CHUNKS, k + S - 1 < TOTAL, S, OP)
+        _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, k + S - 1, row, NUM_CHUNKS, k + S - 1 < TOTAL, S,
+                     HAS_RESIDUAL)
         slot = k % S
         mbarrier.wait(bars.index(slot), (k // S) & 1)
         cols = (k - NUM_CHUNKS) * CHUNK + cols0
         cmask = gl.expand_dims(cols < N, 0)
-        if OP == 3:
+        if HAS_RESIDUAL:
             sv = bufs.index(slot).load(L) + rbufs.index(slot).load(L)
             gl.store(s_ptr + s_row + gl.expand_dims(cols, 0), sv, mask=cmask)
             x = sv.to(gl.float32)
         else:
             x = bufs.index(slot).load(L).to(gl.float32)
-        y = norm_math.normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, OP, True, L).to(dtype)
+        y = norm_math.normalize_chunk_global_params(x, shift, scale, w_ptr, b_ptr, cols, N, HAS_W, HAS_B, True,
+                                                    L).to(dtype)
         gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=cmask)
     for i in gl.static_range(S):
         mbarrier.invalidate(bars.index(i))
@@ -219,7 +211,7 @@ class ChunkPlan:
     chunk: int  # elements per chunk = one register tile = VEC * 32 * num_warps
     num_chunks: int
     tail: int  # valid elements in the last chunk (chunk when N divides evenly)
-    smem_bytes: int  # cached: num_chunks * rows chunks (x2 for add_rms_norm) + reserve; streaming: the ring
+    smem_bytes: int  # cached: num_chunks * rows chunks (x2 with a residual) + reserve; streaming: the ring
     fits: bool  # the plan fits in one CTA's shared memory
     streaming: bool = False  # the row does not fit: stream it twice through a ring of `stages` slots
     stages: int = 0
@@ -233,31 +225,34 @@ class ChunkPlan:
     def waste_pct(self) -> float:
         return 100.0 * (self.padded - self.N) / self.padded
 
+    @staticmethod
+    def chunk_warps(N: int, dtype: str) -> int:
+        """CHUNK heuristic: the largest register tile (up to 8 warps: 8*32*8 = 2048 bf16 / 1024 fp32
+        elements) whose padding of the last chunk wastes at most 12.5% of the padded row, so
+        5120 bf16 -> 4 warps x 1024 = 5 chunks, no waste (vs 8192 lanes, 37.5% idle, for
+        next_power_of_2); smaller tiles only when no larger one keeps waste that low."""
+        for nw in (8, 4, 2, 1):
+            chunk = vec(dtype) * 32 * nw
+            nc = cdiv(N, chunk)
+            if chunk <= max(N, vec(dtype) * 32) and (nc * chunk - N) <= 0.125 * nc * chunk:
+                return nw
+        return 1
+
     @classmethod
-    def for_row(cls, op: str, N: int, dtype: str, num_warps: int | None = None, streaming: bool | None = None,
+    def for_row(cls, op, N: int, dtype: str, num_warps: int | None = None, streaming: bool | None = None,
                 stages: int | None = None, rows: int | None = None) -> "ChunkPlan":
-        """The plan the heuristic picks; num_warps (the CHUNK), rows, streaming and stages override
-        it (the CHUNK sweep and the cached-vs-streaming study of notebook 02)."""
+        """The plan the heuristic picks for op (an OpSpec, its RowNorm or an op name); num_warps
+        (the CHUNK), rows, streaming and stages override it (the CHUNK sweep and the
+        cached-vs-streaming study of notebook 02)."""
+        row, _ = rowio.resolve(op)
         e = ITEMSIZE[dtype]
-        vec = 16 // e
-        n_in = 2 if op == "add_rms_norm" else 1
+        n_in = 2 if row.residual else 1
         if num_warps is None:
-            # CHUNK heuristic: the largest register tile (up to 8 warps: 8*32*8 = 2048 bf16 / 1024 fp32
-            # elements) whose padding of the last chunk wastes at most 12.5% of the padded row, so
-            # 5120 bf16 -> 4 warps x 1024 = 5 chunks, no waste (vs 8192 lanes, 37.5% idle, for
-            # next_power_of_2); smaller tiles only when no larger one keeps waste that low.
-            num_warps = 1
-            for nw in (8, 4, 2, 1):
-                chunk = vec * 32 * nw
-                nc = -(-N // chunk)
-                if chunk <= max(N, vec * 32) and (nc * chunk - N) <= 0.125 * nc * chunk:
-                    num_warps = nw
-                    break
+            num_warps = cls.chunk_warps(N, dtype)
         if rows is None:
-            # Rows per CTA: ROWS_HEURISTIC (set from the H200 CHUNK x rows sweep, see below).
-            rows = ROWS_HEURISTIC(op, N * e * n_in)
-        chunk = vec * 32 * num_warps
-        nc = max(1, -(-N // chunk))
+            rows = ROWS_HEURISTIC(N * e * n_in)
+        chunk = vec(dtype) * 32 * num_warps
+        nc = max(1, cdiv(N, chunk))
         tail = N - (nc - 1) * chunk
         smem = nc * rows * chunk * e * n_in + SMEM_RESERVE
         if (streaming is None and smem <= CACHED_SMEM_LIMIT) or (streaming is False and smem <= SMEM_LIMIT):
@@ -266,86 +261,101 @@ class ChunkPlan:
         if streaming is False:
             raise ValueError(f"a cached {dtype} row of N={N} needs {smem} bytes of shared memory (limit {SMEM_LIMIT}); "
                              "it can only stream")
-        # Streaming: 8-warp chunks (2048 bf16 / 1024 fp32 = 4 KB) through STREAM_STAGES slots, one row
-        # per CTA; the last chunk's padding is at most one chunk of a row this long (> 100 KB).
-        nw = 8 if streaming is None else num_warps
-        chunk = vec * 32 * nw
-        nc = -(-N // chunk)
+        # Streaming: STREAM_WARPS-warp chunks (4 KB) through STREAM_STAGES slots, one row per CTA;
+        # the last chunk's padding is at most one chunk of a row this long (> 100 KB).
+        nw = STREAM_WARPS if streaming is None else num_warps
+        chunk = vec(dtype) * 32 * nw
+        nc = cdiv(N, chunk)
         st = stages or STREAM_STAGES
         return cls(N=N, dtype=dtype, num_warps=nw, chunk=chunk, num_chunks=nc, tail=N - (nc - 1) * chunk,
                    smem_bytes=st * chunk * e * n_in + SMEM_RESERVE, fits=True, streaming=True, stages=st)
 
 
-def ROWS_HEURISTIC(op: str, row_bytes: int) -> int:
-    """Two rows per CTA while the cached inputs of a row take <= 8 KB (N <= 4096 bf16): short rows
-    leave a CTA little to overlap, and pattern 1's sweep found R = 2 best at N = 1024 / 4096."""
+def ROWS_HEURISTIC(row_bytes: int) -> int:
+    """Rows per CTA from the bytes a row's cached inputs take: two while <= 8 KB (N <= 4096 bf16):
+    short rows leave a CTA little to overlap, and pattern 1's sweep found R = 2 best at N = 1024 /
+    4096."""
     return 2 if row_bytes <= 8192 else 1
 
 
-def row_layout(dtype: str):
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=ITEMSIZE[dtype] * 8, rank=2)
-
-
-def _dt(t) -> str:
-    return str(t.dtype).replace("torch.", "")
-
-
-def check(op: str, x, *rest) -> ChunkPlan:
-    dt = _dt(x)
+def check(op, x, *rest) -> ChunkPlan:
+    """The plan for the op's inputs (x, then the rest of the spec's positional inputs); ValueError
+    naming the argument and the rule if gluon-chunked cannot take them."""
+    row, _ = rowio.resolve(op)
+    dt = dtype_name(x)
     N = x.shape[-1]
-    e = ITEMSIZE[dt]
-    if (N * e) % 16:
-        raise ValueError(f"variant 'gluon-chunked' needs N * itemsize to be a multiple of 16 bytes (TMA row stride "
-                         f"and box rule): N={N} {dt} is {N * e} bytes; use variant='torch' or 'triton'")
-    plan = ChunkPlan.for_row(op, N, dt)
-    rowio.check_tma_operands(op, (x, ) + rest, N)
+    check_tma_rows("gluon-chunked", N, dt)
+    plan = ChunkPlan.for_row(row, N, dt)
+    check_tma_operands(rowio.named_operands(row, (x, ) + rest), N)
     return plan
 
 
-def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: ChunkPlan | None = None):
-    import triton
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    plan = check(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)))
+def launch(op, x, residual, weight, bias, eps: float, out=None, config: ChunkPlan | None = None):
+    """Run gluon-chunked for op (an OpSpec, its RowNorm or an op name): the cached kernel, or the
+    streaming one for rows the plan streams."""
+    row, _ = rowio.resolve(op)
+    plan = check(row, *rowio.operands(row, x, residual, weight, bias))
     if config is not None:
-        if (config.N, config.dtype) != (x.shape[-1], _dt(x)):
-            raise ValueError(f"config is a ChunkPlan for N={config.N} {config.dtype}; x has N={x.shape[-1]} {_dt(x)}")
+        if (config.N, config.dtype) != (x.shape[-1], dtype_name(x)):
+            raise ValueError(f"config is a ChunkPlan for N={config.N} {config.dtype}; x has N={x.shape[-1]} "
+                             f"{dtype_name(x)}")
         plan = config
     N = x.shape[-1]
-    dt = _dt(x)
+    dt = dtype_name(x)
     x2 = x.view(-1, N)
     M = x2.shape[0]
-    y, s, y2, s2 = rowio.outputs(op, x, out)
-    lay = row_layout(dt)
+    y, s, y2, s2 = row_outputs(x, out, row.residual)
     box = [1 if plan.streaming else plan.rows, plan.chunk]
-    x_desc = TensorDescriptor.from_tensor(x2, box, lay)
-    r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), box, lay) if op == "add_rms_norm" else x_desc
-    w = weight if weight is not None else x2
-    b = bias if bias is not None else w
-    vec = 16 // ITEMSIZE[dt]
-    args = (x_desc, r_desc, y2, s2, w, b, M, y2.stride(0) // vec, s2.stride(0) // vec, eps, N // vec)
+    x_desc = descriptor(x2, box, row_layout(dt))
+    r_desc = descriptor(residual.view(-1, N), box, row_layout(dt)) if row.residual else None
+    v = vec(dt)
+    args = (x_desc, r_desc, y2, s2, weight, bias, M, y2.stride(0) // v, s2.stride(0) // v if row.residual else 0, eps,
+            N // v)
+    kernel, grid = (streaming_norm_kernel, M) if plan.streaming else (chunked_norm_kernel, cdiv(M, plan.rows))
+    kernel[(grid, )](*args, **_constexprs(row, plan))
+    return rowio.outputs(row, y, s)
+
+
+def _constexprs(row, plan: ChunkPlan) -> dict:
+    ce = dict(STATS=norm_math.stats_hooks(row), HAS_W=row.weight, HAS_B=row.bias, HAS_RESIDUAL=row.residual)
     if plan.streaming:
-        streaming_norm_kernel[(M, )](*args, OP=OP_CODES[op], S=plan.stages, num_warps=plan.num_warps)
-    else:
-        chunked_norm_kernel[(triton.cdiv(M, plan.rows), )](*args, OP=OP_CODES[op], NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
-    return (y, s) if op == "add_rms_norm" else y
+        return dict(ce, CENTERED=row.centered, S=plan.stages, num_warps=plan.num_warps)
+    return dict(ce, NUM_CHUNKS=plan.num_chunks, num_warps=plan.num_warps)
 
 
-def codegen_spec(op: str, N: int, dtype: str, plan: ChunkPlan | None = None):
-    plan = plan or ChunkPlan.for_row(op, N, dtype)
-    t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
-    desc = f"tensordesc<{t}[{1 if plan.streaming else plan.rows}, {plan.chunk}],{row_layout(dtype)!r}>"
-    third = "S" if plan.streaming else "NUM_CHUNKS"
-    sig = {"x_desc": desc, "r_desc": desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}", "w_ptr": f"*{t}", "b_ptr": f"*{t}",
-           "M": "i32", "y_stride_v": "i32", "s_stride_v": "i32", "eps": "fp32", "N_v": "i32", "OP": "constexpr",
-           third: "constexpr", "num_warps": "constexpr"}
-    # what the runtime marks: 16-byte aligned pointers, ints divisible by 16 (lengths are in vectors)
-    nv = N // (16 // ITEMSIZE[dtype])
-    aligned = ["y_ptr", "s_ptr", "w_ptr", "b_ptr"] + (["y_stride_v", "s_stride_v", "N_v"] if nv % 16 == 0 else [])
-    return dict(fn=streaming_norm_kernel if plan.streaming else chunked_norm_kernel, signature=sig,
-                constexprs={"OP": OP_CODES[op], third: plan.stages if plan.streaming else plan.num_chunks,
-                            "num_warps": plan.num_warps},
-                aligned=aligned, num_warps=plan.num_warps)
+def codegen_spec(op, N: int, dtype: str, plan: ChunkPlan | None = None):
+    """compile_sm90 arguments reproducing what launch() JITs for contiguous rows of N (CPU codegen)."""
+    row, _ = rowio.resolve(op)
+    plan = plan or ChunkPlan.for_row(row, N, dtype)
+    desc = desc_type(dtype, [1 if plan.streaming else plan.rows, plan.chunk], row_layout(dtype))
+    ptr = f"*{short_dtype(dtype)}"
+    nv = N // vec(dtype)  # lengths and strides in 16-byte vectors (contiguous rows: stride N)
+    args = {"x_desc": desc, "r_desc": desc if row.residual else None, "y_ptr": ptr,
+            "s_ptr": ptr if row.residual else None, "w_ptr": ptr if row.weight else None,
+            "b_ptr": ptr if row.bias else None, "M": "i32", "y_stride_v": nv, "s_stride_v": nv if row.residual else 0,
+            "eps": "fp32", "N_v": nv}
+    return kernel_spec(streaming_norm_kernel if plan.streaming else chunked_norm_kernel, args, _constexprs(row, plan),
+                       num_warps=plan.num_warps)
 
+
+# registration: gluon-chunked for every row norm
+
+KNOBS = {"num_warps": (2, 4, 8, 16), "rows": (1, 2, 4), "streaming": (False, True), "stages": (2, 4, 8)}
+# the 02 plan's CHUNK x rows sweep and the cached-vs-streaming study (experiments.ChunkedPlan)
+
+
+def configure(op, shape: dict, dtype: str, overrides: dict) -> ChunkPlan:
+    return ChunkPlan.for_row(op, shape["N"], dtype, **{k: v for k, v in overrides.items() if k in PLAN_KNOBS})
+
+
+def codegen(op, shape: dict, dtype: str, config: ChunkPlan | None = None):
+    return codegen_spec(op, shape["N"], dtype, config or configure(op, shape, dtype, {}))
+
+
+rowio.register_row_variants(
+    "gluon-chunked", pattern="chunked", launch=launch, check=check, configure=configure, codegen=codegen, knobs=KNOBS,
+    roots=(chunked_norm_kernel, streaming_norm_kernel, ChunkPlan, norm_math.STATS_HOOKS),
+    description="any N: power-of-2 TMA chunks into smem, zero-filled tail, masked variance/stores")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -522,12 +532,12 @@ class GroupPlan:
     def make(cls, layout: str, C: int, S: int, G: int, dtype: str, cached: bool | None = None,
              stages: int | None = None) -> "GroupPlan":
         e = ITEMSIZE[dtype]
-        vec = 16 // e
+        v = vec(dtype)
         Cg = C // G
         if layout == "channels_last":
             # columns: the group's channels padded to a power of two, at least one 16-byte vector
-            bc = max(vec, 1 << (Cg - 1).bit_length())
-            tc = min(32, bc // vec)
+            bc = max(v, 1 << (Cg - 1).bit_length())
+            tc = min(32, bc // v)
             nw = 4
             # rows: boxes of ~4 KB (at most 256 rows, TMA's per-dimension limit), at least one row
             # per thread row of the layout so no lane is replicated
@@ -536,13 +546,11 @@ class GroupPlan:
             threads, warps = (32 // tc, tc), (nw, 1)
         else:
             # one row (channel) per box; CHUNK along S by the row heuristic (<= 12.5% padding)
-            p = ChunkPlan.for_row("layer_norm", S, dtype, streaming=False, rows=1) if S * e <= SMEM_LIMIT // 2 \
-                else ChunkPlan.for_row("layer_norm", S, dtype, streaming=True)
-            nw = p.num_warps
-            br, bc = 1, p.chunk
+            nw = ChunkPlan.chunk_warps(S, dtype)
+            br, bc = 1, v * 32 * nw
             rows, cols = Cg, S
             threads, warps = (1, 32), (1, nw)
-        T = -(-rows // br) * -(-cols // bc)
+        T = cdiv(rows, br) * cdiv(cols, bc)
         box = br * bc * e
         fits = T * box + SMEM_RESERVE <= (GROUP_CACHED_LIMIT if cached is None else SMEM_LIMIT)
         use_cache = fits if cached is None else cached
@@ -554,8 +562,7 @@ class GroupPlan:
                    overread=T * br * bc / (rows * cols))
 
     def reg_layout(self):
-        vec = 16 // ITEMSIZE[self.dtype]
-        return gl.BlockedLayout([1, vec], list(self.threads), list(self.warps), [1, 0])
+        return gl.BlockedLayout([1, vec(self.dtype)], list(self.threads), list(self.warps), [1, 0])
 
 
 def group_layout_of(x) -> str:
@@ -575,7 +582,7 @@ def group_layout_of(x) -> str:
 def check_group(x, num_groups, weight, bias) -> GroupPlan:
     B, C = x.shape[0], x.shape[1]
     S = x.numel() // max(1, B * C)
-    dt = _dt(x)
+    dt = dtype_name(x)
     e = ITEMSIZE[dt]
     layout = group_layout_of(x)
     if layout == "channels_last" and not CHANNELS_LAST_ENABLED:
@@ -595,13 +602,25 @@ def check_group(x, num_groups, weight, bias) -> GroupPlan:
     return GroupPlan.make(layout, C, S, num_groups, dt)
 
 
+def _group_ints(plan: GroupPlan, C: int, S: int, G: int) -> dict:
+    """group_norm_kernel's int arguments: the view's row length in 16-byte vectors (C_v for
+    channels-last, S_v for NCHW; the other one in elements)."""
+    v = vec(plan.dtype)
+    cl = plan.layout == "channels_last"
+    return {"G": G, "C_v": C // v if cl else C, "S_v": S // v if not cl else S, "Cg": C // G}
+
+
+def _group_constexprs(plan: GroupPlan, has_w: bool, has_b: bool) -> dict:
+    return dict(L=plan.reg_layout(), CL=plan.layout == "channels_last", HAS_W=has_w, HAS_B=has_b, CACHED=plan.cached,
+                SLOTS=plan.slots, num_warps=plan.num_warps)
+
+
 def launch_group(x, num_groups, weight, bias, eps: float, out=None, config: GroupPlan | None = None):
     import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    plan = config or check_group(x, num_groups, weight, bias)
+    plan = check_group(x, num_groups, weight, bias)
+    plan = config or plan
     B, C = x.shape[0], x.shape[1]
     S = x.numel() // (B * C)
-    vec = 16 // ITEMSIZE[plan.dtype]
     y = torch.empty_like(x) if out is None else out
     if y.shape != x.shape or y.stride() != x.stride() or y.dtype != x.dtype:
         raise ValueError(f"out must have x's shape, dtype and strides {tuple(x.stride())}")
@@ -609,12 +628,68 @@ def launch_group(x, num_groups, weight, bias, eps: float, out=None, config: Grou
         x2 = x.permute(0, *range(2, x.dim()), 1).reshape(B * S, C)  # a view: channels innermost
     else:
         x2 = x.view(B * C, S)
-    x_desc = TensorDescriptor.from_tensor(x2, [plan.box_rows, plan.box_cols], row_layout(plan.dtype))
-    w = weight if weight is not None else x2
-    b = bias if bias is not None else x2
-    group_norm_kernel[(B * num_groups, )](x_desc, y, w, b, num_groups, C // vec if plan.layout == "channels_last" else C,
-                                          S // vec if plan.layout == "nchw" else S, C // num_groups, eps,
-                                          L=plan.reg_layout(), CL=plan.layout == "channels_last",
-                                          HAS_W=weight is not None, HAS_B=bias is not None, CACHED=plan.cached,
-                                          SLOTS=plan.slots, num_warps=plan.num_warps)
+    x_desc = descriptor(x2, [plan.box_rows, plan.box_cols], row_layout(plan.dtype))
+    group_norm_kernel[(B * num_groups, )](x_desc, y, weight, bias, *_group_ints(plan, C, S, num_groups).values(), eps,
+                                          **_group_constexprs(plan, weight is not None, bias is not None))
     return y
+
+
+def group_codegen_spec(plan: GroupPlan, C: int, S: int, G: int, has_w: bool = True, has_b: bool = True):
+    """compile_sm90 arguments reproducing what launch_group JITs (CPU codegen)."""
+    ptr = f"*{short_dtype(plan.dtype)}"
+    args = {"x_desc": desc_type(plan.dtype, [plan.box_rows, plan.box_cols], row_layout(plan.dtype)), "y_ptr": ptr,
+            "w_ptr": ptr if has_w else None, "b_ptr": ptr if has_b else None, **_group_ints(plan, C, S, G),
+            "eps": "fp32"}
+    return kernel_spec(group_norm_kernel, args, _group_constexprs(plan, has_w, has_b), num_warps=plan.num_warps)
+
+
+# registration: gluon-chunked for group_norm and instance_norm (instance_norm: one channel per group)
+
+GROUP_KNOBS = {"cached": (False, True), "stages": (3, GROUP_STREAM_STAGES)}
+
+
+def _group_dims(shape: dict) -> tuple:
+    """(C, S, G, layout) of a group op's shape dict (instance_norm: G = C)."""
+    from ..specs.group import group_shape
+    _, C, spatial = group_shape(shape)
+    S = 1
+    for s in spatial:
+        S *= s
+    return C, S, shape.get("G", C), shape.get("layout", "nchw")
+
+
+def configure_group(shape: dict, dtype: str, overrides: dict) -> GroupPlan:
+    C, S, G, layout = _group_dims(shape)
+    if layout == "channels_last" and not CHANNELS_LAST_ENABLED:
+        raise ValueError("variant 'gluon-chunked' does not take channels-last x yet (see CHANNELS_LAST_ENABLED)")
+    return GroupPlan.make(layout, C, S, G, dtype, cached=overrides.get("cached"), stages=overrides.get("stages"))
+
+
+def codegen_group(shape: dict, dtype: str, config: GroupPlan | None = None):
+    C, S, G, _ = _group_dims(shape)
+    return group_codegen_spec(config or configure_group(shape, dtype, {}), C, S, G)
+
+
+def _register_group():
+    from .. import specs
+    from ..registry import register
+    for spec in specs.family("group_norm"):
+        def fn(*inputs, eps, out=None, config=None, _spec=spec):
+            a = _spec.named(inputs)
+            return launch_group(a["x"], a.get("num_groups", a["x"].shape[1]), a["weight"], a["bias"], eps, out=out,
+                                config=config)
+
+        def check(*inputs, _spec=spec):
+            _spec.validate(*inputs, **_spec.scalars)
+            a = _spec.named(inputs)
+            check_group(a["x"], a.get("num_groups", a["x"].shape[1]), a["weight"], a["bias"])
+
+        fn.__name__ = fn.__qualname__ = f"{spec.name}_gluon_chunked"
+        register(spec.name, "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True, check=check,
+                 configure=configure_group, codegen=codegen_group, knobs=GROUP_KNOBS,
+                 roots=(launch_group, check_group, GroupPlan, group_norm_kernel),
+                 description="one CTA per (sample, group; instance_norm: a group per channel): the group's region "
+                             "in power-of-2 TMA boxes, cached or ring-streamed")(fn)
+
+
+_register_group()

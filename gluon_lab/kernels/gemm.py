@@ -1,9 +1,8 @@
 """TMA + wgmma GEMM for Hopper (pattern 3, the compute-bound case): C = A @ B, bf16/fp16 in, fp32
 accumulate, output in the input dtype.
 
-STATUS (2026-11-29, session 3): measured on the H200 (notebook 03): 682 vs cuBLAS 673 TFLOP/s at
-8192^3 bf16 in the same run, >= 0.96x cuBLAS on every shape of the set; tests/test_gemm_gpu.py pass.
-Not in variant="auto"'s fallback list (auto picks from records near the shape).
+Measured on the H200 (notebook 03): 682 vs cuBLAS 673 TFLOP/s at 8192^3 bf16 in the same run,
+>= 0.96x cuBLAS on every shape of the set (tests/test_gemm_gpu.py).
 
 The kernel ("gluon-pipelined" for matmul):
 * persistent: grid = min(#tiles, #SMs); program p walks tiles p, p + grid, ... in GROUP_M-grouped
@@ -28,8 +27,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-SMEM_LIMIT = 232448
-ITEMSIZE = {"bfloat16": 2, "float16": 2}
+from .hopper import GL_DTYPE, H200_SMS, ITEMSIZE, SMEM_LIMIT, cdiv, descriptor, desc_type, dtype_name, kernel_spec, num_sms
 
 
 @gluon.jit
@@ -188,13 +186,13 @@ class GemmConfig:
         # Small problems: a 128x256 tile leaves most SMs idle (8192 x 4096 -> 1024 tiles, fine;
         # 1024 x 1024 -> 32 tiles on 132 SMs). Drop to 128x128 when the big tile gives < 1 wave.
         import dataclasses
-        base = cls(BN=128, num_stages=4, num_warps=4) if -(-M // 128) * -(-N // 256) < 132 else cls()
+        base = cls(BN=128, num_stages=4, num_warps=4) if cdiv(M, 128) * cdiv(N, 256) < H200_SMS else cls()
         known = {f.name for f in dataclasses.fields(cls)}
         return dataclasses.replace(base, **{k: v for k, v in overrides.items() if k in known})
 
 
 def _layouts(cfg: GemmConfig, dtype: str):
-    gdt = {"bfloat16": gl.bfloat16, "float16": gl.float16}[dtype]
+    gdt = GL_DTYPE[dtype]
     return (gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BK], gdt),
             gl.NVMMASharedLayout.get_default_for([cfg.BK, cfg.BN], gdt),
             gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gdt))
@@ -229,21 +227,18 @@ def prepare(a, b, out=None, config: GemmConfig | None = None):
     """Checks, config, output and TMA descriptors shared by every persistent GEMM launcher:
     returns (c, (a_desc, b_desc, c_desc), M, N, K, cfg, grid)."""
     import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     check(a, b)
     M, K = a.shape
     N = b.shape[1]
-    dtype = str(a.dtype).replace("torch.", "")
+    dtype = dtype_name(a)
     cfg = (config or GemmConfig.heuristic(M, N, dtype)).validate(dtype)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else out
     if (N * a.element_size()) % 16:
         raise ValueError(f"N * itemsize must be a multiple of 16 bytes (C's rows are TMA-stored); got N={N}")
     la, lb, lc = _layouts(cfg, dtype)
-    descs = (TensorDescriptor.from_tensor(a, [cfg.BM, cfg.BK], la), TensorDescriptor.from_tensor(b, [cfg.BK, cfg.BN], lb),
-             TensorDescriptor.from_tensor(c, [cfg.BM, cfg.BN], lc))
-    n_tiles = -(-M // cfg.BM) * -(-N // cfg.BN)
-    sms = torch.cuda.get_device_properties(a.device).multi_processor_count
-    return c, descs, M, N, K, cfg, (max(1, min(n_tiles, sms)), )
+    descs = (descriptor(a, [cfg.BM, cfg.BK], la), descriptor(b, [cfg.BK, cfg.BN], lb), descriptor(c, [cfg.BM, cfg.BN], lc))
+    n_tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
+    return c, descs, M, N, K, cfg, (max(1, min(n_tiles, num_sms(a.device))), )
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None):
@@ -253,13 +248,50 @@ def launch(a, b, out=None, config: GemmConfig | None = None):
     return c
 
 
-def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16"):
-    cfg = (cfg or GemmConfig()).validate(dtype)
-    t = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
+def codegen_args(cfg: GemmConfig, dtype: str, shape: dict | None = None) -> tuple:
+    """(args, constexprs) of kernel_spec for a persistent GEMM launch: M, N, K as the runtime
+    specializes them when the shape is given, plain i32 otherwise."""
     la, lb, lc = _layouts(cfg, dtype)
-    sig = {"a_desc": f"tensordesc<{t}[{cfg.BM}, {cfg.BK}],{la!r}>", "b_desc": f"tensordesc<{t}[{cfg.BK}, {cfg.BN}],{lb!r}>",
-           "c_desc": f"tensordesc<{t}[{cfg.BM}, {cfg.BN}],{lc!r}>", "M": "i32", "N": "i32", "K": "i32",
-           "NUM_STAGES": "constexpr", "GROUP_M": "constexpr", "num_warps": "constexpr"}
-    return dict(fn=persistent_gemm_kernel, signature=sig,
-                constexprs={"NUM_STAGES": cfg.num_stages, "GROUP_M": cfg.group_m, "num_warps": cfg.num_warps},
-                num_warps=cfg.num_warps)
+    args = {"a_desc": desc_type(dtype, [cfg.BM, cfg.BK], la), "b_desc": desc_type(dtype, [cfg.BK, cfg.BN], lb),
+            "c_desc": desc_type(dtype, [cfg.BM, cfg.BN], lc),
+            **{d: (shape[d] if shape else "i32") for d in ("M", "N", "K")}}
+    return args, {"NUM_STAGES": cfg.num_stages, "GROUP_M": cfg.group_m, "num_warps": cfg.num_warps}
+
+
+def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: dict | None = None):
+    """compile_sm90 arguments reproducing what launch() JITs (shape: {"M", "N", "K"}, optional)."""
+    cfg = (cfg or GemmConfig()).validate(dtype)
+    args, ce = codegen_args(cfg, dtype, shape)
+    return kernel_spec(persistent_gemm_kernel, args, ce, num_warps=cfg.num_warps)
+
+
+# ----------------------------------------------------------------------------------------------
+# registration: matmul gluon-pipelined (the norms' gluon-pipelined is in pipelined.py)
+
+KNOBS = {"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "num_stages": (2, 3, 4, 5),
+         "group_m": (8, )}  # the 03 gemm-sweep's tiles x ring depths (experiments.PipelinedPlan)
+
+
+def configure(shape: dict, dtype: str, overrides: dict) -> GemmConfig:
+    return GemmConfig.heuristic(shape["M"], shape["N"], dtype, **overrides).validate(dtype)
+
+
+def register_matmul(variant: str, *, pattern: str, launch, codegen_spec, knobs: dict, roots, description: str):
+    """Register a persistent GEMM for matmul (shared by gluon-pipelined and gluon-ws)."""
+    from ..registry import register
+
+    def codegen(shape: dict, dtype: str, config: GemmConfig | None = None):
+        return codegen_spec(config or configure(shape, dtype, {}), dtype, shape)
+
+    def fn(a, b, out=None, config=None):
+        return launch(a, b, out=out, config=config)
+
+    fn.__name__ = fn.__qualname__ = f"matmul_{variant.replace('-', '_')}"
+    register("matmul", variant, pattern=pattern, needs_hopper=True, check=check, configure=configure, codegen=codegen,
+             knobs=knobs, roots=(launch, prepare, GemmConfig, *roots), description=description)(fn)
+
+
+register_matmul("gluon-pipelined", pattern="pipelined", launch=launch, codegen_spec=codegen_spec, knobs=KNOBS,
+                roots=(persistent_gemm_kernel, ),
+                description="persistent TMA + wgmma GEMM: NUM_STAGES ring across tiles, grouped order, TMA-store "
+                            "epilogue")

@@ -1,47 +1,66 @@
-"""Host-side plumbing shared by the row-norm kernels: operand checks for TMA (with messages that
-name the argument and the rule) and output allocation.
+"""Host-side glue of the row-norm family shared by its pattern modules: what an op's row math
+(spec.row) means for operands, and the one generic variant wrapper every pattern registers.
 
-gluon-chunked uses these; gluon-tma still carries its own copy (tma_cache.check / launch), kept
-byte-identical so the 2026-11-29 H200 records stay current (their kernel_source_hash covers that
-code). Move it here together with the next re-measurement of pattern 1.
+Launchers, checks, configs and codegen hooks take `op`: an OpSpec of the "row_norm" family, its
+RowNorm (spec.row), or an op name (looked up in gluon_lab.specs). They read the row's features
+(residual, weight, bias, centered, stats), never the op's name.
 """
 from __future__ import annotations
 
-OPERAND_NAMES = {"rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias"), "l2_norm": ("x", ),
-                 "add_rms_norm": ("x", "residual", "weight")}
+import functools
 
 
-def check_tma_operands(op: str, tensors, N: int) -> None:
-    """Every operand: unit last stride, 16-byte aligned base, rows flattenable with a 16-byte-multiple stride."""
-    for name, t in zip(OPERAND_NAMES[op], tensors):
-        if t is None:
-            continue
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last dimension (stride(-1) == 1) for TMA; got strides "
-                             f"{tuple(t.stride())}")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name}'s data pointer must be 16-byte aligned for TMA (got address % 16 = "
-                             f"{t.data_ptr() % 16})")
-        if t.dim() > 1:
-            try:
-                v = t.view(-1, N)
-            except RuntimeError:
-                raise ValueError(f"{name}'s leading dimensions cannot be flattened without a copy (strides "
-                                 f"{tuple(t.stride())}); call .contiguous() first") from None
-            if v.shape[0] > 1 and (v.stride(0) * t.element_size()) % 16:
-                raise ValueError(f"{name}'s row stride must be a multiple of 16 bytes for TMA; got "
-                                 f"{v.stride(0)} elements = {v.stride(0) * t.element_size()} bytes")
+def resolve(op):
+    """(row, label) of op (an OpSpec, a RowNorm or an op name): label names it in messages."""
+    if isinstance(op, str):
+        from .. import specs
+        op = specs.get(op)
+    row = getattr(op, "row", op)
+    if row is None or not hasattr(row, "stats"):
+        raise ValueError(f"{getattr(op, 'name', op)!r} is not a row norm (it has no spec.row)")
+    return row, getattr(op, "name", None) or f"row norm {row}"
 
 
-def outputs(op: str, x, out):
-    """(y, s, y2, s2): outputs shaped like x (s = x + residual only for add_rms_norm) and their
-    (M, N) views; s2 falls back to y2 so kernels always get a valid pointer."""
-    import torch
-    N = x.shape[-1]
-    if out is None:
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        s = torch.empty(x.shape, dtype=x.dtype, device=x.device) if op == "add_rms_norm" else None
-    else:
-        y, s = out if op == "add_rms_norm" else (out, None)
-    y2 = y.view(-1, N)
-    return y, s, y2, (s.view(-1, N) if s is not None else y2)
+def operand_names(row) -> tuple:
+    """The row op's positional inputs, in the specs' order."""
+    return ("x", ) + ("residual", ) * row.residual + ("weight", ) * row.weight + ("bias", ) * row.bias
+
+
+def named_operands(row, inputs) -> dict:
+    """{name: tensor} of the op's positional inputs."""
+    return dict(zip(operand_names(row), inputs))
+
+
+def operands(row, x, residual, weight, bias) -> tuple:
+    """The op's positional inputs (x, [residual], [weight], [bias]) from the launchers' arguments."""
+    present = {"x": x, "residual": residual, "weight": weight, "bias": bias}
+    return tuple(present[n] for n in operand_names(row))
+
+
+def outputs(row, y, s):
+    return (y, s) if row.residual else y
+
+
+def _variant_fn(spec, launch, variant: str):
+    def fn(*inputs, eps, out=None, config=None, **launch_kw):
+        a = spec.named(inputs)
+        return launch(spec, a["x"], a.get("residual"), a.get("weight"), a.get("bias"), eps, out=out, config=config,
+                      **launch_kw)
+
+    fn.__name__ = fn.__qualname__ = f"{spec.name}_{variant.replace('-', '_')}"
+    return fn
+
+
+def register_row_variants(variant: str, *, launch, check, configure, codegen, pattern: str, knobs: dict, roots=(),
+                          description: str):
+    """Register `variant` for every spec of the row-norm family. launch(spec, x, residual, weight,
+    bias, eps, out=, config=, ...) runs it; check / configure / codegen take the spec first
+    (check(spec, *inputs), configure(spec, shape, dtype, overrides), codegen(spec, shape, dtype,
+    config)) and are bound to each spec here."""
+    from .. import specs
+    from ..registry import register
+    for spec in specs.family("row_norm"):
+        register(spec.name, variant, pattern=pattern, needs_hopper=True, supports_out=True,
+                 check=functools.partial(check, spec), configure=functools.partial(configure, spec),
+                 codegen=functools.partial(codegen, spec), knobs=dict(knobs), roots=(launch, *roots),
+                 description=description)(_variant_fn(spec, launch, variant))

@@ -30,24 +30,24 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from . import norm_math
-from .norm_math import OP_CODES
+from . import norm_math, rowio
+from .hopper import (ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, cdiv, check_tma_operands, desc_type, descriptor, dtype_name,
+                     kernel_spec, row_layout, row_outputs, short_dtype, vec)
 
-SMEM_LIMIT = 232448  # bytes of shared memory one CTA may use on sm_90
 SMEM_PER_CTA_TARGET = 100 * 1024  # heuristic: <= this so two CTAs fit on an SM (see heuristic())
-SMEM_RESERVE = 2048  # reduction scratch + barrier + alignment (measured: metadata.shared - rows <= 1 KB)
-ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])  # one compile serves every row count
 def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_stride,
-                          s_stride, eps, N: gl.constexpr, OP: gl.constexpr, TMA_STORE: gl.constexpr,
+                          s_stride, eps, N: gl.constexpr, STATS: gl.constexpr, HAS_W: gl.constexpr,
+                          HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr, TMA_STORE: gl.constexpr,
                           PARAM_TMA: gl.constexpr, num_warps: gl.constexpr):
     """R rows per program. Descriptors are rank 3: global [M, N/W, W], block [R, S, W] with S*W = N
     (S = N/W: the row is one TMA box; S = 1, W = N: the compiler splits it into [R, 1, 256] boxes).
-    r_desc / s_desc are only used by add_rms_norm (OP 3), y_desc / s_desc only with TMA_STORE,
-    y_ptr / s_ptr only without it. PARAM_TMA: weight (and bias) ride the same barrier into shared
-    memory (w_desc/b_desc, block [1, S, W]) instead of being loaded from global inside the last pass."""
+    Absent operands are None: r_desc / s_ptr without a residual, s_desc without one or without
+    TMA_STORE, y_desc without TMA_STORE, w/b without the op's weight/bias. PARAM_TMA: weight (and
+    bias) ride the same barrier into shared memory (w_desc/b_desc, block [1, S, W]) instead of
+    being loaded from global inside the last pass. STATS: the op's statistics hooks (norm_math)."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     S: gl.constexpr = x_desc.block_type.shape[1]
     W: gl.constexpr = x_desc.block_type.shape[2]
@@ -66,25 +66,22 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr,
     xbuf = xbuf3.reshape([R, N])  # the same bytes as a [R, N] row block (swizzle 0: plain row-major)
     bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(bar, count=1)
-    HAS_W: gl.constexpr = OP != 2
-    HAS_B: gl.constexpr = OP == 1
     # ONE expect per barrier phase, carrying the bytes of every copy that completes on it: each
     # expect is also an arrive, so a second one would complete the phase early.
-    NBYTES: gl.constexpr = x_desc.block_type.nbytes * (2 if OP == 3 else 1) + \
-        ((w_desc.block_type.nbytes * (1 + HAS_B)) if (PARAM_TMA and HAS_W) else 0)
+    NBYTES: gl.constexpr = x_desc.block_type.nbytes * (2 if HAS_RESIDUAL else 1) + \
+        ((w_desc.block_type.nbytes * (2 if HAS_B else 1)) if PARAM_TMA else 0)
     mbarrier.expect(bar, NBYTES)
     tma.async_copy_global_to_shared(x_desc, [row0, 0, 0], bar, xbuf3)
-    if OP == 3:
-        rbuf3 = gl.allocate_shared_memory(dtype, [R, S, W], r_desc.layout)
+    if HAS_RESIDUAL:
+        rbuf3 = gl.allocate_shared_memory(dtype, [R, S, W], x_desc.layout)
         rbuf = rbuf3.reshape([R, N])
         tma.async_copy_global_to_shared(r_desc, [row0, 0, 0], bar, rbuf3)
-    if PARAM_TMA:
-        if HAS_W:
-            wbuf3 = gl.allocate_shared_memory(dtype, [1, S, W], w_desc.layout)
-            tma.async_copy_global_to_shared(w_desc, [0, 0, 0], bar, wbuf3)
-            wbuf = wbuf3.reshape([1, N])
+    if PARAM_TMA:  # (the host sets it only for ops with a weight)
+        wbuf3 = gl.allocate_shared_memory(dtype, [1, S, W], w_desc.layout)
+        tma.async_copy_global_to_shared(w_desc, [0, 0, 0], bar, wbuf3)
+        wbuf = wbuf3.reshape([1, N])
         if HAS_B:
-            bbuf3 = gl.allocate_shared_memory(dtype, [1, S, W], b_desc.layout)
+            bbuf3 = gl.allocate_shared_memory(dtype, [1, S, W], w_desc.layout)
             tma.async_copy_global_to_shared(b_desc, [0, 0, 0], bar, bbuf3)
             bbuf = bbuf3.reshape([1, N])
 
@@ -96,18 +93,11 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr,
     mbarrier.wait(bar, 0)  # fresh barrier: the first completion is phase 0
     mbarrier.invalidate(bar)
 
-    # 2. add_rms_norm: s = x + residual in the input dtype (as eager). s overwrites the residual's
-    #    buffer in place (same thread, same elements), leaves once for the caller, and is what the
-    #    norm reads from now on.
-    if OP == 3:
-        s_row = gl.expand_dims(rows.to(gl.int64) * s_stride, 1)
-        for c in gl.static_range(NUM_CHUNKS):
-            xs = xbuf.slice(c * CHUNK, CHUNK, dim=1)
-            rs = rbuf.slice(c * CHUNK, CHUNK, dim=1)
-            s = xs.load(L) + rs.load(L)
-            rs.store(s)
-            if not TMA_STORE:
-                gl.store(s_ptr + s_row + gl.expand_dims(c * CHUNK + cols0, 0), s, mask=row_ok)
+    # 2. add_rms_norm: s = x + residual, written over the residual's buffer, leaves once for the
+    #    caller (plain stores, or one TMA store from that buffer), and is what the norm reads.
+    if HAS_RESIDUAL:
+        norm_math.residual_add(xbuf, rbuf, 0, s_ptr + gl.expand_dims(rows.to(gl.int64) * s_stride, 1), row_ok,
+                               cols0, N, norm_math.columns, CHUNK, NUM_CHUNKS, L, False, not TMA_STORE)
         if TMA_STORE:
             fence_async_shared()
             tma.async_copy_shared_to_global(s_desc, [row0, 0, 0], rbuf3)
@@ -115,26 +105,25 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr,
     else:
         src = xbuf
 
-    # 3. Statistics from shared memory (norm_math: one or two passes, fp32 at the point of use).
-    shift, scale = norm_math.row_stats(src, N, eps, OP, CHUNK, NUM_CHUNKS, L, False)
+    # 3. Statistics from shared memory (the op's hooks: one or two passes, fp32 at the point of use).
+    shift, scale = STATS.row(src, 0, N, eps, norm_math.columns, CHUNK, NUM_CHUNKS, L, False)
 
     # 4. Normalize from shared memory; write out.
     for c in gl.static_range(NUM_CHUNKS):
         cols = c * CHUNK + cols0
-        x = norm_math.load_chunk(src, c, CHUNK, L)
+        x = norm_math.load_chunk(src, 0, c, CHUNK, L, norm_math.columns)
         w = gl.zeros([1, CHUNK], gl.float32, L)
         b = gl.zeros([1, CHUNK], gl.float32, L)
         if PARAM_TMA:
-            if HAS_W:
-                w = norm_math.load_chunk(wbuf, c, CHUNK, L)
+            w = norm_math.load_chunk(wbuf, 0, c, CHUNK, L, norm_math.columns)
             if HAS_B:
-                b = norm_math.load_chunk(bbuf, c, CHUNK, L)
+                b = norm_math.load_chunk(bbuf, 0, c, CHUNK, L, norm_math.columns)
         else:
             if HAS_W:
                 w = norm_math.load_param(w_ptr, cols, N, False)
             if HAS_B:
                 b = norm_math.load_param(b_ptr, cols, N, False)
-        y = norm_math.normalize_chunk(x, shift, scale, w, b, OP).to(dtype)
+        y = norm_math.normalize_chunk(x, shift, scale, w, b, HAS_W, HAS_B).to(dtype)
         if TMA_STORE:
             xbuf.slice(c * CHUNK, CHUNK, dim=1).store(y)  # x (or x of add+norm) is no longer needed
         else:
@@ -148,37 +137,31 @@ def tma_cache_norm_kernel(x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y_ptr,
         # scratch was placed over the residual buffer while s was still being stored from it
         # (add_rms_norm produced garbage on the H200). _keep_alive() extends the live ranges.
         xbuf3._keep_alive()
-        if OP == 3:
+        if HAS_RESIDUAL:
             rbuf3._keep_alive()
 
 
 # ----------------------------------------------------------------------------------------------
 # configuration (QuACK-style: a frozen dataclass whose thresholds carry their reasons)
 
-# Errata to the figures quoted inside TmaCacheConfig.heuristic (kept there unchanged so the
-# 2026-11-29 H200 records stay current; fix them together with the next re-measurement):
-# * "4 warps: 30% slower at N=16384" came from an earlier do_bench sweep of an older revision. In
-#   the final sweep (results/h200/01-tma-caching.jsonl, study "sweep") the best 4-, 8- and 16-warp
-#   configs at N >= 4096 are within 1 point of SOL of each other; 16 warps is best by that margin.
-# * LayerNorm "16 warps 15-25% slower than 8": 14% at N=4096 (graph-timed), 4% at N=16384
-#   (do_bench-timed, so not resolved at that level).
-# * The N >= 8192 sweep rows were do_bench-timed; see notebook 01, section 7.
 @dataclass(frozen=True)
 class TmaCacheConfig:
+    """Knobs of gluon-tma. Methods take op: an OpSpec, its RowNorm or an op name (rowio.resolve)."""
     num_warps: int
     rows_per_cta: int
     tma_store: bool
     one_box: bool = True  # the whole [R, N] block as one TMA box ([R, N/256, 256]) vs N/256 boxes
     param_tma: bool = False  # weight/bias TMA-loaded into smem on the row's barrier vs gl.load in the last pass
 
-    def smem_bytes(self, op: str, N: int, dtype: str) -> int:
+    def smem_bytes(self, op, N: int, dtype: str) -> int:
         """Shared memory the cached rows (and cached weight/bias) take, plus the reserve."""
-        rows = self.rows_per_cta * (2 if op == "add_rms_norm" else 1)
-        params = {"rms_norm": 1, "layer_norm": 2, "l2_norm": 0, "add_rms_norm": 1}[op] if self.param_tma else 0
+        row, _ = rowio.resolve(op)
+        rows = self.rows_per_cta * (2 if row.residual else 1)
+        params = row.weight + row.bias if self.param_tma else 0
         return (rows + params) * N * ITEMSIZE[dtype] + SMEM_RESERVE
 
     @staticmethod
-    def max_n(op: str, dtype: str, rows_per_cta: int = 1) -> int:
+    def max_n(op, dtype: str, rows_per_cta: int = 1) -> int:
         """Largest power-of-2 N whose cached rows fit in one CTA's shared memory."""
         cfg = TmaCacheConfig(num_warps=4, rows_per_cta=rows_per_cta, tma_store=False)
         n = 1
@@ -189,26 +172,28 @@ class TmaCacheConfig:
     @staticmethod
     def min_n(dtype: str) -> int:
         # one warp's worth of 16-byte vectors: below this the register tile would replicate lanes
-        return 16 // ITEMSIZE[dtype] * 32
+        return vec(dtype) * 32
 
     @classmethod
-    def heuristic(cls, op: str, N: int, dtype: str, M: int | None = None) -> "TmaCacheConfig":
+    def heuristic(cls, op, N: int, dtype: str, M: int | None = None) -> "TmaCacheConfig":
         """Defaults from the rms_norm bf16 sweep on the H200 (M = 16384, N in 1K..16K, 240 configs,
-        results/h200/01-tma-caching.jsonl, study "sweep"; the notebook shows it)."""
+        results/h200/01-tma-caching.jsonl, study "sweep"; notebook 01 shows it, and section 7 says
+        which rows were timed how: the N >= 8192 rows by do_bench, the others graph-timed)."""
+        row, _ = rowio.resolve(op)
         e = ITEMSIZE[dtype]
-        vec = 16 // e
-        # Warps: as many as the row allows, up to 16. The best config at N >= 4096 used 16 warps
-        # (4 warps: 30% slower at N=16384): the per-row passes over smem finish sooner, and
-        # the CTA's next TMA copy starts sooner.
-        # LayerNorm is the exception: its two cross-warp reductions per row made 16 warps 15-25%
-        # slower than 8 (LayerNorm sweep, N = 4096 and 16384), so it stops at 8.
-        nw = max(1, min(8 if op == "layer_norm" else 16, N // (vec * 32)))
-        # Rows per CTA: 2 while the cached rows stay <= 64 KB. R = 2 was best at N = 1024, 4096
-        # and 16384 (R = 1 at 8192, within 0.2%); larger blocks cost occupancy.
-        r = 2 if 2 * N * e * (2 if op == "add_rms_norm" else 1) <= (16384 if op == "layer_norm" else 65536) else 1
+        # Warps: as many as the row allows, up to 16. At N >= 4096 the best 4-, 8- and 16-warp
+        # configs of the sweep are within 1 point of SOL of each other; 16 warps is best by that
+        # margin (the per-row passes over smem finish sooner, the CTA's next copy starts sooner).
+        # Centered stats (LayerNorm) stop at 8: two cross-warp reductions per row made 16 warps
+        # slower than 8 in the LayerNorm sweep: 14% at N = 4096 (graph-timed), 4% at N = 16384
+        # (do_bench-timed, so not resolved at that level).
+        nw = max(1, min(8 if row.centered else 16, N // (vec(dtype) * 32)))
+        # Rows per CTA: 2 while the cached rows stay <= 64 KB (16 KB when centered). R = 2 was best
+        # at N = 1024, 4096 and 16384 (R = 1 at 8192, within 0.2%); larger blocks cost occupancy.
+        r = 2 if 2 * N * e * (2 if row.residual else 1) <= (16384 if row.centered else 65536) else 1
         # Weight/bias through TMA on the row's barrier: faster at N = 1024, 4096 and 16384 (up to
         # 10% at the median config), a tie for the best configs at 8192; off if smem would not fit.
-        param_tma = op != "l2_norm"
+        param_tma = row.weight
         # Stores: plain 128-bit stores; the TMA-store path was slower at the median config at every
         # N (2-7%). One box per row: no measurable difference; fewer TMA instructions.
         cfg = cls(num_warps=nw, rows_per_cta=r, tma_store=False, one_box=True, param_tma=param_tma)
@@ -218,146 +203,124 @@ class TmaCacheConfig:
         # reached 80-86%. Drop the cached params first (they are L2-resident), then R.
         # LayerNorm caches two params: its best configs kept smem <= 64 KB (N = 16384: R = 1 with
         # w/b from L2, 83.1%, beat R = 1 with w/b cached, 81.1%, and every R = 2 config, <= 71%).
-        target = 64 * 1024 if op == "layer_norm" else SMEM_PER_CTA_TARGET
-        while cfg.smem_bytes(op, N, dtype) > target and (cfg.param_tma or cfg.rows_per_cta > 1):
+        target = 64 * 1024 if row.centered else SMEM_PER_CTA_TARGET
+        while cfg.smem_bytes(row, N, dtype) > target and (cfg.param_tma or cfg.rows_per_cta > 1):
             cfg = dataclasses.replace(cfg, **({"param_tma": False} if cfg.param_tma else {"rows_per_cta": 1}))
         return cfg
 
     @classmethod
-    def make(cls, op: str, N: int, dtype: str, M: int | None = None, **overrides) -> "TmaCacheConfig":
-        """The heuristic's config with some fields overridden (sweeps)."""
-        import dataclasses
-        base = cls.heuristic(op, N, dtype, M)
+    def make(cls, op, N: int, dtype: str, M: int | None = None, **overrides) -> "TmaCacheConfig":
+        """The heuristic's config with some fields overridden (sweeps; unknown keys are ignored)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        return dataclasses.replace(base, **{k: v for k, v in overrides.items() if k in known})
+        return dataclasses.replace(cls.heuristic(op, N, dtype, M), **{k: v for k, v in overrides.items() if k in known})
+
+    def validate(self, op, N: int, dtype: str) -> "TmaCacheConfig":
+        """Raise ValueError naming the rule if gluon-tma cannot run rows of N with this config."""
+        _, label = rowio.resolve(op)
+        lo, hi = TmaCacheConfig.min_n(dtype), TmaCacheConfig.max_n(op, dtype, 1)
+        if N & (N - 1) or not lo <= N <= hi:
+            raise ValueError(f"variant 'gluon-tma' takes power-of-2 N in [{lo}, {hi}] for {dtype} {label} (the cached "
+                             f"row(s) must fit in {SMEM_LIMIT // 1024} KB of shared memory); got N={N}. "
+                             "Use variant='gluon-chunked' (any N) or 'torch'")
+        if self.smem_bytes(op, N, dtype) > SMEM_LIMIT:
+            raise ValueError(f"config {self} needs {self.smem_bytes(op, N, dtype)} bytes of shared memory for N={N} "
+                             f"{dtype} {label}; one CTA may use {SMEM_LIMIT}")
+        R = self.rows_per_cta
+        if R & (R - 1) or not 1 <= R <= 256:
+            raise ValueError(f"rows_per_cta must be a power of two in [1, 256] (a TMA box dimension); got {R}")
+        tile = vec(dtype) * 32 * self.num_warps
+        if N % tile:
+            raise ValueError(f"num_warps={self.num_warps} needs N to be a multiple of {tile} (16-byte vectors x 32 "
+                             f"lanes x warps) for {dtype}; got N={N}")
+        return self
 
 
-def _gl_dtype(dtype: str):
-    return {"bfloat16": gl.bfloat16, "float16": gl.float16, "float32": gl.float32}[dtype]
-
-
-def row_layout(dtype: str):
-    # Swizzle 0: the row is read as contiguous 16-byte vectors per thread (conflict-free), and
-    # stays plain row-major so the rank-3 box can be viewed as [R, N].
-    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=ITEMSIZE[dtype] * 8, rank=3)
-
-
-def box_shape(N: int, cfg: "TmaCacheConfig") -> list:
+def box_shape(N: int, cfg: TmaCacheConfig) -> list:
     """Block [R, S, W] of the rank-3 descriptors (global shape [M, N / W, W])."""
     W = min(N, 256) if cfg.one_box else N
     return [cfg.rows_per_cta, N // W, W]
 
 
-def descriptor(t2, N: int, cfg: "TmaCacheConfig", dtype: str):
+def descriptor3(t2, N: int, cfg: TmaCacheConfig, dtype: str):
     """Rank-3 TMA descriptor over a (M, N) view with any 16-byte-multiple row stride."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     R, S, W = box_shape(N, cfg)
-    return TensorDescriptor(t2, shape=[t2.shape[0], N // W, W], strides=[t2.stride(0), W, 1], block_shape=[R, S, W],
-                            layout=row_layout(dtype))
+    return descriptor(t2, [R, S, W], row_layout(dtype, 3), shape=[t2.shape[0], N // W, W], strides=[t2.stride(0), W, 1])
 
 
 # ----------------------------------------------------------------------------------------------
-# validation (before launch, clear errors) and launch
+# validation (before launch, clear errors), launch, codegen
 
-def _dt(t) -> str:
-    return str(t.dtype).replace("torch.", "")
-
-
-def check(op: str, x, *rest, config: TmaCacheConfig | None = None):
-    """Raise ValueError/TypeError naming the argument and the rule if gluon-tma cannot take x."""
-    dt = _dt(x)
+def check(op, x, *rest, config: TmaCacheConfig | None = None) -> TmaCacheConfig:
+    """Raise ValueError/TypeError naming the argument and the rule if gluon-tma cannot take the op's
+    inputs (x, then the rest of the spec's positional inputs)."""
+    row, _ = rowio.resolve(op)
+    dt = dtype_name(x)
     N = x.shape[-1]
-    cfg = config or TmaCacheConfig.heuristic(op, N, dt)
-    lo, hi = TmaCacheConfig.min_n(dt), TmaCacheConfig.max_n(op, dt, 1)
-    if N & (N - 1) or not lo <= N <= hi:
-        raise ValueError(f"variant 'gluon-tma' takes power-of-2 N in [{lo}, {hi}] for {dt} {op} (the cached row(s) "
-                         f"must fit in {SMEM_LIMIT // 1024} KB of shared memory); got N={N}. "
-                         "Use variant='gluon-chunked' (any N) or 'torch'")
-    if cfg.smem_bytes(op, N, dt) > SMEM_LIMIT:
-        raise ValueError(f"config {cfg} needs {cfg.smem_bytes(op, N, dt)} bytes of shared memory for N={N} {dt} "
-                         f"{op}; one CTA may use {SMEM_LIMIT}")
-    R = cfg.rows_per_cta
-    if R & (R - 1) or not 1 <= R <= 256:
-        raise ValueError(f"rows_per_cta must be a power of two in [1, 256] (a TMA box dimension); got {R}")
-    tile = 16 // ITEMSIZE[dt] * 32 * cfg.num_warps
-    if N % tile:
-        raise ValueError(f"num_warps={cfg.num_warps} needs N to be a multiple of {tile} (16-byte vectors x 32 lanes "
-                         f"x warps) for {dt}; got N={N}")
-    names = {"rms_norm": ("x", "weight"), "layer_norm": ("x", "weight", "bias"), "l2_norm": ("x", ),
-             "add_rms_norm": ("x", "residual", "weight")}[op]
-    for name, t in zip(names, (x, ) + rest):
-        if t is None:
-            continue
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last dimension (stride(-1) == 1) for TMA; got strides "
-                             f"{tuple(t.stride())}")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name}'s data pointer must be 16-byte aligned for TMA (got address % 16 = "
-                             f"{t.data_ptr() % 16})")
-        if t.dim() > 1:
-            try:
-                v = t.view(-1, N)
-            except RuntimeError:
-                raise ValueError(f"{name}'s leading dimensions cannot be flattened without a copy (strides "
-                                 f"{tuple(t.stride())}); call .contiguous() first") from None
-            if v.shape[0] > 1 and (v.stride(0) * t.element_size()) % 16:
-                raise ValueError(f"{name}'s row stride must be a multiple of 16 bytes for TMA; got "
-                                 f"{v.stride(0)} elements = {v.stride(0) * t.element_size()} bytes")
+    cfg = (config or TmaCacheConfig.heuristic(op, N, dt)).validate(op, N, dt)
+    check_tma_operands(rowio.named_operands(row, (x, ) + rest), N)
     return cfg
 
 
-def launch(op: str, x, residual, weight, bias, eps: float, out=None, config: TmaCacheConfig | None = None):
-    """Run gluon-tma for op. Returns y (and s = x + residual for add_rms_norm), shaped like x."""
-    import torch
-    cfg = check(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)), config=config)
+def launch(op, x, residual, weight, bias, eps: float, out=None, config: TmaCacheConfig | None = None):
+    """Run gluon-tma for op (an OpSpec, its RowNorm or an op name). Returns y (and s = x + residual
+    for residual ops), shaped like x."""
+    row, _ = rowio.resolve(op)
+    cfg = check(row, *rowio.operands(row, x, residual, weight, bias), config=config)
     N = x.shape[-1]
-    dt = _dt(x)
+    dt = dtype_name(x)
     x2 = x.view(-1, N)
     M = x2.shape[0]
-    if out is None:
-        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        s = torch.empty(x.shape, dtype=x.dtype, device=x.device) if op == "add_rms_norm" else None
-    else:
-        y, s = out if op == "add_rms_norm" else (out, None)
-    y2 = y.view(-1, N)
-    s2 = s.view(-1, N) if s is not None else y2
-    R = cfg.rows_per_cta
-    x_desc = descriptor(x2, N, cfg, dt)
-    r_desc = descriptor(residual.view(-1, N), N, cfg, dt) if op == "add_rms_norm" else x_desc
-    y_desc = descriptor(y2, N, cfg, dt) if cfg.tma_store else x_desc
-    s_desc = descriptor(s2, N, cfg, dt) if (cfg.tma_store and s is not None) else y_desc
-    w = weight if weight is not None else x2
-    b = bias if bias is not None else w
-    if cfg.param_tma and weight is not None:
-        w_desc = descriptor(w.view(1, N), N, dataclasses.replace(cfg, rows_per_cta=1), dt)
-        b_desc = descriptor(b.view(1, N), N, dataclasses.replace(cfg, rows_per_cta=1), dt) if bias is not None \
-            else w_desc
-    else:
-        w_desc = b_desc = x_desc
-    grid = (triton_cdiv(M, R), )
-    tma_cache_norm_kernel[grid](x_desc, r_desc, y_desc, s_desc, w_desc, b_desc, y2, s2, w, b, M, y2.stride(0),
-                                s2.stride(0), eps, N=N, OP=OP_CODES[op], TMA_STORE=cfg.tma_store,
-                                PARAM_TMA=cfg.param_tma and weight is not None, num_warps=cfg.num_warps)
-    return (y, s) if op == "add_rms_norm" else y
+    y, s, y2, s2 = row_outputs(x, out, row.residual)
+    pcfg = dataclasses.replace(cfg, rows_per_cta=1)
+    param_tma = cfg.param_tma and row.weight
+    tma_cache_norm_kernel[(cdiv(M, cfg.rows_per_cta), )](
+        descriptor3(x2, N, cfg, dt), descriptor3(residual.view(-1, N), N, cfg, dt) if row.residual else None,
+        descriptor3(y2, N, cfg, dt) if cfg.tma_store else None,
+        descriptor3(s2, N, cfg, dt) if cfg.tma_store and row.residual else None,
+        descriptor3(weight.view(1, N), N, pcfg, dt) if param_tma else None,
+        descriptor3(bias.view(1, N), N, pcfg, dt) if param_tma and row.bias else None,
+        y2, s2, weight, bias, M, y2.stride(0), s2.stride(0) if row.residual else 0, eps,
+        **_constexprs(row, N, cfg))
+    return rowio.outputs(row, y, s)
 
 
-def triton_cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
+def _constexprs(row, N: int, cfg: TmaCacheConfig) -> dict:
+    return dict(N=N, STATS=norm_math.stats_hooks(row), HAS_W=row.weight, HAS_B=row.bias, HAS_RESIDUAL=row.residual,
+                TMA_STORE=cfg.tma_store, PARAM_TMA=cfg.param_tma and row.weight, num_warps=cfg.num_warps)
 
 
-def codegen_spec(op: str, N: int, dtype: str, config: TmaCacheConfig | None = None):
-    """compile_sm90 arguments reproducing what launch() JITs (for CPU codegen inspection)."""
+def codegen_spec(op, N: int, dtype: str, config: TmaCacheConfig | None = None):
+    """compile_sm90 arguments reproducing what launch() JITs for contiguous rows of N (CPU codegen)."""
+    row, _ = rowio.resolve(op)
     cfg = config or TmaCacheConfig.heuristic(op, N, dtype)
-    t = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dtype]
-    desc = f"tensordesc<{t}{box_shape(N, cfg)},{row_layout(dtype)!r}>"
-    pdesc = f"tensordesc<{t}{box_shape(N, dataclasses.replace(cfg, rows_per_cta=1))},{row_layout(dtype)!r}>"
-    param_tma = cfg.param_tma and op != "l2_norm"
-    sig = {"x_desc": desc, "r_desc": desc, "y_desc": desc, "s_desc": desc, "w_desc": pdesc if param_tma else desc,
-           "b_desc": pdesc if param_tma else desc, "y_ptr": f"*{t}", "s_ptr": f"*{t}",
-           "w_ptr": f"*{t}", "b_ptr": f"*{t}", "M": "i32", "y_stride": "i32", "s_stride": "i32", "eps": "fp32",
-           "N": "constexpr", "OP": "constexpr", "TMA_STORE": "constexpr", "PARAM_TMA": "constexpr",
-           "num_warps": "constexpr"}
-    return dict(fn=tma_cache_norm_kernel, signature=sig,
-                constexprs={"N": N, "OP": OP_CODES[op], "TMA_STORE": cfg.tma_store, "PARAM_TMA": param_tma,
-                            "num_warps": cfg.num_warps},
-                aligned=["y_ptr", "s_ptr", "w_ptr", "b_ptr", "y_stride", "s_stride"], num_warps=cfg.num_warps)
+    desc = desc_type(dtype, box_shape(N, cfg), row_layout(dtype, 3))
+    pdesc = desc_type(dtype, box_shape(N, dataclasses.replace(cfg, rows_per_cta=1)), row_layout(dtype, 3))
+    param_tma = cfg.param_tma and row.weight
+    ptr = f"*{short_dtype(dtype)}"
+    args = {"x_desc": desc, "r_desc": desc if row.residual else None, "y_desc": desc if cfg.tma_store else None,
+            "s_desc": desc if cfg.tma_store and row.residual else None, "w_desc": pdesc if param_tma else None,
+            "b_desc": pdesc if param_tma and row.bias else None, "y_ptr": ptr, "s_ptr": ptr if row.residual else None,
+            "w_ptr": ptr if row.weight else None, "b_ptr": ptr if row.bias else None, "M": "i32", "y_stride": N,
+            "s_stride": N if row.residual else 0, "eps": "fp32"}
+    return kernel_spec(tma_cache_norm_kernel, args, _constexprs(row, N, cfg), num_warps=cfg.num_warps)
+
+
+# ----------------------------------------------------------------------------------------------
+# registration: gluon-tma for every row norm
+
+KNOBS = {"num_warps": (4, 8, 16), "rows_per_cta": (1, 2, 4), "tma_store": (False, True), "one_box": (False, True),
+         "param_tma": (False, True)}  # the 01 sweep's axes (experiments.TmaCachingPlan)
+
+
+def configure(op, shape: dict, dtype: str, overrides: dict) -> TmaCacheConfig:
+    return TmaCacheConfig.make(op, shape["N"], dtype, shape.get("M"), **overrides).validate(op, shape["N"], dtype)
+
+
+def codegen(op, shape: dict, dtype: str, config: TmaCacheConfig | None = None):
+    return codegen_spec(op, shape["N"], dtype, config or configure(op, shape, dtype, {}))
+
+
+rowio.register_row_variants(
+    "gluon-tma", pattern="tma-caching", launch=launch, check=check, configure=configure, codegen=codegen, knobs=KNOBS,
+    roots=(tma_cache_norm_kernel, TmaCacheConfig, norm_math.STATS_HOOKS),
+    description="row(s) TMA-copied once into smem, both passes read smem; plain or TMA stores")

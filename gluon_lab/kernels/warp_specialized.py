@@ -1,9 +1,9 @@
 """Pattern 4 — warp specialization (variant "gluon-ws"): the persistent GEMM and the row norms.
 
-STATUS (2026-11-29, session 3): GEMM and norms measured on the H200 (notebooks 03 and 04;
-tests/test_gemm_gpu.py and tests/test_ws_norm_gpu.py pass). compute-sanitizer racecheck reports one
-hazard at kernel entry in every warp_specialize kernel here (synccheck clean, outputs correct):
-unresolved, see notebook 04. Only the cooperative consumer schedule exists (no ping-pong).
+GEMM and norms measured on the H200 (notebooks 03 and 04; tests/test_gemm_gpu.py,
+tests/test_ws_norm_gpu.py). compute-sanitizer racecheck reports one hazard at kernel entry in every
+warp_specialize kernel here (synccheck clean, outputs correct): unresolved, see notebook 04. Only
+the cooperative consumer schedule exists (no ping-pong).
 
 GEMM:
 gl.warp_specialize splits the CTA into partitions with their own warps and register budgets:
@@ -20,6 +20,7 @@ Barrier protocol (count = 1 each), slot = g % S, ph = (g // S) & 1 over the glob
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from triton.experimental import gluon
@@ -27,11 +28,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from . import norm_math, rowio
-from .chunked import ITEMSIZE, _dt, row_layout
+from . import gemm, norm_math, rowio
 from .gemm import GemmConfig, _tile_coords, _tile_space, prepare
-from .norm_math import OP_CODES
-from .pipelined import SMEM_LIMIT, TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, globaltimer
+from .hopper import REGS_PER_SM, SMEM_LIMIT, dtype_name, kernel_spec
+from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_params, check_ring, globaltimer,
+                        norm_block, ring_buffers, ring_codegen_args, ring_hooks, ring_launch)
 
 
 @gluon.jit
@@ -117,22 +118,29 @@ def launch(a, b, out=None, config: GemmConfig | None = None):
     return c
 
 
-def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", producer_regs: int | None = None):
-    from .gemm import codegen_spec as base
-    cfg = cfg or GemmConfig()
-    producer_regs = producer_regs or cfg.producer_regs
-    spec = base(cfg, dtype)
-    spec["fn"] = ws_gemm_kernel
-    spec["signature"] = {**spec["signature"], "PRODUCER_REGS": "constexpr"}
-    spec["constexprs"] = {**spec["constexprs"], "PRODUCER_REGS": producer_regs}
-    return spec
+def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: dict | None = None,
+                 producer_regs: int | None = None):
+    """compile_sm90 arguments reproducing what launch() JITs (shape: {"M", "N", "K"}, optional)."""
+    cfg = (cfg or GemmConfig()).validate(dtype)
+    args, ce = gemm.codegen_args(cfg, dtype, shape)
+    return kernel_spec(ws_gemm_kernel, args, dict(ce, PRODUCER_REGS=producer_regs or cfg.producer_regs),
+                       num_warps=cfg.num_warps)
+
+
+gemm.register_matmul(
+    "gluon-ws", pattern="warp-specialized", launch=launch, codegen_spec=codegen_spec,
+    knobs={"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "num_stages": (3, 4, 5),
+           "producer_regs": (24, 40, 56, 88)},  # the 04 ws-sweep's tiles x producer budgets
+    roots=(ws_gemm_kernel, ),
+    description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring")
 
 
 # ---------------------------------------------------------------------------------------------
 # Norms: the pattern-3 ring (pipelined.py) split into a 1-warp TMA producer and a consumer
-# partition that reduces, normalizes and stores. Same slots, same blocks, same math; what changes
-# is who waits: the producer waits EMPTY (a slot the consumer released) instead of the consumer
-# issuing the refill itself after its own block, so loads run up to NUM_STAGES blocks ahead.
+# partition that reduces, normalizes and stores. Same slots, same blocks, same math (the consumer
+# runs pipelined.norm_block); what changes is who waits: the producer waits EMPTY (a slot the
+# consumer released) instead of the consumer issuing the refill itself after its own block, so
+# loads run up to NUM_STAGES blocks ahead.
 # Barrier protocol as in the GEMM (count = 1), slot = i % S, ph = (i // S) & 1 over this CTA's blocks.
 TRACE_FIELDS: gl.constexpr = gl.constexpr(5)  # INSTRUMENT stamps per block: producer (before EMPTY wait, copies issued),
 #                   consumer (before FULL wait, data ready, stores issued)
@@ -147,7 +155,7 @@ def _block_range(M, R: gl.constexpr):
 
 
 @gluon.jit
-def _wsn_producer(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, M, t_ptr, OP: gl.constexpr,
+def _wsn_producer(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, M, t_ptr, HAS_RESIDUAL: gl.constexpr,
                   NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr, INSTRUMENT: gl.constexpr):
     R: gl.constexpr = x_desc.block_type.shape[0]
     pid, nprog, n_my = _block_range(M, R)
@@ -156,7 +164,8 @@ def _wsn_producer(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, M, t_ptr,
         if INSTRUMENT:
             t0 = globaltimer()
         mbarrier.wait(empty_bars.index(slot), ((i // NUM_STAGES) & 1) ^ 1)  # fresh barrier: passes
-        _load_block(x_desc, r_desc, xbufs, rbufs, full_bars, slot, (pid + i * nprog) * R, True, NUM_CHUNKS, OP)
+        _load_block(x_desc, r_desc, xbufs, rbufs, full_bars, slot, (pid + i * nprog) * R, True, NUM_CHUNKS,
+                    HAS_RESIDUAL)
         if INSTRUMENT:
             if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
                 t1 = globaltimer()
@@ -167,15 +176,14 @@ def _wsn_producer(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, M, t_ptr,
 
 @gluon.jit
 def _wsn_consumer(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps,
-                  N_v, t_ptr, OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  N_v, t_ptr, STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr,
+                  HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
                   INSTRUMENT: gl.constexpr, num_warps: gl.constexpr):
     R: gl.constexpr = xbufs.shape[1]
     CHUNK: gl.constexpr = xbufs.shape[2]
     dtype: gl.constexpr = xbufs.dtype
     VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
     gl.static_assert(CHUNK == VEC * 32 * num_warps, "CHUNK must be one register tile of the consumer")
-    HAS_W: gl.constexpr = OP != 2
-    HAS_B: gl.constexpr = OP == 1
     L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
     N = N_v * VEC
     y_stride = y_stride_v * VEC
@@ -190,35 +198,11 @@ def _wsn_consumer(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, y_ptr, s_pt
         mbarrier.wait(full_bars.index(slot), (i // NUM_STAGES) & 1)
         if INSTRUMENT:
             t3 = globaltimer()
-        rows = (pid + i * nprog) * R + rows0
-        row_ok = gl.expand_dims(rows < M, 1)
-        base = slot * NUM_CHUNKS
-        if OP == 3:  # s = x + residual (input dtype): stored once, normalized from smem
-            s_row = gl.expand_dims(rows.to(gl.int64) * s_stride, 1)
-            for c in gl.static_range(NUM_CHUNKS):
-                cols = c * CHUNK + cols0
-                sv = xbufs.index(base + c).load(L) + rbufs.index(base + c).load(L)
-                rbufs.index(base + c).store(sv)
-                gl.store(s_ptr + s_row + gl.expand_dims(cols, 0), sv, mask=row_ok & gl.expand_dims(cols < N, 0))
-            src = rbufs
-        else:
-            src = xbufs
-        shift, scale = norm_math.ring_row_stats(src, base, N, eps, OP, NUM_CHUNKS, L)
-        y_row = gl.expand_dims(rows.to(gl.int64) * y_stride, 1)
-        for c in gl.static_range(NUM_CHUNKS):
-            cols = c * CHUNK + cols0
-            x = src.index(base + c).load(L).to(gl.float32)
-            w = gl.zeros([1, CHUNK], gl.float32, L)
-            b = gl.zeros([1, CHUNK], gl.float32, L)
-            if HAS_W:
-                w = wbufs.index(c).load(L).to(gl.float32)
-            if HAS_B:
-                b = bbufs.index(c).load(L).to(gl.float32)
-            y = norm_math.normalize_chunk(x, shift, scale, w, b, OP).to(dtype)
-            gl.store(y_ptr + y_row + gl.expand_dims(cols, 0), y, mask=row_ok & gl.expand_dims(cols < N, 0))
+        norm_block(xbufs, rbufs, wbufs, bbufs, slot * NUM_CHUNKS, (pid + i * nprog) * R, M, N, y_ptr, y_stride, s_ptr,
+                   s_stride, eps, rows0, cols0, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, L)
         # every read of the slot is done (the values are in registers): release it to the producer.
-        # add_rms_norm wrote s into it (generic proxy) -> fence before the producer's TMA write.
-        if OP == 3:
+        # A residual op wrote s into it (generic proxy) -> fence before the producer's TMA write.
+        if HAS_RESIDUAL:
             fence_async_shared()
         mbarrier.arrive(empty_bars.index(slot))
         if INSTRUMENT:
@@ -232,18 +216,12 @@ def _wsn_consumer(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, y_ptr, s_pt
 
 @gluon.jit(do_not_specialize=["M", "eps"])
 def ws_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps, N_v, t_ptr,
-                   OP: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr, INSTRUMENT: gl.constexpr,
+                   STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                   NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr, INSTRUMENT: gl.constexpr,
                    PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
-    R: gl.constexpr = x_desc.block_type.shape[0]
-    CHUNK: gl.constexpr = x_desc.block_type.shape[1]
-    dtype: gl.constexpr = x_desc.dtype
-    HAS_W: gl.constexpr = OP != 2
-    HAS_B: gl.constexpr = OP == 1
+    """pipelined_norm_kernel's arguments (absent operands None), split into partitions."""
     # every buffer and barrier is allocated (and the weights loaded) before the fork
-    xbufs = gl.allocate_shared_memory(dtype, [NUM_STAGES * NUM_CHUNKS, R, CHUNK], x_desc.layout)
-    rbufs = gl.allocate_shared_memory(dtype, [NUM_STAGES * NUM_CHUNKS if OP == 3 else 1, R, CHUNK], x_desc.layout)
-    wbufs = gl.allocate_shared_memory(dtype, [NUM_CHUNKS if HAS_W else 1, 1, CHUNK], w_desc.layout)
-    bbufs = gl.allocate_shared_memory(dtype, [NUM_CHUNKS if HAS_B else 1, 1, CHUNK], w_desc.layout)
+    xbufs, rbufs, wbufs, bbufs = ring_buffers(x_desc, NUM_CHUNKS, NUM_STAGES, HAS_W, HAS_B, HAS_RESIDUAL)
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     wbar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -251,18 +229,15 @@ def ws_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, 
         mbarrier.init(empty_bars.index(i), count=1)
         mbarrier.init(full_bars.index(i), count=1)
     mbarrier.init(wbar, count=1)
+    _load_params(w_desc, b_desc, wbufs, bbufs, wbar, NUM_CHUNKS, HAS_W, HAS_B)
     if HAS_W:
-        mbarrier.expect(wbar, NUM_CHUNKS * w_desc.block_type.nbytes * (2 if HAS_B else 1))
-        for c in gl.static_range(NUM_CHUNKS):
-            tma.async_copy_global_to_shared(w_desc, [0, c * CHUNK], wbar, wbufs.index(c))
-            if HAS_B:
-                tma.async_copy_global_to_shared(b_desc, [0, c * CHUNK], wbar, bbufs.index(c))
         mbarrier.wait(wbar, 0)
     gl.warp_specialize([
         (_wsn_consumer, (xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, y_ptr, s_ptr, M, y_stride_v, s_stride_v,
-                         eps, N_v, t_ptr, OP, NUM_CHUNKS, NUM_STAGES, INSTRUMENT, num_warps)),
-        (_wsn_producer, (x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, M, t_ptr, OP, NUM_CHUNKS, NUM_STAGES,
-                         INSTRUMENT)),
+                         eps, N_v, t_ptr, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT,
+                         num_warps)),
+        (_wsn_producer, (x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, M, t_ptr, HAS_RESIDUAL, NUM_CHUNKS,
+                         NUM_STAGES, INSTRUMENT)),
     ], [1], [PRODUCER_REGS])
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(empty_bars.index(i))
@@ -274,7 +249,8 @@ def ws_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, 
 class WsNormConfig:
     """Knobs of the warp-specialized norm: the pattern-3 ring (PipeConfig's) plus the partition
     split. The consumer is the default partition (num_warps warps, a multiple of 4); the producer is
-    one warp, which still occupies a whole warpgroup of the register file (4 warps)."""
+    one warp, which still occupies a whole warpgroup of the register file (4 warps). Methods take
+    op: an OpSpec, its RowNorm or an op name (rowio.resolve)."""
     num_warps: int  # consumer warps: CHUNK = VEC x 32 x num_warps
     rows: int
     num_stages: int
@@ -285,18 +261,19 @@ class WsNormConfig:
         return 32 * (self.num_warps + 4)
 
     def maxnreg(self) -> int | None:
-        """Launch register cap so that ctas_per_sm CTAs fit the 64K-register file (None: 1 CTA/SM)."""
+        """Launch register cap so that ctas_per_sm CTAs fit the register file (None: 1 CTA/SM)."""
         if self.ctas_per_sm <= 1:
             return None
-        return min(255, 65536 // (self.ctas_per_sm * self.threads()) // 8 * 8)
+        return min(255, REGS_PER_SM // (self.ctas_per_sm * self.threads()) // 8 * 8)
 
     def as_pipe(self) -> PipeConfig:
         return PipeConfig(self.num_warps, self.rows, self.num_stages, self.ctas_per_sm)
 
-    def smem_bytes(self, op: str, N: int, dtype: str) -> int:
+    def smem_bytes(self, op, N: int, dtype: str) -> int:
         return self.as_pipe().smem_bytes(op, N, dtype) + 8 * self.num_stages  # + the EMPTY barriers
 
-    def validate(self, op: str, N: int, dtype: str) -> "WsNormConfig":
+    def validate(self, op, N: int, dtype: str) -> "WsNormConfig":
+        _, label = rowio.resolve(op)
         if self.num_warps % 4:
             raise ValueError(f"WsNormConfig.num_warps must be a multiple of 4 (the consumer is the default "
                              f"partition of a warp-specialized kernel); got {self.num_warps}")
@@ -304,92 +281,75 @@ class WsNormConfig:
             raise ValueError(f"WsNormConfig.producer_regs must be a multiple of 8 in 24..256; got {self.producer_regs}")
         if self.smem_bytes(op, N, dtype) > SMEM_LIMIT:
             raise ValueError(f"{self} needs {self.smem_bytes(op, N, dtype)} B of shared memory (limit {SMEM_LIMIT}) "
-                             f"for N={N} {dtype} {op}")
+                             f"for N={N} {dtype} {label}")
         return self
 
     @classmethod
-    def heuristic(cls, op: str, N: int, dtype: str, M: int | None = None, **overrides) -> "WsNormConfig":
+    def heuristic(cls, op, N: int, dtype: str, M: int | None = None, **overrides) -> "WsNormConfig":
         """Pattern 3's ring for this row (PipeConfig.heuristic), with >= 4 consumer warps."""
-        import dataclasses
+        row, _ = rowio.resolve(op)
         known = {f.name for f in dataclasses.fields(cls)}
         pipe_over = {k: v for k, v in overrides.items() if k in ("rows", "num_stages", "ctas_per_sm")}
-        base = PipeConfig.heuristic(op, N, dtype, M, **pipe_over)
+        base = PipeConfig.heuristic(row, N, dtype, M, **pipe_over)
         nw = max(4, overrides.get("num_warps", base.num_warps))
         if nw != base.num_warps:
-            base = PipeConfig.heuristic(op, N, dtype, M, **{**pipe_over, "num_warps": nw})
+            base = PipeConfig.heuristic(row, N, dtype, M, **{**pipe_over, "num_warps": nw})
         # one stage deeper than pattern 3: the 04 norm-sweep (run 20261129T182538Z) found 3-4 stages
         # 10% faster than 2 on average, 4 best at the large shapes; the producer's register budget
         # (24 / 40 / 56) and 4 vs 8 consumer warps moved the mean by < 2%.
         cfg = cls(num_warps=nw, rows=base.rows, num_stages=base.num_stages + 1, ctas_per_sm=base.ctas_per_sm)
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
         if "ctas_per_sm" not in overrides:  # keep >= 96 registers per thread (add_rms_norm spilled at 80)
-            while cfg.ctas_per_sm > 1 and (cfg.maxnreg() < 96 or not cfg.as_pipe().fits_sm(op, N, dtype)):
+            while cfg.ctas_per_sm > 1 and (cfg.maxnreg() < 96 or not cfg.as_pipe().fits_sm(row, N, dtype)):
                 cfg = dataclasses.replace(cfg, ctas_per_sm=cfg.ctas_per_sm - 1)
         if "num_stages" not in overrides:
-            while cfg.num_stages > 2 and cfg.smem_bytes(op, N, dtype) > SMEM_LIMIT:
+            while cfg.num_stages > 2 and cfg.smem_bytes(row, N, dtype) > SMEM_LIMIT:
                 cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
         return cfg.validate(op, N, dtype)
 
 
-def check_norm(op: str, x, *rest) -> WsNormConfig | None:
-    dt = _dt(x)
-    N = x.shape[-1]
-    if (N * ITEMSIZE[dt]) % 16:
-        raise ValueError(f"variant 'gluon-ws' needs N * itemsize to be a multiple of 16 bytes (TMA): N={N} {dt} is "
-                         f"{N * ITEMSIZE[dt]} bytes; use variant='torch' or 'triton'")
-    rowio.check_tma_operands(op, (x, ) + rest, N)
-    try:
-        return WsNormConfig.heuristic(op, N, dt, x.numel() // N)
-    except ValueError:
-        return None  # too long for a ring of rows: launch streams it (pattern 2's ring of chunks)
+def check_norm(op, x, *rest) -> WsNormConfig | None:
+    return check_ring("gluon-ws", WsNormConfig.heuristic, op, x, *rest)
 
 
-def launch_norm(op: str, x, residual, weight, bias, eps: float, out=None, config: WsNormConfig | None = None,
+def launch_norm(op, x, residual, weight, bias, eps: float, out=None, config: WsNormConfig | None = None,
                 trace=None):
-    """trace: an int64 CUDA tensor of TRACE_CTAS * TRACE_ITERS * TRACE_FIELDS elements -> an
-    INSTRUMENT build writes its per-partition %globaltimer stamps there."""
-    import torch
-    import triton
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    cfg = check_norm(op, x, *((residual, weight) if op == "add_rms_norm" else (weight, bias)))
+    """Run gluon-ws for op (an OpSpec, its RowNorm or an op name). trace: an int64 CUDA tensor of
+    TRACE_CTAS * TRACE_ITERS * TRACE_FIELDS elements -> an INSTRUMENT build writes its
+    per-partition %globaltimer stamps there."""
+    row, _ = rowio.resolve(op)
+    cfg = check_norm(row, *rowio.operands(row, x, residual, weight, bias))  # the rules, whatever the config
     cfg = config or cfg
     if cfg is None:
         from . import chunked
-        return chunked.launch(op, x, residual, weight, bias, eps, out=out)
-    N = x.shape[-1]
-    dt = _dt(x)
-    cfg = cfg.validate(op, N, dt)
-    vec = 16 // ITEMSIZE[dt]
-    chunk = vec * 32 * cfg.num_warps
-    x2 = x.view(-1, N)
-    M = x2.shape[0]
-    y, s, y2, s2 = rowio.outputs(op, x, out)
-    lay = row_layout(dt)
-    x_desc = TensorDescriptor.from_tensor(x2, [cfg.rows, chunk], lay)
-    r_desc = TensorDescriptor.from_tensor(residual.view(-1, N), [cfg.rows, chunk], lay) if op == "add_rms_norm" \
-        else x_desc
-    w_desc = TensorDescriptor.from_tensor(weight.view(1, N), [1, chunk], lay) if weight is not None else \
-        TensorDescriptor.from_tensor(x2[:1], [1, chunk], lay)
-    b_desc = TensorDescriptor.from_tensor(bias.view(1, N), [1, chunk], lay) if bias is not None else w_desc
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    grid = (max(1, min(triton.cdiv(M, cfg.rows), cfg.ctas_per_sm * sms)), )
+        return chunked.launch(row, x, residual, weight, bias, eps, out=out)
+    cfg = cfg.validate(row, x.shape[-1], dtype_name(x))
+    res, grid, args, ce = ring_launch(row, x, residual, weight, bias, eps, out, cfg, trace)
     extra = {"maxnreg": cfg.maxnreg()} if cfg.maxnreg() else {}
-    ws_norm_kernel[grid](x_desc, r_desc, w_desc, b_desc, y2, s2, M, y2.stride(0) // vec, s2.stride(0) // vec, eps,
-                         N // vec, trace if trace is not None else y2, OP=OP_CODES[op], NUM_CHUNKS=-(-N // chunk),
-                         NUM_STAGES=cfg.num_stages, INSTRUMENT=trace is not None, PRODUCER_REGS=cfg.producer_regs,
-                         num_warps=cfg.num_warps, **extra)
-    return (y, s) if op == "add_rms_norm" else y
+    ws_norm_kernel[grid](*args, **ce, PRODUCER_REGS=cfg.producer_regs, **extra)
+    return res
 
 
-def norm_codegen_spec(op: str, N: int, dtype: str, cfg: WsNormConfig | None = None, instrument: bool = False):
-    from .pipelined import codegen_spec as pipe_spec
-    cfg = cfg or WsNormConfig.heuristic(op, N, dtype)
-    spec = pipe_spec(op, N, dtype, cfg.as_pipe(), instrument)
-    sig = {k: v for k, v in spec["signature"].items() if k not in ("FENCE", "num_warps")}
-    spec["fn"] = ws_norm_kernel
-    spec["signature"] = {**sig, "PRODUCER_REGS": "constexpr", "num_warps": "constexpr"}
-    ce = {k: v for k, v in spec["constexprs"].items() if k != "FENCE"}
-    spec["constexprs"] = {**ce, "PRODUCER_REGS": cfg.producer_regs}
-    if cfg.maxnreg():
-        spec["maxnreg"] = cfg.maxnreg()
-    return spec
+def norm_codegen_spec(op, N: int, dtype: str, cfg: WsNormConfig | None = None, instrument: bool = False):
+    """compile_sm90 arguments reproducing what launch_norm() JITs for contiguous rows of N (CPU codegen)."""
+    row, _ = rowio.resolve(op)
+    cfg = cfg or WsNormConfig.heuristic(row, N, dtype)
+    args, ce = ring_codegen_args(row, N, dtype, cfg, instrument)
+    extra = {"maxnreg": cfg.maxnreg()} if cfg.maxnreg() else {}
+    return kernel_spec(ws_norm_kernel, args, dict(ce, PRODUCER_REGS=cfg.producer_regs), num_warps=cfg.num_warps,
+                       **extra)
+
+
+# registration: gluon-ws for every row norm
+
+NORM_KNOBS = {"producer_regs": (24, 40, 56), "num_warps": (4, 8), "num_stages": (2, 3, 4), "rows": (1, 2, 4),
+              "ctas_per_sm": (1, 2, 3, 4)}  # the 04 norm-sweep's axes (experiments.WarpSpecializedPlan) + the ring's
+
+
+configure_norm, codegen_norm = ring_hooks(WsNormConfig.heuristic, norm_codegen_spec)
+
+rowio.register_row_variants(
+    "gluon-ws", pattern="warp-specialized", launch=launch_norm, check=check_norm, configure=configure_norm,
+    codegen=codegen_norm, knobs=NORM_KNOBS, roots=(ws_norm_kernel, WsNormConfig, norm_math.STATS_HOOKS),
+    description="persistent ring split into a 1-warp TMA producer (EMPTY waits) and a consumer partition "
+                "(FULL waits, reduce, normalize, store)")
