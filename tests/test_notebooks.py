@@ -100,3 +100,37 @@ def test_sync_script_is_byte_stable(tmp_path):
         assert text == mod.ipynb_text(py)
         assert text == py.with_suffix(".ipynb").read_text(encoding="utf-8"), (
             f"{py.stem}.ipynb is not what `make notebooks` writes: " + FIX.format(stem=py.stem))
+
+
+def test_notebook_runs_with_papermill_from_the_repo_root(tmp_path):
+    """results_dir=None is the repository's results/ whatever the cwd (it used to be '../results',
+    which from the repo root found no records: 00 showed 'No records', 01 crashed in matplotlib)."""
+    import papermill as pm
+    out = tmp_path / "00-ceilings.ipynb"
+    pm.execute_notebook(str(ROOT / "notebooks" / "00-ceilings.ipynb"), str(out), parameters={"mode": "replay"},
+                        cwd=str(ROOT), kernel_name="python3", progress_bar=False, log_output=False,
+                        start_timeout=180)
+    nb = nbformat.read(str(out), as_version=4)
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) +
+                     str(o.get("data", {}).get("text/markdown", "")) for c in nb.cells if c.cell_type == "code"
+                     for o in c.outputs)
+    assert "No records for" not in text and "Ceilings: missing" not in text
+    assert f"results={ROOT / 'results'}" in text
+    assert "Copy ceiling" in text and "records shown" in text
+    assert not [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nb", ["00-ceilings", "01-tma-caching", "02-chunked-reductions"])
+def test_notebook_without_records_shows_missing_notes(tmp_path, nb):
+    """An existing but empty results_dir: every section says 'missing' instead of raising."""
+    import papermill as pm
+    (tmp_path / "results").mkdir()
+    out = tmp_path / f"{nb}.ipynb"
+    pm.execute_notebook(str(ROOT / "notebooks" / f"{nb}.ipynb"), str(out),
+                        parameters={"mode": "replay", "results_dir": "results"}, cwd=str(tmp_path),
+                        kernel_name="python3", progress_bar=False, log_output=False, start_timeout=180)
+    nb_out = nbformat.read(str(out), as_version=4)
+    md = "\n".join(str(o.get("data", {}).get("text/markdown", "")) for c in nb_out.cells if c.cell_type == "code"
+                   for o in c.outputs)
+    assert f"No records for {nb} on h200" in md and "missing" in md

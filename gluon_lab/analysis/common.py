@@ -97,8 +97,10 @@ def current(df):
 
 def overview(ctx: Context, df) -> list:
     """The outputs of a notebook's "measure or replay" cell: the provenance table (one row per run),
-    and a missing note when there is no record at all."""
-    return [provenance_table(df), missing_note(df, f"{ctx.notebook} on {ctx.slug}")]
+    and a missing note when there is no record at all (then no empty table)."""
+    if not len(df):
+        return [None, missing_note(df, f"{ctx.notebook} on {ctx.slug}")]
+    return [provenance_table(df), None]
 
 
 def passed(df):
@@ -171,5 +173,9 @@ def show(*items) -> None:
 
 
 def takeaways(lines) -> str:
-    """Markdown bullet list from computed lines (each line a finished sentence, without the dash)."""
-    return "\n".join(f"- {ln}" for ln in lines if ln)
+    """Markdown bullet list from computed lines (each line a finished sentence, without the dash); a
+    missing note when no line could be computed."""
+    lines = [ln for ln in lines if ln]
+    if not lines:
+        return "**Takeaways: missing** (no records to draw them from)."
+    return "\n".join(f"- {ln}" for ln in lines)

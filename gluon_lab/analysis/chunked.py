@@ -1,0 +1,394 @@
+"""Notebook 02-chunked-reductions: gluon-chunked (any N as power-of-2 TMA chunks, zero-filled tail)
+over the issue's N set, the CHUNK sweep, cached vs streaming rows, GroupNorm / InstanceNorm.
+
+Kernel-facing (the only places this module reaches into kernels / experiments / codegen):
+    measure()          gluon_lab.experiments.run_chunked(results_dir=, quick=, parts=)
+    plan()             gluon_lab.experiments.ChunkedPlan() (.Ns, .stream_M, .stream_Ns)
+    kernel_source()    gluon_lab.kernels.chunked.chunked_norm_kernel (.fn source)
+    norm_math_sources() gluon_lab.kernels.norm_math.chunks_sum_sq_dev, chunks_row_stats (.fn sources)
+    chunk_plan()       gluon_lab.kernels.chunked.ChunkPlan.for_row(op, N, dtype) -> .num_warps, .chunk,
+                       .num_chunks, .tail, .rows, .smem_bytes, .streaming, .waste_pct
+    plan_source()      ChunkPlan.for_row (source);  group_plan_source(): chunked.GroupPlan.make (source)
+    census_table()     gluon_lab.codegen.inspect_variant("layer_norm", "gluon-chunked" | "triton", N=, dtype=),
+                       codegen.census_table
+"""
+from __future__ import annotations
+
+from .. import plots
+from . import common as cm
+
+NB = "02-chunked-reductions"
+V = "gluon-chunked"
+BASELINES = ("torch", "inductor", "triton", "liger")
+HEADLINE_OPS = ("rms_norm", "layer_norm")
+OTHER_CASES = (("rms_norm", "float32"), ("layer_norm", "float32"), ("l2_norm", "bfloat16"), ("add_rms_norm", "bfloat16"))
+TARGETS = (("rms_norm", 1.15), ("layer_norm", 1.3))  # geomean vs torch.compile, issue #4
+TIE = 0.98
+
+
+# ---- kernel-facing -------------------------------------------------------------------------------
+def measure(ctx: cm.Context, quick: bool = False, parts=("bf16", "fp32", "others", "chunk", "stream", "groupnorm")):
+    from ..experiments import run_chunked
+    _, where = run_chunked(results_dir=str(ctx.results_dir), quick=quick, parts=tuple(parts))
+    return where
+
+
+def plan():
+    """The measurement plan (its N set and the streaming study's M and Ns)."""
+    from ..experiments import ChunkedPlan
+    return ChunkedPlan()
+
+
+def kernel_source() -> str:
+    import inspect
+    from ..kernels import chunked
+    return inspect.getsource(chunked.chunked_norm_kernel.fn)
+
+
+def norm_math_sources() -> str:
+    import inspect
+    from ..kernels import norm_math
+    return "\n".join(inspect.getsource(f.fn) for f in (norm_math.chunks_sum_sq_dev, norm_math.chunks_row_stats))
+
+
+def plan_source() -> str:
+    import inspect
+    from ..kernels import chunked
+    return inspect.getsource(chunked.ChunkPlan.for_row)
+
+
+def group_plan_source() -> str:
+    import inspect
+    from ..kernels import chunked
+    return inspect.getsource(chunked.GroupPlan.make)
+
+
+def chunk_plan(op: str, N: int, dtype: str):
+    """The heuristic's plan for one row: (num_warps, CHUNK, chunks, tail, rows, smem bytes, streaming, waste %)."""
+    from ..kernels import chunked
+    p = chunked.ChunkPlan.for_row(op, int(N), dtype)
+    return {"warps": p.num_warps, "CHUNK": p.chunk, "chunks": p.num_chunks, "tail": p.tail, "rows/CTA": p.rows,
+            "smem_bytes": p.smem_bytes, "streaming": p.streaming, "waste_pct": p.waste_pct}
+
+
+def census_table(Ns=(2880, 5120, 14336, 24576), op: str = "layer_norm", dtype: str = "bfloat16"):
+    """sm_90 census (this CPU) of gluon-chunked and the pad-to-pow2 Triton kernel, the relevant columns."""
+    from .. import codegen
+    cen = {}
+    for N in Ns:
+        _, cen[f"{V} N={N}"] = codegen.inspect_variant(op, V, N=N, dtype=dtype)
+        _, cen[f"triton N={N}"] = codegen.inspect_variant(op, "triton", N=N, dtype=dtype)
+    ct = codegen.census_table(cen)
+    cols = [c for c in ct.columns if any(k in c for k in ("UTMALDG", "ld_global", "st_global", "registers", "spill",
+                                                          "smem", "ld_shared", "predicated", "mbarrier"))]
+    return ct[cols] if cols else ct
+
+
+# ---- the chunk plan table (CPU) ------------------------------------------------------------------
+def plan_table(Ns, dtypes=("bfloat16", "float32"), op: str = "layer_norm"):
+    """The heuristic's plan per N and dtype, with the padding waste of next_power_of_2(N) next to it."""
+    import pandas as pd
+    rows = []
+    for N in Ns:
+        for dt in dtypes:
+            p = chunk_plan(op, N, dt)
+            pw = 1 << (int(N) - 1).bit_length()
+            rows.append({"N": N, "dtype": dt, "warps": p["warps"], "CHUNK": p["CHUNK"], "chunks": p["chunks"],
+                         "tail": p["tail"], "rows/CTA": p["rows/CTA"], "smem KB": round(p["smem_bytes"] / 1024, 1),
+                         "streaming": p["streaming"], "waste %": round(p["waste_pct"], 1),
+                         "pow2 waste %": round(100 * (pw - N) / pw, 1)})
+    return pd.DataFrame(rows)
+
+
+# ---- grids ---------------------------------------------------------------------------------------
+def grid(cur, op: str, dtype: str = "bfloat16"):
+    """The newest run's grid records (no study) of op in dtype, among the non-stale records `cur`."""
+    if not len(cur):
+        return cur.copy()
+    sel = (cur["op"] == op) & (cur["dtype"] == dtype) & ~cur["config_key"].str.contains('"study"', regex=False) \
+        & cur["N"].notna()
+    return cm.newest_run(cur, sel).copy()
+
+
+def best_vs(g):
+    """(ms pivot of the passed records, best baseline / gluon-chunked per cell, best baseline per cell)."""
+    return cm.vs_best_baseline(g, V)
+
+
+def headline_table(g):
+    """Per (M, N): gluon-chunked and best-baseline SOL %, which baseline, speedups vs best and vs torch.compile."""
+    import pandas as pd
+    piv, vb, who = best_vs(g)
+    if not len(vb):
+        return pd.DataFrame()
+    sol = g.pivot_table(index=["M", "N"], columns="variant", values="sol_datasheet_pct")
+    return pd.DataFrame({f"{V} SOL%": sol[V].round(1),
+                         "best baseline SOL%": sol[[c for c in sol.columns if c != V]].max(axis=1).round(1),
+                         "best baseline": who, "speedup vs best": vb.round(3),
+                         "vs torch.compile": cm.ratio(piv, "inductor", V).round(3)})
+
+
+def headline(cur) -> dict:
+    """{op: (run id, headline table)} for the bf16 RMSNorm and LayerNorm grids that have records."""
+    out = {}
+    for op in HEADLINE_OPS:
+        g = grid(cur, op)
+        t = headline_table(g) if len(g) else None
+        if t is not None and len(t):
+            out[op] = (g.run_id.iloc[0], t)
+    return out
+
+
+def headline_items(heads) -> list:
+    """Markdown titles and tables of headline(), a missing note for an op without records."""
+    out = []
+    for op in HEADLINE_OPS:
+        if op not in heads:
+            out.append(f"**{op} bf16: missing**")
+            continue
+        run, t = heads[op]
+        out += [f"**{op} bf16** (run {run})", t]
+    return out
+
+
+def headline_figure(heads):
+    """SOL % vs N, gluon-chunked (o-) and the best baseline (x--) per M, one panel per op (None if empty)."""
+    import matplotlib.pyplot as plt
+    if not heads:
+        return None
+    fig, axes = plt.subplots(1, len(heads), figsize=(6.5 * len(heads), 4), sharey=True, squeeze=False)
+    for ax, (op, (_, t)) in zip(axes[0], heads.items()):
+        for M, sub in t.groupby(level="M"):
+            Ns = sub.index.get_level_values("N")
+            ax.plot(Ns, sub[f"{V} SOL%"], "o-", label=f"{V} M={M}")
+            ax.plot(Ns, sub["best baseline SOL%"], "x--", label=f"best baseline M={M}")
+        ax.set_title(f"{op} bf16"); ax.set_xlabel("N"); ax.set_ylabel("% of datasheet BW"); ax.grid(alpha=.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def grid_section(cur, op: str) -> list:
+    """[heatmaps of every variant, title, torch.compile -> gluon-chunked table] of op bf16 ([] if no records)."""
+    g = grid(cur, op)
+    if not len(g):
+        return []
+    vs = [v for v in BASELINES + (V, ) if v in set(g.variant)]
+    return [cm.heatmaps(g, vs, suptitle=f"{op} bf16: % of datasheet bandwidth"),
+            f"**{op}: torch.compile -> {V}**", plots.delta_table(g, "inductor", V)]
+
+
+def other_section(cur, op: str, dtype: str) -> list:
+    """fp32 / L2Norm / add+RMSNorm: a summary line and the torch.compile -> gluon-chunked table."""
+    g = grid(cur, op, dtype)
+    if not len(g):
+        return [f"**{op} {dtype}: missing**"]
+    piv, vb, who = best_vs(g)
+    if not len(vb):
+        return [f"**{op} {dtype}: missing** ({V} or baselines without passed records)"]
+    return [f"**{op} {dtype}** (run {g.run_id.iloc[0]}): {V} vs best baseline, geomean "
+            f"{plots.geomean(vb):.3f}x; wins or ties (>= {TIE}x) in {int((vb >= TIE).sum())}/{len(vb)} cells",
+            plots.delta_table(g, "inductor", V)]
+
+
+# ---- CHUNK sweep ---------------------------------------------------------------------------------
+def chunk_sweep(cur):
+    """The newest CHUNK sweep records, with warps and rows columns."""
+    if not len(cur):
+        return cur.copy()
+    sw = cm.newest_run(cur, cm.config_value(cur, "study") == "chunk").copy()
+    sw["warps"] = cm.config_value(sw, "num_warps") if len(sw) else []
+    sw["rows"] = cm.config_value(sw, "rows") if len(sw) else []
+    return sw
+
+
+def sweep_table(sw):
+    """SOL % by (op, N) rows and (warps, rows) columns."""
+    return sw.pivot_table(index=["op", "N"], columns=["warps", "rows"], values="sol_datasheet_pct").round(1)
+
+
+def heuristic_vs_best(sw, dtype: str = "bfloat16"):
+    """Per (op, N): the heuristic's (warps x rows) and its SOL % next to the best swept config."""
+    import pandas as pd
+    rows = []
+    for (op, N), sub in sw.groupby(["op", "N"]):
+        p = chunk_plan(op, int(N), dtype)
+        b = sub.loc[sub.sol_datasheet_pct.idxmax()]
+        h = sub[(sub.warps == p["warps"]) & (sub.rows == p["rows/CTA"])]
+        rows.append({"op": op, "N": int(N), "heuristic": f"{p['warps']}w x {p['rows/CTA']}r",
+                     "heuristic SOL%": round(h.sol_datasheet_pct.iloc[0], 1) if len(h) else None,
+                     "best": f"{b.warps}w x {b.rows}r", "best SOL%": round(b.sol_datasheet_pct, 1)})
+    return pd.DataFrame(rows)
+
+
+# ---- streaming -----------------------------------------------------------------------------------
+def stream_records(cur, plan_=None):
+    """(the newest streaming study with a `label`: cached / stream S=k / baseline, the same run's bf16 copies
+    at the study's M and Ns, the newest one per N)."""
+    import numpy as np
+    if not len(cur):
+        return cur.copy(), cur.copy()
+    st = cm.newest_run(cur, cm.config_value(cur, "study") == "stream").copy()
+    if not len(st):
+        return st, st
+    p = plan_ or plan()
+    st["label"] = st["variant"]
+    gm = st.variant == V
+    st.loc[gm, "label"] = np.where(cm.config_value(st[gm], "streaming") == True,  # noqa: E712
+                                   "stream S=" + cm.config_value(st[gm], "stages").astype(str), "cached")
+    copies = cur[(cur.op == "copy") & (cur.run_id == st.run_id.iloc[0]) & (cur.M == p.stream_M)
+                 & cur.N.isin(p.stream_Ns) & (cur.dtype == "bfloat16")].assign(label="copy")
+    # the plan measures the copy once per op: keep the newest per N (one point per N on the copy line)
+    copies = copies.sort_values("timestamp", kind="stable").groupby("N").tail(1)
+    return st, copies
+
+
+def stream_figure(st, copies):
+    """SOL % vs N (log2) per label, one panel per op, copies dotted (None if no study)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    if not len(st):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4), sharey=True)
+    for ax, op in zip(axes, HEADLINE_OPS):
+        s = pd.concat([st[st.op == op], copies])
+        for lab, sub in cm.passed(s).groupby("label"):
+            sub = sub.sort_values("N")
+            ax.plot(sub.N, sub.sol_datasheet_pct, "o-" if lab != "copy" else "k:", label=lab)
+        M = int(st.M.iloc[0])
+        ax.set_xscale("log", base=2); ax.set_title(f"{op} bf16, M={M}"); ax.set_xlabel("N")
+        ax.set_ylabel("% of datasheet BW"); ax.grid(alpha=.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def stream_table(st):
+    """SOL % by (op, N) and label (passed records)."""
+    return cm.passed(st).pivot_table(index=["op", "N"], columns="label", values="sol_datasheet_pct").round(1)
+
+
+def refused(st) -> list:
+    """The baselines that refused a row length (recorded as errors), with a title; [] when none."""
+    r = st[~st.passed.astype(bool)][["op", "variant", "N", "notes"]] if len(st) else st
+    return ["Baselines that refused a row length (recorded as errors, not timed):", r] if len(r) else []
+
+
+# ---- GroupNorm / InstanceNorm --------------------------------------------------------------------
+def group_records(cur):
+    """GroupNorm / InstanceNorm records: the newest run of each (op, variant), with a C x H x W `shape`."""
+    import pandas as pd
+    gn = cur[cur.op.isin(["group_norm", "instance_norm"])].copy() if len(cur) else cur.copy()
+    if not len(gn):
+        return gn
+    gn = pd.concat([cm.newest_run(gn, (gn.op == op) & (gn.variant == v))
+                    for op in sorted(set(gn.op)) for v in sorted(set(gn.variant))])
+    gn["shape"] = gn.C.astype(str) + "x" + gn.H.astype(str) + "x" + gn.W.astype(str)
+    return gn
+
+
+def group_runs(gn) -> str | None:
+    """Markdown: which run each variant's records come from (the baselines were not re-measured with every
+    gluon-chunked re-run, so a ratio can span two runs: said here, not hidden)."""
+    if not len(gn):
+        return None
+    runs = gn.groupby("variant")["run_id"].agg(lambda r: ", ".join(f"`{x}`" for x in sorted(set(r))))
+    note = "; ".join(f"{v}: {r}" for v, r in runs.items())
+    mixed = gn["run_id"].nunique() > 1
+    return (f"Records by variant: {note}." + (" The ratios below compare records of different runs." if mixed else ""))
+
+
+def group_ms(gn):
+    return gn.pivot_table(index=["op", "layout", "shape"], columns="variant", values="ms_median")
+
+
+def group_table(gn):
+    """SOL % per variant and gluon-chunked's speed vs eager and vs torch.compile, per (op, layout, shape)."""
+    gtab = group_ms(gn)
+    out = gn.pivot_table(index=["op", "layout", "shape"], columns="variant",
+                         values="sol_datasheet_pct").round(1).add_suffix(" SOL%")
+    if V in gtab:
+        out["gluon vs eager"] = cm.ratio(gtab, "torch", V).round(2)
+        out["gluon vs inductor"] = cm.ratio(gtab, "inductor", V).round(2)
+    return out
+
+
+# ---- targets and takeaways -----------------------------------------------------------------------
+def targets(cur):
+    """Issue #4's targets against the records above: (target, measured, met) rows."""
+    import pandas as pd
+    checks = []
+    for op, tgt in TARGETS:
+        g = grid(cur, op)
+        piv, vb, who = best_vs(g)
+        if not len(vb):
+            checks.append((f"{op}: records", "missing", False))
+            continue
+        checks.append((f"{op} bf16: {V} >= best baseline in every cell (>= {TIE} ties)",
+                       f"{int((vb >= TIE).sum())}/{len(vb)} cells; worst {vb.min():.3f}x at (M, N) = "
+                       f"{tuple(int(v) for v in vb.idxmin())}", bool((vb >= TIE).all())))
+        gm = plots.geomean(cm.ratio(piv, "inductor", V))
+        checks.append((f"{op} bf16: geomean >= {tgt}x torch.compile", f"{gm:.3f}x", gm >= tgt))
+    gn = group_records(cur)
+    gnn = gn[gn.op == "group_norm"] if len(gn) else gn
+    if len(gnn) and V in set(gnn.variant):
+        p = gnn[gnn.layout == "nchw"].pivot_table(index="shape", columns="variant", values="ms_median")
+        gm = plots.geomean(cm.ratio(p, "torch", V))
+        checks.append(("GroupNorm NCHW: geomean >= 1.5x torch eager", f"{gm:.2f}x over {len(p)} shapes", gm >= 1.5))
+        cl = cm.passed(gnn[(gnn.layout == "channels_last") & (gnn.variant == V)])
+        checks.append(("GroupNorm channels-last through gluon-chunked",
+                       f"{len(cl)} passed records" if len(cl) else "refused (not debugged)", bool(len(cl))))
+    return pd.DataFrame(checks, columns=["target", "measured", "met"])
+
+
+def takeaways(cur) -> list[str]:
+    """Each line computed from the records the sections above show."""
+    lines = []
+    for op in HEADLINE_OPS:
+        g = grid(cur, op)
+        piv, vb, who = best_vs(g)
+        if not len(vb):
+            continue
+        win = vb[vb >= TIE].index.get_level_values("N")
+        lose = vb[vb < TIE]
+        sol = g[g.variant == V].sol_datasheet_pct
+        lines.append(f"**{op} bf16**: {V} {cm.sol_range(sol)}% of datasheet; vs best baseline geomean "
+                     f"{plots.geomean(vb):.3f}x, wins/ties {len(win)}/{len(vb)} cells; "
+                     + (f"loses at N = {sorted(set(int(n) for n in lose.index.get_level_values('N')))}" if len(lose)
+                        else "loses in no cell") + f" (worst {vb.min():.3f}x); "
+                     f"vs torch.compile {plots.geomean(cm.ratio(piv, 'inductor', V)):.3f}x, "
+                     f"vs eager {plots.geomean(cm.ratio(piv, 'torch', V)):.2f}x.")
+    sw = chunk_sweep(cur)
+    if len(sw):
+        for (op, N), sub in sw[sw.warps == 16].groupby(["op", "N"]):
+            b8 = sw[(sw.op == op) & (sw.N == N) & (sw.warps == 8)].sol_datasheet_pct.max()
+            d16 = sub.sol_datasheet_pct.max()
+            lines.append(f"CHUNK sweep, {op} N={int(N)}: best 16-warp config {d16:.1f}% vs best 8-warp {b8:.1f}% "
+                         + ("(16 warps would win this cell; the heuristic stops at 8)." if d16 > b8 + 1
+                            else "(no gain from 16 warps)."))
+    st, _ = stream_records(cur)
+    if len(st):
+        tab = stream_table(st)
+        M = int(st.M.iloc[0])
+        for op in HEADLINE_OPS:
+            if op not in tab.index.get_level_values("op"):
+                continue
+            s = tab.loc[op]
+            sc = [c for c in s.columns if c.startswith("stream")]
+            if "cached" in s and sc:
+                d = (s[sc].max(axis=1) - s["cached"]).dropna()
+                lines.append(f"{op} M={M}: best streaming minus cached, SOL points by N: "
+                             + ", ".join(f"{int(n)}: {v:+.1f}" for n, v in d.items()))
+    gn = group_records(cur)
+    if len(gn):
+        gtab = group_ms(gn)
+        r, ri = cm.ratio(gtab, "torch", V).dropna(), cm.ratio(gtab, "inductor", V).dropna()
+        if len(r):
+            g = gn[gn.op == "group_norm"]
+            ctas = sorted({int(b) * int(gg) for b, gg in zip(g.B, g.G) if b == b and gg == gg})
+            lines.append(f"GroupNorm/InstanceNorm NCHW: {V} vs eager {r.min():.2f}-{r.max():.2f}x; vs torch.compile "
+                         f"{ri.min():.2f}-{ri.max():.2f}x. One CTA per (sample, group) gives only B*G = "
+                         f"{', '.join(map(str, ctas)) or '?'} CTAs: each CTA loads, reduces and stores its whole group "
+                         "with nothing to overlap, so SOL stays low; splitting a group across a CTA cluster is the "
+                         "next step.")
+    return lines
