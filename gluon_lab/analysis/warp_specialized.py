@@ -168,7 +168,7 @@ def overview(ctx: cm.Context, allrec, rec03) -> list:
     """Provenance of both files read, a missing note where one is empty, their stale records."""
     out = []
     for name, df in ((NB, allrec), (NB3, rec03)):
-        out += [f"**`{name}.jsonl`** runs:", cm.provenance_table(df), cm.missing_note(df, f"{name} on {ctx.slug}")]
+        out += [f"**`{name}.jsonl`** runs:"] + cm.overview(dataclasses.replace(ctx, notebook=name), df)
         st = cm.stale_table(df)
         if len(st):
             out += [f"**Stale records in `{name}.jsonl`** (kernel source changed since the run):", st]
