@@ -594,7 +594,8 @@ def why_max_note(grids: dict, big, ce) -> str | None:
             f"`y.copy_(x)` reads only {slow['per-shape copy GB/s'].min():.0f}-{slow['per-shape copy GB/s'].max():.0f} GB/s, "
             f"{100 * slow['per-shape copy GB/s'].max() / ce['copy_gbps']:.0f}% or less of the {ce['copy_gbps']:.0f} GB/s the same "
             f"`copy_` reached on 2 GiB in the same session, while {len(beat)} norm records at those cells "
-            f"({beat.variant.nunique()} variants) move their bytes faster (up to {slow['fastest norm GB/s (any variant, same run)'].max():.0f} "
+            f"({beat.variant.nunique()} variants) move their bytes faster "
+            f"(up to {slow['fastest norm GB/s (any variant, same run)'].max():.0f} "
             "GB/s), reading and writing as many bytes as the copy and computing on them. A ceiling that kernels doing more "
             "work beat is not a ceiling: at these sizes the per-shape copy measures one torch copy path under the graph "
             "timer, not what the memory system delivers. Measured, not explained; a hypothesis to test is that a "
@@ -1200,7 +1201,8 @@ def takeaways(*, grids=None, targets=None, summary=None, TL=None, tl_stats=EMPTY
         (s0, s1) = c["stages"]
         last = chk.iloc[-1] if len(chk) else None
         whole = ("" if last is None or isinstance(last["whole-grid GB/s from stamps"], str) or not last["timed GB/s, same config"]
-                 else f" Whole-grid bandwidth from the stamps at NUM_STAGES={chk.index[-1]}: {last['whole-grid GB/s from stamps']:.0f} GB/s "
+                 else f" Whole-grid bandwidth from the stamps at NUM_STAGES={chk.index[-1]}: "
+                      f"{last['whole-grid GB/s from stamps']:.0f} GB/s "
                       f"vs {last['timed GB/s, same config']:.0f} GB/s timed.")
         lines.append(f"Measured timeline (run `{TL['run_id']}`{', STALE source' if tl_src.stale.any() else ''}): NUM_STAGES {s0} -> {s1} "
                      f"cuts the median stall per block {c['stall'][0]:.0f} -> {c['stall'][1]:.0f} ns and the block period "
@@ -1219,12 +1221,14 @@ def takeaways(*, grids=None, targets=None, summary=None, TL=None, tl_stats=EMPTY
     if len(stg) and len(stage_tab):
         bc = stage_tab["best NUM_STAGES"].value_counts()
         lines.append(f"NUM_STAGES study{tag(stg)}: best depth per cell " + ", ".join(f"{int(k)} stages: {v} cells" for k, v in bc.items())
-                     + (f"; best vs 1 stage median {stage_tab['best / 1 stage'].median():.3f}x (max {stage_tab['best / 1 stage'].max():.3f}x)"
+                     + (f"; best vs 1 stage median {stage_tab['best / 1 stage'].median():.3f}x "
+                        f"(max {stage_tab['best / 1 stage'].max():.3f}x)"
                         if "best / 1 stage" in stage_tab and stage_tab["best / 1 stage"].notna().any() else "") + ".")
     if len(ps_best):
         bk = ps_best["best (ctas/SM, stages, rows)"].value_counts()
         hb = ps_best["heuristic / best"].dropna()
-        lines.append(f"pipe-sweep{tag(ps)}: most frequent best (CTAs/SM, stages, rows): " + ", ".join(f"{k}: {v}" for k, v in bk.head(3).items())
+        lines.append(f"pipe-sweep{tag(ps)}: most frequent best (CTAs/SM, stages, rows): "
+                     + ", ".join(f"{k}: {v}" for k, v in bk.head(3).items())
                      + (f"; the current heuristic's pick reaches {hb.min():.3f}-{hb.max():.3f}x of the best over {len(hb)} shapes"
                         if len(hb) else "; the current heuristic's picks were not among the swept configs") + ".")
     if "off / on" in fence_tab:
@@ -1236,12 +1240,14 @@ def takeaways(*, grids=None, targets=None, summary=None, TL=None, tl_stats=EMPTY
             sq = square_ratio(gemm_tab, col)
             lines.append(f"GEMM {v}{tag(gm[gm.variant == v])}: {gemm_tab[col].min():.3f}-{gemm_tab[col].max():.3f}x cuBLAS, geomean "
                          f"{plots.geomean(gemm_tab[col]):.3f}x" + (f", {sq:.3f}x at 8192^3" if sq is not None else "")
-                         + (f"; vs triton geomean {plots.geomean(gemm_tab[v] / gemm_tab['triton']):.3f}x" if "triton" in gemm_tab else "") + ".")
+                         + (f"; vs triton geomean {plots.geomean(gemm_tab[v] / gemm_tab['triton']):.3f}x"
+                            if "triton" in gemm_tab else "") + ".")
     if len(gs):
         for sh, sub in gs[gs.passed.astype(bool)].groupby("shape"):
             b = sub.loc[sub.tflops.idxmax()]
             s2 = sub[(sub.tile == b.tile)].set_index("num_stages").tflops
-            lines.append(f"gemm-sweep {sh}{tag(sub)}: best {b.tile} with {int(b.num_stages)} stages ({b.tflops:.0f} TFLOP/s); that tile by stages: "
+            lines.append(f"gemm-sweep {sh}{tag(sub)}: best {b.tile} with {int(b.num_stages)} stages ({b.tflops:.0f} TFLOP/s); "
+                         "that tile by stages: "
                          + ", ".join(f"{int(k)}: {v:.0f}" for k, v in s2.sort_index().items()) + ".")
     if grids:
         ct, ce = ceiling_table(use, grid_run(grids))

@@ -381,7 +381,8 @@ def spread_table(fin: dict):
              "finish min (us)": f["finish min"] / 1e3, "finish median (us)": f["finish median"] / 1e3,
              "finish max (us)": f["finish max"] / 1e3, "tail: max / median - 1 (%)": f["tail %"],
              "block-count imbalance (%)": f["imbalance %"],
-             "per-CTA pace min / median / max (ns)": f"{np.nanmin(f['pace']):.0f} / {np.nanmedian(f['pace']):.0f} / {np.nanmax(f['pace']):.0f}",
+             "per-CTA pace min / median / max (ns)":
+                 f"{np.nanmin(f['pace']):.0f} / {np.nanmedian(f['pace']):.0f} / {np.nanmax(f['pace']):.0f}",
              "whole-grid GB/s from stamps": f["whole-grid GB/s"], "GB/s if the CTA time were spread evenly": f["even GB/s"]}
             for (label, st), f in fin.items()]
     return pd.DataFrame(rows).set_index(["kernel", "NUM_STAGES"])
@@ -458,8 +459,8 @@ def tail_note(spread, grid_run, TL3, TL4) -> str | None:
     st_hi = max(s for _, s in spread.index)
     labs = [lab for lab, s in spread.index if s == st_hi]
     tails = {lab: spread.loc[(lab, st_hi), "tail: max / median - 1 (%)"] for lab in labs}
-    even = {lab: spread.loc[(lab, st_hi), "GB/s if the CTA time were spread evenly"] / spread.loc[(lab, st_hi), "whole-grid GB/s from stamps"]
-            for lab in labs}
+    even = {lab: spread.loc[(lab, st_hi), "GB/s if the CTA time were spread evenly"]
+            / spread.loc[(lab, st_hi), "whole-grid GB/s from stamps"] for lab in labs}
     grid_of = {"gluon-pipelined (03)": ("gluon-pipelined", TL3), "gluon-ws (04)": ("gluon-ws", TL4)}
     parts = []
     for lab in tails:
@@ -469,8 +470,10 @@ def tail_note(spread, grid_run, TL3, TL4) -> str | None:
         tl_st = TL["timelines"][str(st_hi)]["config"]["num_stages"]
         rec_st = json.loads(cfgs[v]).get("num_stages")
         parts.append(f"{v}: gluon-tma is **{100 * gap:.1f}%** faster in the timed grid; an even spread would be worth "
-                     f"**{100 * gain:.1f}%** — " + ("as much as the whole gap" if gain >= gap else f"about {100 * gain / gap:.0f}% of the gap")
-                     + (f" (the timed {v} record ran NUM_STAGES={rec_st}, the timeline {tl_st}: not the same config)" if rec_st != tl_st else ""))
+                     f"**{100 * gain:.1f}%** — "
+                     + ("as much as the whole gap" if gain >= gap else f"about {100 * gain / gap:.0f}% of the gap")
+                     + (f" (the timed {v} record ran NUM_STAGES={rec_st}, the timeline {tl_st}: not the same config)"
+                        if rec_st != tl_st else ""))
     return (f"**At M = N = {TL4['M']}** (rms_norm, norms grid run `{grid_run.run_id.iloc[0]}`): gluon-tma "
             f"**{gb['gluon-tma']:.0f} GB/s**, gluon-pipelined **{gb['gluon-pipelined']:.0f}**, gluon-ws **{gb['gluon-ws']:.0f}**. "
             f"In the timelines at NUM_STAGES={st_hi} the slowest CTA finishes "
@@ -815,7 +818,8 @@ def sweep_vs_heuristic(sw, grids: dict, dtype: str = "bfloat16"):
         gr = grids.get(op)
         gws = gr[(gr.variant == "gluon-ws") & P.mask(gr.M == M) & P.mask(gr.N == N)] if gr is not None else EMPTY
         hv.append({"op": op, "M": int(M), "N": int(N),
-                   "best (stages, warps, regs, rows, ctas/SM)": (int(b.num_stages), int(b.num_warps), int(b.producer_regs), int(b.rows), int(b.ctas_per_sm)),
+                   "best (stages, warps, regs, rows, ctas/SM)": tuple(int(b[k]) for k in ("num_stages", "num_warps", "producer_regs",
+                                                                                         "rows", "ctas_per_sm")),
                    "best GB/s": round(b.gbps), "heuristic now": hk, "heuristic GB/s in the sweep": hg,
                    "heuristic / best": hg / b.gbps if hg == hg else np.nan,
                    "gluon-ws GB/s in the norms grid (later run)": round(float(gws.gbps.iloc[0])) if len(gws) else None})
@@ -871,7 +875,8 @@ def gemm_ceiling_lines(gm, use, use03) -> list:
         return []
     out = [f"run {run}: its own cuBLAS ceiling ({gce['matmul_shape']}, {gce['matmul_timer']}) = {gce['matmul_tflops']:.0f} TFLOP/s"]
     for r in gm[gm.tflops > 1.05 * gce["matmul_tflops"]].sort_values("tflops", ascending=False).itertuples():
-        out.append(f"  note: {r.variant} {r.M}x{r.N}x{r.K} reached {r.tflops:.0f} TFLOP/s, {100 * (r.tflops / gce['matmul_tflops'] - 1):.0f}% above "
+        out.append(f"  note: {r.variant} {r.M}x{r.N}x{r.K} reached {r.tflops:.0f} TFLOP/s, "
+                   f"{100 * (r.tflops / gce['matmul_tflops'] - 1):.0f}% above "
                    "that ceiling (different shape and timer; not investigated here)")
     return out
 
@@ -1020,7 +1025,8 @@ def sanitizer_table(san):
     t = san.copy()
     t["output vs float64"] = t["check passed"]
     t["case"] = t["case"].map(case_text)
-    cols = ["kernel", "case", "tool", "warp_specialize", "exit_code", "errors/hazards (summary)", "summary", "output vs float64", "clean", "seconds"]
+    cols = ["kernel", "case", "tool", "warp_specialize", "exit_code", "errors/hazards (summary)", "summary", "output vs float64",
+            "clean", "seconds"]
     return t[[c for c in cols if c in t]]
 
 
@@ -1084,8 +1090,9 @@ def def_shift_line(race_tab, defs) -> str | None:
     if not len(race_tab):
         return None
     rep = race_tab[(race_tab.role == "first access") & race_tab["reported at"].str.startswith("warp_specialized.py")]
-    return "def lines: " + ", ".join(f"{k} reported at line {int(r.split(':')[1])}, now at {defs[k]} (shift {defs[k] - int(r.split(':')[1]):+d})"
-                                     for k, r in zip(rep.offset.str.split("+").str[0], rep["reported at"]) if k in defs)
+    return "def lines: " + ", ".join(
+        f"{k} reported at line {int(r.split(':')[1])}, now at {defs[k]} (shift {defs[k] - int(r.split(':')[1]):+d})"
+        for k, r in zip(rep.offset.str.split("+").str[0], rep["reported at"]) if k in defs)
 
 
 BAR1 = re.compile(r"BAR\.SYNC\S*\s+0x1\s*;")
@@ -1146,7 +1153,8 @@ def sanitizer_summary(san, race_tab, sass_tab) -> str | None:
           + ", ".join(f"{k}: {n} reported" for k, n in zip(ws_rc.kernel, ws_rc['errors/hazards (summary)'])) + ")."]
     if len(firsts):
         nl.append(f"- In {len(entry)}/{len(firsts)} of them the first access is a **Read at kernel offset "
-                  + "/".join(sorted(set(x.split('+')[1] for x in firsts.offset))) + "**, attributed to the kernel's `def` line (kernel entry).")
+                  + "/".join(sorted(set(x.split('+')[1] for x in firsts.offset)))
+                  + "**, attributed to the kernel's `def` line (kernel entry).")
     for k, sub in (conf.groupby("kernel", sort=False) if len(conf) else []):
         nl.append(f"  - {k}: conflicting writes at " + "; ".join(f"`{s['source line']}` ({s['maps to']}, {s['hazards']} hazards)"
                                                              for _, s in sub.iterrows()))
@@ -1194,7 +1202,8 @@ def takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY, targets=None, 
         sq_tf = P.square_ratio(gemm_tab, "gluon-ws")
         lines.append(f"**GEMM: {verdict(plots.geomean(rp))} (vs gluon-pipelined)** (run `{gm.run_id.iloc[0]}`): gluon-ws "
                      + (f"{sq_tf:.0f} TFLOP/s = **{sq:.3f}x cuBLAS at 8192³**, " if sq is not None else "")
-                     + f"geomean **{plots.geomean(r):.3f}x** cuBLAS and {plots.geomean(gemm_tab['triton / cuBLAS']):.3f}x for Triton's tl.dot; "
+                     + f"geomean **{plots.geomean(r):.3f}x** cuBLAS and {plots.geomean(gemm_tab['triton / cuBLAS']):.3f}x "
+                     "for Triton's tl.dot; "
                      f"vs gluon-pipelined geomean {plots.geomean(rp):.3f}x, ahead at "
                      + (", ".join(P.shape_str(i) for i in rp[rp >= 1].index) or "no shape")
                      + ", behind at " + (", ".join(f"{P.shape_str(i)} ({v:.3f}x)" for i, v in rp[rp < 1].items()) or "no shape") + ".")
@@ -1228,7 +1237,8 @@ def takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY, targets=None, 
         a, b = ws_tl.iloc[0], ws_tl.iloc[-1]
         lines.append(f"Timeline (RMSNorm {TL4['M']}x{TL4['N']}): at NUM_STAGES={ws_tl.index[0]} the consumer waits "
                      f"{a['consumer FULL stall, median (ns)']:.0f} ns per block (run-ahead {a['run-ahead, median (ns)']:.0f} ns); at "
-                     f"NUM_STAGES={ws_tl.index[-1]} the producer runs {b['run-ahead, median (ns)']:.0f} ns ({b['blocks ahead, median']:.0f} blocks) "
+                     f"NUM_STAGES={ws_tl.index[-1]} the producer runs {b['run-ahead, median (ns)']:.0f} ns "
+                     f"({b['blocks ahead, median']:.0f} blocks) "
                      f"ahead and the stall drops to {b['consumer FULL stall, median (ns)']:.0f} ns; the period follows the consumer's work "
                      f"({b['consumer work, median (ns)']:.0f} ns of {b['block period, median (ns)']:.0f} ns).")
     if len(spread):
