@@ -1012,12 +1012,20 @@ def gemm_sweep_views(gs) -> list:
     return out + ["best per shape:", best.set_index("shape")]
 
 
+def sweep_tile(config_key) -> str:
+    """'BMxBNxBK wW sS' of a GEMM record's config."""
+    c = json.loads(config_key)
+    return f"{c.get('BM')}x{c.get('BN')}x{c.get('BK')} w{c.get('num_warps')} s{c.get('num_stages')}"
+
+
 def ws_sweep_records(df):
-    """The newest gluon-ws producer-registers x stages GEMM sweep (in this notebook's file)."""
+    """The newest gluon-ws GEMM `ws-sweep` of df (producer registers x stages here, x tiles in 04's file),
+    with its knobs, tile and shape as columns."""
     ws = pick(df, (study(df) == "ws-sweep") & (df.op == "matmul")) if len(df) else df.copy()
     if len(ws):
         for k in ("producer_regs", "num_stages", "BM", "BN", "BK"):
             ws[k] = cm.config_value(ws, k)
+        ws["tile"] = ws.config_key.map(sweep_tile)
         ws["shape"] = ws.M.astype(str) + "x" + ws.N.astype(str) + "x" + ws.K.astype(str)
     return ws
 

@@ -910,18 +910,8 @@ def gemm_targets(t):
 TILE_KEYS = ("BM", "BN", "BK", "num_warps", "num_stages")
 
 
-def tile_of(c) -> str:
-    c = json.loads(c)
-    return f"{c.get('BM')}x{c.get('BN')}x{c.get('BK')} w{c.get('num_warps')} s{c.get('num_stages')}"
-
-
-def ws_sweep_records(df):
-    ws = P.pick(df, (P.study(df) == "ws-sweep") & (df.op == "matmul")) if len(df) else df.copy()
-    if len(ws):
-        ws["tile"] = ws.config_key.map(tile_of)
-        ws["producer_regs"] = cm.config_value(ws, "producer_regs")
-        ws["shape"] = ws.M.astype(str) + "x" + ws.N.astype(str) + "x" + ws.K.astype(str)
-    return ws
+tile_of = P.sweep_tile
+ws_sweep_records = P.ws_sweep_records
 
 
 def sweep_table(ws):
