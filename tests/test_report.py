@@ -87,7 +87,7 @@ PATTERN_PAGES = {
                        ("inductor -&gt; gluon-tma", "Targets (issue #3)", "global reads of the reused row", "UTMALDG")),
     "02-chunked-reductions": (("No records for", "missing</strong>"), 5,
                               ("Targets (issue #4)", "torch.compile -&gt; gluon-chunked", "gluon vs eager", "stream S=4")),
-    "03-multibuffer-pipelining": (("No records for 03-multibuffer-pipelining", "Traceback"), 6,
+    "03-multibuffer-pipelining": (("<strong>No records for", "Traceback"), 6,
                                   ("Targets (issue #5)", "MEASURED with", "%globaltimer", "HGMMA", "UTMALDG",
                                    "gluon-pipelined / cuBLAS", "NUM_STAGES study", "pipe-sweep", "GEMM targets",
                                    "compute-sanitizer", "Every CTA traced", "Takeaways")),

@@ -1,0 +1,1273 @@
+"""Notebook 04-warp-specialization: gl.warp_specialize, a 1-warp TMA producer (setmaxnreg) and a consumer
+partition over EMPTY/FULL barrier pairs, for the norms and a cooperative GEMM.
+
+Pattern 4 builds on pattern 3, and so does this module: the records helpers, the timelines and every
+CTA's finish, the norm grids against the copy ceiling, row blocks per CTA, the GEMM table, the
+correctness table and the sanitizer lines come from `pipelined` (imported as P). This notebook also
+reads pattern 3's records (`load_03`): the four GEMMs were measured side by side there, and its
+timeline is the single-stream reference.
+
+Kernel-facing (the only places this module reaches into kernels / experiments / codegen):
+    measure()             gluon_lab.experiments.run_ws(results_dir=, quick=, parts=)
+    ws_plan()             gluon_lab.experiments.WarpSpecializedPlan() (ws_sweep_shapes, ws_sweep_tiles, ws_sweep_regs)
+    kernel_source()       inspect.getsource of gluon_lab.kernels.warp_specialized._wsn_producer.fn,
+                          ._wsn_consumer.fn, .ws_norm_kernel.fn, .WsNormConfig, ._ws_producer.fn,
+                          ._ws_consumer.fn, .ws_gemm_kernel.fn
+    ws_norm_heuristic()   gluon_lab.kernels.warp_specialized.WsNormConfig.heuristic(op, N, dtype, M)
+                          (fields num_warps, rows, num_stages, ctas_per_sm, producer_regs)
+    ws_norm_spec()        gluon_lab.kernels.warp_specialized.norm_codegen_spec(op, N, dtype, cfg) (with its
+                          launch `maxnreg`, which codegen.inspect_variant does not pass on: compiled with
+                          codegen.compile_sm90(**spec))
+    gemm_fits()           gluon_lab.kernels.gemm.GemmConfig(BM=, BN=, BK=, num_warps=, num_stages=,
+                          producer_regs=).validate(dtype)
+    ws_source_lines()     gluon_lab.kernels.warp_specialized.__file__ and the def lines of ws_gemm_kernel.fn,
+                          ws_norm_kernel.fn (inspect.getsourcelines)
+    consumer_schedule()   the source of ws_gemm_kernel.fn (its gl.warp_specialize call) and _ws_consumer.fn
+    sanitized_spec()      the config each ci/sanitize.py case's launcher picks: GemmConfig.heuristic(M, N)
+                          + warp_specialized.codegen_spec (and the diagnostic kernel of ci/sanitize.py),
+                          WsNormConfig.heuristic + norm_codegen_spec
+    sass_of()             gluon_lab.codegen.compile_sm90, codegen.sass, codegen.census
+    and through pipelined: pipe_heuristic, norm_compile, gemm_config, gemm_spec, compile_spec, sanitize_driver
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from .. import plots
+from . import common as cm
+from . import pipelined as P
+
+NB = "04-warp-specialization"
+NB3 = P.NB  # pattern 3's records: the GEMM comparison and the pipelined timeline
+BIG = P.BIG
+WS_VS_PIPE = 0.98  # issue target: gluon-ws within 2% of gluon-pipelined, or better, in every cell
+BASELINES = P.BASELINES
+NORM_ORDER = P.NORM_ORDER
+GEMM4 = P.GEMM_VARIANTS
+NORM_OPS = ("rms_norm", "layer_norm", "add_rms_norm")
+F4 = ("producer_before_empty_wait", "producer_issued", "consumer_before_full_wait", "consumer_ready", "consumer_stored")
+EMPTY = P.EMPTY
+
+
+# ---- kernel-facing -------------------------------------------------------------------------------
+def measure(ctx: cm.Context, quick: bool = False, parts=()):
+    """Measure mode: run the plan (the same function `python -m gluon_lab bench 04-...` runs)."""
+    from ..experiments import run_ws
+    kw = {"parts": tuple(parts)} if parts else {}
+    _, where = run_ws(results_dir=str(ctx.results_dir), quick=quick, **kw)
+    return where
+
+
+def ws_plan():
+    from ..experiments import WarpSpecializedPlan
+    return WarpSpecializedPlan()
+
+
+def _source_objects() -> dict:
+    from ..kernels import warp_specialized as W
+    return {"_wsn_producer": W._wsn_producer.fn, "_wsn_consumer": W._wsn_consumer.fn, "ws_norm_kernel": W.ws_norm_kernel.fn,
+            "WsNormConfig": W.WsNormConfig, "_ws_producer": W._ws_producer.fn, "_ws_consumer": W._ws_consumer.fn,
+            "ws_gemm_kernel": W.ws_gemm_kernel.fn}
+
+
+def kernel_source(*names: str) -> str:
+    """Current source of the named pattern-4 kernel functions / classes, one after the other."""
+    import inspect
+    objs = _source_objects()
+    return "\n".join(inspect.getsource(objs[n]) for n in names)
+
+
+def ws_norm_heuristic(op: str, N: int, dtype: str = "bfloat16", M: int | None = None):
+    from ..kernels import warp_specialized as W
+    return W.WsNormConfig.heuristic(op, N, dtype, M)
+
+
+def ws_norm_spec(op: str, N: int, dtype: str, cfg) -> dict:
+    from ..kernels import warp_specialized as W
+    return W.norm_codegen_spec(op, N, dtype, cfg)
+
+
+def gemm_fits(tile, regs: int, dtype: str = "bfloat16") -> str:
+    """Whether a (BM, BN, BK, num_warps, num_stages) tile with producer_regs fits (GemmConfig.validate)."""
+    try:
+        P.gemm_config(BM=tile[0], BN=tile[1], BK=tile[2], num_warps=tile[3], num_stages=tile[4],
+                      producer_regs=regs).validate(dtype)
+        return "no record (fits: not run)"
+    except ValueError as e:
+        return f"does not fit: {e}"
+
+
+def ws_source_lines():
+    """(current lines of kernels/warp_specialized.py, {kernel: line of its `def`})."""
+    import inspect
+    from pathlib import Path
+    from ..kernels import warp_specialized as W
+
+    def def_line(fn):
+        lines_, start = inspect.getsourcelines(fn)
+        return start + next(i for i, ln in enumerate(lines_) if ln.lstrip().startswith("def "))
+
+    return (Path(W.__file__).read_text().splitlines(),
+            {"ws_gemm_kernel": def_line(W.ws_gemm_kernel.fn), "ws_norm_kernel": def_line(W.ws_norm_kernel.fn)})
+
+
+def consumer_schedule() -> list:
+    """How ws_gemm_kernel forks (partitions, worker warps and registers) and how its consumer lays out
+    the accumulator, read from the current source; lines of text."""
+    src = kernel_source("ws_gemm_kernel")
+    call = src[src.index("gl.warp_specialize("):]
+    m = re.search(r"\],\s*(\[[^\]]*\]),\s*(\[[^\]]*\])\)", call)
+    n_parts = call[:call.index("], [")].count("(_ws_")
+    acc = re.search(r"warps_per_cta=(\[[^\]]*\])", kernel_source("_ws_consumer"))
+    return [f"partitions in ws_gemm_kernel: {n_parts} (the default = _ws_consumer, then workers); worker warps "
+            f"{m.group(1) if m else '?'}, worker registers {m.group(2) if m else '?'}",
+            f"consumer accumulator layout: warps_per_cta={acc.group(1) if acc else '?'} -> with num_warps=8 the two "
+            "warpgroups split the BM rows of ONE tile (cooperative)",
+            "ping-pong consumer schedule: not implemented (no kernel, no records)"]
+
+
+def sanitized_spec(kernel: str, sz):
+    """(compile spec, config text) of a ci/sanitize.py case as its launcher configures it."""
+    op, variant, shape, _ = sz.CASES[kernel]
+    if op == "matmul":
+        cfg = P.gemm_config(shape["M"], shape["N"], "bfloat16")
+        sp_ = P.gemm_spec(cfg, "bfloat16", ws=True)
+        if variant == "diag:ws-gemm-noinval":
+            sp_["fn"] = sz.ws_gemm_without_invalidate()
+        return sp_, gemm_cfg_text(cfg) + f" producer_regs={cfg.producer_regs}"
+    cfg = ws_norm_heuristic(op, shape["N"], "bfloat16", shape["M"])
+    return ws_norm_spec(op, shape["N"], "bfloat16", cfg), ws_cfg_text(cfg)
+
+
+def sass_of(spec: dict):
+    """([(offset, instruction)], smem bytes, PTX) of a spec compiled for sm_90 here."""
+    from .. import codegen
+    k = codegen.compile_sm90(**spec)
+    ins = re.findall(r"/\*([0-9a-f]{4})\*/\s+([^;]*;)", codegen.sass(k.asm["cubin"]))
+    return ins, codegen.census(k)["smem_bytes"], k.asm["ptx"]
+
+
+def triton_version() -> str:
+    import triton
+    return triton.__version__
+
+
+# ---- records ---------------------------------------------------------------------------------------
+def load_03(ctx: cm.Context):
+    """Pattern 3's records (03-multibuffer-pipelining.jsonl on the same GPU), stale-marked."""
+    return cm.load(dataclasses.replace(ctx, notebook=NB3))
+
+
+def overview(ctx: cm.Context, allrec, rec03) -> list:
+    """Provenance of both files read, a missing note where one is empty, their stale records."""
+    out = []
+    for name, df in ((NB, allrec), (NB3, rec03)):
+        out += [f"**`{name}.jsonl`** runs:"] + cm.overview(dataclasses.replace(ctx, notebook=name), df)
+        st = cm.stale_table(df)
+        if len(st):
+            out += [f"**Stale records in `{name}.jsonl`** (kernel source changed since the run):", st]
+    return out
+
+
+def nodata(ctx, what: str, stale: str = "flag") -> str:
+    return P.nodata(ctx, what, stale, name="")
+
+
+def about(g, what: str) -> list:
+    return P.about(g, what, with_files=True)
+
+
+# ---- the protocol --------------------------------------------------------------------------------
+def protocol_table(S: int = 3, n: int | None = None):
+    """Slot, lap and the parity each partition waits for, block by block (from the source's formulas)."""
+    n = 2 * S + 2 if n is None else n
+    return pd.DataFrame([{"block / k-step i": i, "slot = i % S": i % S, "lap = i // S": i // S,
+                          "producer waits EMPTY[slot], parity": ((i // S) & 1) ^ 1,
+                          "consumer waits FULL[slot], parity": (i // S) & 1,
+                          "the producer's wait returns when": ("at once (fresh barrier, parity 1 counts as completed)" if i < S
+                                                               else f"the consumer arrived on EMPTY after block {i - S}")}
+                         for i in range(n)]).set_index("block / k-step i")
+
+
+# ---- per-partition timeline ----------------------------------------------------------------------
+def fields(TL) -> dict:
+    """{field: column} of a 5-stamp timeline (the file's `fields`, else F4)."""
+    f = list(TL.get("fields", F4))
+    return {k: f.index(k) for k in F4} | {"_k": len(f)}
+
+
+def tl_provenance(ctx, TL, recs, notebook: str | None = None) -> str:
+    """Which file, GPU, run (records and git commit of that run), shape and timer granularity."""
+    path = P.timeline_path(ctx, notebook)
+    run = recs[recs.run_id == TL["run_id"]]
+    commit = ", ".join(sorted(run.git_commit.dropna().unique())) or "?"
+    return (f"`{path.name}`: MEASURED with `%globaltimer` on **{TL['gpu']}**, run `{TL['run_id']}` (records of that run: "
+            f"{len(run)}, git commit {commit}; the timeline file carries no kernel-source hash, so it cannot be checked "
+            f"for staleness), RMSNorm {TL['dtype']} M={TL['M']} N={TL['N']}; stamps are multiples of {P.stamp_granularity(TL)} ns.")
+
+
+def ws_timeline_stats(TL):
+    """Per NUM_STAGES: producer wait+issue, run-ahead (consumer's FULL wait - producer's issue), blocks
+    ahead, the consumer's stall and work, the block period and the share of time the consumer stalls."""
+    if TL is None:
+        return EMPTY
+    ix = fields(TL)
+    rows = []
+    for st in P.stage_keys(TL):
+        bs = P.timeline_blocks(TL, st, ix["_k"])
+        if not bs:
+            continue
+        P0, P1, C0, C1, C2 = (np.concatenate([b[:, ix[f]] for b in bs]) for f in F4)
+        ahead = np.concatenate([np.searchsorted(np.sort(b[:, ix["producer_issued"]]), b[:, ix["consumer_before_full_wait"]],
+                                                side="right") - np.arange(len(b)) for b in bs])
+        period = np.concatenate([np.diff(b[:, ix["consumer_before_full_wait"]]) for b in bs])
+        frac = np.median([(b[:, ix["consumer_ready"]] - b[:, ix["consumer_before_full_wait"]]).sum()
+                          / (b[-1, ix["consumer_stored"]] - b[0, ix["consumer_before_full_wait"]]) for b in bs])
+        cfg = TL["timelines"][st]["config"]
+        rows.append({"NUM_STAGES": int(st), "config": ", ".join(f"{k}={v}" for k, v in cfg.items()), "CTAs traced": len(bs),
+                     "blocks per CTA": f"{min(map(len, bs))}-{max(map(len, bs))}",
+                     "producer EMPTY wait + issue, median (ns)": np.median(P1 - P0),
+                     "run-ahead, median (ns)": np.median(C0 - P1), "run-ahead < 0 (% of blocks)": 100 * np.mean(C0 - P1 < 0),
+                     "blocks ahead, median": np.median(ahead), "blocks ahead, max": int(ahead.max()),
+                     "consumer FULL stall, median (ns)": np.median(C1 - C0), "consumer work, median (ns)": np.median(C2 - C1),
+                     "block period, median (ns)": np.median(period), "consumer stalled (median over CTAs) %": 100 * frac})
+    return pd.DataFrame(rows).set_index("NUM_STAGES") if rows else EMPTY
+
+
+def pipe_timeline_summary(TL3):
+    """Pattern 3's single-stream timeline, the three medians notebook 04 compares with."""
+    s = P.timeline_stats(TL3)
+    if not len(s):
+        return EMPTY
+    return s[["median stall / block (ns)", "median compute+store (ns)", "median block period (ns)"]].set_axis(
+        ["stall, median (ns)", "compute + store, median (ns)", "block period, median (ns)"], axis=1)
+
+
+def timeline_views(ctx, TL4, TL3, allrec, rec03, ws_tl, pipe_tl, stale: str = "flag") -> list:
+    out = []
+    if TL4 is None:
+        out.append(nodata(ctx, f"the measured gluon-ws timeline ({P.timeline_path(ctx).name} is missing)", stale))
+    else:
+        out += [tl_provenance(ctx, TL4, allrec), P.table(ws_tl.round(1))]
+    if TL3 is not None:
+        out += [tl_provenance(ctx, TL3, rec03, NB3),
+                "For comparison, pattern 3's single-stream `gluon-pipelined` timeline (same M, N; 3 stamps per block):",
+                P.table(pipe_tl.round(1))]
+    else:
+        out.append(nodata(ctx, f"pattern 3's timeline ({P.timeline_path(ctx, NB3).name} is missing)", stale))
+    return out
+
+
+def _ws_gantt(ax, TL, ws_tl, st, ctas=(0, 1, 2), xmax_us=None):
+    ix = fields(TL)
+    bs = P.timeline_blocks(TL, st, ix["_k"])
+    ticks, labels = [], []
+    for k, cta in enumerate(ctas[:len(bs)]):
+        b = bs[cta] / 1e3
+        p0, p1, c0, c1, c2 = (b[:, ix[f]] for f in F4)
+        yp, yc = 2 * k + 1, 2 * k
+        first = k == 0
+        ax.broken_barh([(s, e - s) for s, e in zip(p0, p1)], (yp - 0.3, 0.6), color="#ff7f0e",
+                       label="producer: EMPTY wait + issue" if first else None)
+        ax.vlines(p1, yp - 0.4, yp + 0.4, color="k", lw=0.7, label="producer: copies issued" if first else None)
+        ax.broken_barh([(s, e - s) for s, e in zip(c0, c1)], (yc - 0.3, 0.6), color="#d62728",
+                       label="consumer: FULL stall" if first else None)
+        ax.broken_barh([(s, e - s) for s, e in zip(c1, c2)], (yc - 0.3, 0.6), color="#2ca02c",
+                       label="consumer: compute + store issue" if first else None)
+        ticks += [yc, yp]
+        labels += [f"CTA {cta} consumer", f"CTA {cta} producer"]
+    ax.set_yticks(ticks, labels, fontsize=8)
+    r = ws_tl.loc[int(st)]
+    ax.set_title(f"NUM_STAGES={st}: run-ahead {r['run-ahead, median (ns)']:.0f} ns, consumer stall "
+                 f"{r['consumer FULL stall, median (ns)']:.0f} ns, work {r['consumer work, median (ns)']:.0f} ns, "
+                 f"period {r['block period, median (ns)']:.0f} ns (medians over all CTAs)", fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    if xmax_us:
+        ax.set_xlim(0, xmax_us)
+
+
+def ws_gantt(TL, ws_tl):
+    """Producer and consumer rows of the first 3 CTAs, the first 10 block periods of the slower config."""
+    if TL is None or not len(ws_tl):
+        return None
+    sts = list(ws_tl.index)
+    zoom = 10 * ws_tl["block period, median (ns)"].max() / 1e3
+    fig, axes = plt.subplots(len(sts), 1, figsize=(13, 2.4 * len(sts)), sharex=True, squeeze=False)
+    for ax, st in zip(axes[:, 0], sts):
+        _ws_gantt(ax, TL, ws_tl, st, xmax_us=zoom)
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
+    axes[-1, 0].set_xlabel("time since the first stamp of the launch (us)")
+    fig.suptitle(f"MEASURED (%globaltimer, run {TL['run_id']}): gluon-ws RMSNorm M={TL['M']} N={TL['N']}, first 3 CTAs, "
+                 f"first {zoom:.1f} us (10 of the slower configuration's block periods)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+def runahead_hist(TL, ws_tl):
+    """Run-ahead and the consumer's FULL stall of every block of every CTA, per NUM_STAGES."""
+    if TL is None or not len(ws_tl):
+        return None
+    ix = fields(TL)
+    sts = list(ws_tl.index)
+    fig, axes = plt.subplots(1, len(sts), figsize=(13, 3), squeeze=False)
+    for ax, st in zip(axes[0], sts):
+        bs = P.timeline_blocks(TL, st, ix["_k"])
+        ra = np.concatenate([b[:, ix["consumer_before_full_wait"]] - b[:, ix["producer_issued"]] for b in bs]) / 1e3
+        sl = np.concatenate([b[:, ix["consumer_ready"]] - b[:, ix["consumer_before_full_wait"]] for b in bs]) / 1e3
+        ax.hist(ra, bins=60, alpha=0.6, label="run-ahead (us)")
+        ax.hist(sl, bins=60, alpha=0.6, label="consumer FULL stall (us)")
+        ax.set_yscale("log")
+        ax.set_title(f"NUM_STAGES={st}: every block of every CTA", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.set_xlabel("us")
+        ax.set_ylabel("blocks")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def timeline_lines(ws_tl, pipe_tl) -> list:
+    """First vs last NUM_STAGES of the ws timeline, and ws vs pipelined at the same depth."""
+    if len(ws_tl) < 1:
+        return []
+    a, b = ws_tl.iloc[0], ws_tl.iloc[-1]
+    out = [f"NUM_STAGES {ws_tl.index[0]} -> {ws_tl.index[-1]}: run-ahead {a['run-ahead, median (ns)']:.0f} -> "
+           f"{b['run-ahead, median (ns)']:.0f} ns, blocks ahead {a['blocks ahead, median']:.0f} -> {b['blocks ahead, median']:.0f}, "
+           f"consumer stall {a['consumer FULL stall, median (ns)']:.0f} -> {b['consumer FULL stall, median (ns)']:.0f} ns, "
+           f"period {a['block period, median (ns)']:.0f} -> {b['block period, median (ns)']:.0f} ns "
+           f"({a['block period, median (ns)'] / b['block period, median (ns)']:.2f}x)"]
+    if len(pipe_tl) and ws_tl.index[-1] in pipe_tl.index:
+        st = ws_tl.index[-1]
+        out.append(f"NUM_STAGES={st}, gluon-ws vs gluon-pipelined (same M, N, same ring): consumer stall "
+                   f"{b['consumer FULL stall, median (ns)']:.0f} vs {pipe_tl.loc[st, 'stall, median (ns)']:.0f} ns, work "
+                   f"{b['consumer work, median (ns)']:.0f} vs {pipe_tl.loc[st, 'compute + store, median (ns)']:.0f} ns, period "
+                   f"{b['block period, median (ns)']:.0f} vs {pipe_tl.loc[st, 'block period, median (ns)']:.0f} ns")
+    return out
+
+
+# ---- every CTA's finish, both timelines ------------------------------------------------------------
+def timeline_sources(TL3, TL4) -> list:
+    """(label, timeline, stamps per block, column of the consumer's wait) of the timelines present."""
+    out = []
+    if TL3 is not None:
+        out.append(("gluon-pipelined (03)", TL3, 3, 0))
+    if TL4 is not None:
+        ix = fields(TL4)
+        out.append(("gluon-ws (04)", TL4, ix["_k"], ix["consumer_before_full_wait"]))
+    return out
+
+
+def finish_spreads(TL3, TL4) -> dict:
+    """{(label, NUM_STAGES): pipelined.finish_spread} for every timeline present."""
+    fin = {}
+    for label, TL, k, wait_col in timeline_sources(TL3, TL4):
+        for st in P.stage_keys(TL):
+            fs = P.finish_spread(TL, st, k, wait_col)
+            if fs:
+                fin[(label, int(st))] = fs
+    return fin
+
+
+def spread_table(fin: dict):
+    if not fin:
+        return EMPTY
+    rows = [{"kernel": label, "NUM_STAGES": st, "CTAs": f["CTAs"], "blocks per CTA": f"{f['blocks'].min()}-{f['blocks'].max()}",
+             "finish min (us)": f["finish min"] / 1e3, "finish median (us)": f["finish median"] / 1e3,
+             "finish max (us)": f["finish max"] / 1e3, "tail: max / median - 1 (%)": f["tail %"],
+             "block-count imbalance (%)": f["imbalance %"],
+             "per-CTA pace min / median / max (ns)":
+                 f"{np.nanmin(f['pace']):.0f} / {np.nanmedian(f['pace']):.0f} / {np.nanmax(f['pace']):.0f}",
+             "whole-grid GB/s from stamps": f["whole-grid GB/s"], "GB/s if the CTA time were spread evenly": f["even GB/s"]}
+            for (label, st), f in fin.items()]
+    return pd.DataFrame(rows).set_index(["kernel", "NUM_STAGES"])
+
+
+def spread_figure(fin: dict):
+    """Left: every CTA's finish, sorted, per timeline and depth; right: by CTA id at the deepest ring."""
+    if not fin:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(13, 3.4))
+    st_hi = max(s for _, s in fin)
+    for (label, st), f in fin.items():
+        ends = f["ends"]
+        axes[0].plot(np.arange(len(ends)), np.sort(ends) / 1e3, ".-", ms=3, label=f"{label}, NUM_STAGES={st}")
+        if st == st_hi:
+            axes[1].scatter(np.arange(len(ends)), ends / 1e3, s=9, label=f"{label}, NUM_STAGES={st}")
+    axes[0].set_xlabel("CTAs, sorted by finish")
+    axes[0].set_ylabel("last stamp (us)")
+    axes[0].legend(fontsize=7)
+    axes[1].set_xlabel("CTA id (program_id)")
+    axes[1].set_ylabel("last stamp (us)")
+    axes[1].legend(fontsize=7)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle("MEASURED per-CTA finish times, every CTA of the launch (%globaltimer)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def timed_same_config(df, variant: str, M: int, N: int, cfg: dict):
+    """The newest passed rms_norm record of variant at (M, N) with the timeline's config."""
+    keys = [k for k in ("num_warps", "rows", "num_stages", "ctas_per_sm", "producer_regs") if k in cfg]
+    sub = df[P.mask((df.op == "rms_norm") & (df.variant == variant) & (df.M == M) & (df.N == N) & df.passed.astype(bool))]
+    for k in keys:
+        sub = sub[P.mask(cm.config_value(sub, k) == cfg[k])] if len(sub) else sub
+    return sub.sort_values("timestamp").tail(1)
+
+
+def spread_check(spread, TL3, TL4, use, use03):
+    """The stamped whole-grid GB/s next to the timed record of the same config."""
+    if not len(spread) or TL4 is None:
+        return EMPTY
+    chk = []
+    for (label, st), r in spread.iterrows():
+        TL, df, var = ((TL4, use, "gluon-ws") if label.startswith("gluon-ws")
+                       else (TL3, pd.concat([use03, use], ignore_index=True), "gluon-pipelined"))
+        rec = timed_same_config(df, var, TL["M"], TL["N"], TL["timelines"][str(st)]["config"])
+        st_ = cm.config_value(rec, "study").iloc[0] if len(rec) else None
+        chk.append({"kernel": label, "NUM_STAGES": st,
+                    "timed GB/s, same config": round(float(rec.gbps.iloc[0])) if len(rec) else None,
+                    "timed record": (f"run {rec.run_id.iloc[0]}" + (" STALE" if rec.stale.iloc[0] else "")
+                                     + (f", study {st_}" if st_ else "")) if len(rec) else "no timed record with this exact config",
+                    "stamps / timed": r["whole-grid GB/s from stamps"] / float(rec.gbps.iloc[0]) if len(rec) else None})
+    return pd.DataFrame(chk).set_index(["kernel", "NUM_STAGES"])
+
+
+def norm_grid_run(use):
+    """The newest rms_norm grid run holding gluon-ws and gluon-pipelined."""
+    if not len(use):
+        return use.copy()
+    return P.pick(use, (use.op == "rms_norm") & P.study(use).isna() & use.N.notna(), require=("gluon-ws", "gluon-pipelined"))
+
+
+def tail_note(spread, grid_run, TL3, TL4) -> str | None:
+    """At the timeline's cell: gluon-tma vs the persistent kernels in the timed grid, next to the tail
+    and what an even spread of the CTA time would be worth."""
+    if not len(spread) or TL4 is None or not len(grid_run):
+        return None
+    cell = grid_run[P.mask((grid_run.M == TL4["M"]) & (grid_run.N == TL4["N"]))]
+    gb = cell.groupby("variant").gbps.first()
+    cfgs = cell.groupby("variant").config_key.first()
+    if not {"gluon-tma", "gluon-pipelined", "gluon-ws"} <= set(gb.index):
+        return None
+    st_hi = max(s for _, s in spread.index)
+    labs = [lab for lab, s in spread.index if s == st_hi]
+    tails = {lab: spread.loc[(lab, st_hi), "tail: max / median - 1 (%)"] for lab in labs}
+    even = {lab: spread.loc[(lab, st_hi), "GB/s if the CTA time were spread evenly"]
+            / spread.loc[(lab, st_hi), "whole-grid GB/s from stamps"] for lab in labs}
+    grid_of = {"gluon-pipelined (03)": ("gluon-pipelined", TL3), "gluon-ws (04)": ("gluon-ws", TL4)}
+    parts = []
+    for lab in tails:
+        v, TL = grid_of[lab]
+        gap = gb["gluon-tma"] / gb[v] - 1
+        gain = even[lab] - 1
+        tl_st = TL["timelines"][str(st_hi)]["config"]["num_stages"]
+        rec_st = json.loads(cfgs[v]).get("num_stages")
+        parts.append(f"{v}: gluon-tma is **{100 * gap:.1f}%** faster in the timed grid; an even spread would be worth "
+                     f"**{100 * gain:.1f}%** — "
+                     + ("as much as the whole gap" if gain >= gap else f"about {100 * gain / gap:.0f}% of the gap")
+                     + (f" (the timed {v} record ran NUM_STAGES={rec_st}, the timeline {tl_st}: not the same config)"
+                        if rec_st != tl_st else ""))
+    return (f"**At M = N = {TL4['M']}** (rms_norm, norms grid run `{grid_run.run_id.iloc[0]}`): gluon-tma "
+            f"**{gb['gluon-tma']:.0f} GB/s**, gluon-pipelined **{gb['gluon-pipelined']:.0f}**, gluon-ws **{gb['gluon-ws']:.0f}**. "
+            f"In the timelines at NUM_STAGES={st_hi} the slowest CTA finishes "
+            + " and ".join(f"{v:.1f}% ({k})" for k, v in tails.items()) + " after the median CTA, while the round-robin block-count "
+            "imbalance explains only " + ", ".join(f"{spread.loc[(k, st_hi), 'block-count imbalance (%)']:.1f}%" for k in tails)
+            + ": most of the tail is per-CTA **pace** (pace column), which a static split cannot rebalance. If the same CTA time "
+            "were spread evenly over the CTAs, the stamped GB/s would rise by "
+            + " and ".join(f"{100 * (v - 1):.1f}% ({k})" for k, v in even.items()) + ".\n\n"
+            + "\n".join(f"- {x}" for x in parts)
+            + f"\n\nConfigs of the timed records: gluon-tma `{cfgs['gluon-tma']}`, gluon-pipelined `{cfgs['gluon-pipelined']}`, "
+            f"gluon-ws `{cfgs['gluon-ws']}`.")
+
+
+def spread_check_lines(chk) -> list:
+    return [f"{label} NUM_STAGES={st}: the stamped span implies {r['stamps / timed']:.2f}x the timed GB/s of the same config: "
+            "the timed launch includes what the stamps leave out (launch, weight load, store drain, exit), and the "
+            "timeline and the timed record come from different runs."
+            for (label, st), r in chk.iterrows() if r["stamps / timed"] and r["stamps / timed"] > 1.05]
+
+
+# ---- codegen census (compiled on this CPU) -------------------------------------------------------
+SETMAXNREG = re.compile(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+);")
+
+
+def setmaxnreg_roles(ptx: str, producer_regs: int):
+    """setmaxnreg values by partition role, from the PTX order of the warp-specialize lowering: the
+    default warps' entry (parent code), their switch to the consumer partition at the fork;
+    PRODUCER_REGS is the producer's; the worker warps park at the smallest other budget after the fork.
+    Returns (roles, [(inc|dec, value)])."""
+    seq = [(d, int(v)) for d, v in SETMAXNREG.findall(ptx)]
+    if len(seq) < 2:
+        return {}, seq
+    parent, consumer = seq[0][1], seq[1][1]
+    vals = {v for _, v in seq}
+    roles = {"default warps, parent code": parent, "consumer (in partition)": consumer,
+             "producer": producer_regs if producer_regs in vals else None,
+             "worker warps parked": min((v for _, v in seq[2:] if v != producer_regs), default=None)}
+    return roles, seq
+
+
+def census_row(what, variant, cfg_txt, k, c, consumer_warps=None, producer_regs=None) -> dict:
+    """One census row of a compiled kernel k with census c (the partition split for gluon-ws)."""
+    ptx = k.asm["ptx"]
+    mx = re.search(r"\.maxnreg\s+(\d+)", ptx)
+    row = {"kernel": what, "variant": variant, "config": cfg_txt, "warps (total)": c["num_warps"],
+           "launch .maxnreg": int(mx.group(1)) if mx else None, "registers (ptxas)": c["registers"]}
+    if producer_regs is not None:
+        roles, seq = setmaxnreg_roles(ptx, producer_regs)
+        row.update({"consumer warps": consumer_warps, "producer warps": 1, "setmaxnreg consumer": roles.get("consumer (in partition)"),
+                    "setmaxnreg producer": roles.get("producer"), "setmaxnreg parked": roles.get("worker warps parked"),
+                    "setmaxnreg parent": roles.get("default warps, parent code"),
+                    "setmaxnreg sequence (PTX order)": " ".join(f"{d} {v}" for d, v in seq)})
+        row["regs in partitions / CTA"] = (roles["consumer (in partition)"] * 32 * consumer_warps + producer_regs * 32 * 4
+                                           if roles.get("consumer (in partition)") else None)
+    row.update({"USETMAXREG (SASS)": c["sass"].get("USETMAXREG", 0), "mbarrier.init": c["mbarrier_init"],
+                "mbarrier waits": c["mbarrier_wait"], "mbarrier arrives": c["mbarrier_arrive"], "TMA loads (PTX)": c["tma_load"],
+                "UTMALDG": c["sass"].get("UTMALDG", 0), "UTMASTG": c["sass"].get("UTMASTG", 0), "wgmma (PTX)": c["wgmma"],
+                "HGMMA (SASS)": c["sass"].get("HGMMA", 0), "wgmma shape": ", ".join(c["wgmma_shapes"]),
+                "bar.sync": c["bar_sync"], "st.global bits": ",".join(map(str, sorted(c["st_global_by_bits"]))) or "-",
+                "smem bytes": c["smem_bytes"], "spill bytes": c["spill_bytes"]})
+    return row
+
+
+INTS = ("warps (total)", "launch .maxnreg", "registers (ptxas)", "consumer warps", "producer warps", "setmaxnreg consumer",
+        "setmaxnreg producer", "setmaxnreg parked", "setmaxnreg parent", "regs in partitions / CTA")
+
+
+def as_table(rows):
+    t = pd.DataFrame(rows).set_index(["kernel", "variant"]) if rows else EMPTY
+    for c in INTS:
+        if c in t:
+            t[c] = pd.to_numeric(t[c], errors="coerce").astype("Int64")
+    return t
+
+
+def ws_cfg_text(c) -> str:
+    return f"warps={c.num_warps} rows={c.rows} stages={c.num_stages} ctas/SM={c.ctas_per_sm} producer_regs={c.producer_regs}"
+
+
+def pipe_cfg_text(c) -> str:
+    return f"warps={c.num_warps} rows={c.rows} stages={c.num_stages} ctas/SM={c.ctas_per_sm}"
+
+
+def gemm_cfg_text(c) -> str:
+    return f"{c.BM}x{c.BN}x{c.BK} stages={c.num_stages} warps={c.num_warps}"
+
+
+CEN_M = 16384
+NORM_CASES = (("rms_norm", 4096), ("rms_norm", 5120), ("rms_norm", 8192), ("layer_norm", 8192), ("add_rms_norm", 8192))
+
+
+def norm_census(cases=NORM_CASES, M: int = CEN_M, dtype: str = "bfloat16"):
+    """gluon-ws next to gluon-pipelined per (op, N) at M rows, each with the config its heuristic picks
+    now. Returns (table, errors)."""
+    rows, errors = [], []
+    for op, N in cases:
+        what = f"{op} N={N} (M={M})"
+        try:
+            cw = ws_norm_heuristic(op, N, dtype, M)
+            k, c = P.compile_spec(ws_norm_spec(op, N, dtype, cw))
+            rows.append(census_row(what, "gluon-ws", ws_cfg_text(cw), k, c, cw.num_warps, cw.producer_regs))
+        except Exception as e:  # a config the current source refuses: say so, do not invent a row
+            errors.append(f"{what} gluon-ws: {type(e).__name__}: {e}")
+        try:
+            cp = P.pipe_heuristic(op, N, dtype, M)
+            k, c = P.norm_compile(op, N, dtype, cp)
+            rows.append(census_row(what, "gluon-pipelined", pipe_cfg_text(cp), k, c))
+        except Exception as e:
+            errors.append(f"{what} gluon-pipelined: {type(e).__name__}: {e}")
+    return as_table(rows), errors
+
+
+def gemm_census(dtype: str = "bfloat16"):
+    """gluon-ws and gluon-pipelined GEMMs with the default config and with BN=128, 4 warps, 4 stages."""
+    rows, errors = [], []
+    for what, cfg in (("GEMM default", P.gemm_config()),
+                      ("GEMM BN=128, 4 warps", P.gemm_config(BN=128, num_stages=4, num_warps=4))):
+        try:
+            k, c = P.gemm_compile(cfg, dtype, ws=True)
+            rows.append(census_row(what, "gluon-ws", gemm_cfg_text(cfg) + f" producer_regs={cfg.producer_regs}", k, c,
+                                   cfg.num_warps, cfg.producer_regs))
+        except Exception as e:
+            errors.append(f"{what} gluon-ws: {type(e).__name__}: {e}")
+        try:
+            k, c = P.gemm_compile(cfg, dtype)
+            rows.append(census_row(what, "gluon-pipelined", gemm_cfg_text(cfg), k, c))
+        except Exception as e:
+            errors.append(f"{what} gluon-pipelined: {type(e).__name__}: {e}")
+    return as_table(rows), errors
+
+
+def census_notes(norm_cen, gemm_cen) -> str:
+    """Per gluon-ws census row: registers per partition against the launch cap, waits, barriers; and
+    the wait sites gluon-ws adds over gluon-pipelined."""
+    lines = []
+    for name, cen in (("norm", norm_cen), ("GEMM", gemm_cen)):
+        if not len(cen) or "setmaxnreg producer" not in cen:
+            continue
+        ws = cen.xs("gluon-ws", level="variant")
+        for k, r in ws.iterrows():
+            cap = r["launch .maxnreg"] if pd.notna(r["launch .maxnreg"]) else None
+            total = int(cap) * 32 * int(r["warps (total)"]) if cap else None
+            at_max = pd.notna(r["setmaxnreg consumer"]) and int(r["setmaxnreg consumer"]) >= 256
+            lines.append(f"- {name} `{k}`: {r['consumer warps']} consumer warps at **{r['setmaxnreg consumer']}** registers, the producer "
+                         f"warp at **{r['setmaxnreg producer']}**, the parked worker warps at {r['setmaxnreg parked']}, the parent code at "
+                         f"{r['setmaxnreg parent']} (sequence: `{r['setmaxnreg sequence (PTX order)']}`); in the partitions "
+                         f"{r['regs in partitions / CTA']} registers per CTA"
+                         + (f" of the {total} the launch cap allows ({cap} x {r['warps (total)']} warps x 32)" if total else "")
+                         + (" — the consumer is already at the 256 maximum, so what the producer gives back is not taken by anyone"
+                            if at_max else "")
+                         + f"; {r['mbarrier waits']} wait sites, {r['mbarrier.init']} barriers, {r['HGMMA (SASS)']} HGMMA, "
+                         f"{r['smem bytes']} B smem, {r['spill bytes']} B spilled.")
+        if "gluon-pipelined" in cen.index.get_level_values("variant"):
+            pp = cen.xs("gluon-pipelined", level="variant")
+            both = ws.index.intersection(pp.index)
+            if len(both):
+                d = ws.loc[both, "mbarrier waits"] - pp.loc[both, "mbarrier waits"]
+                lines.append(f"- {name}: wait sites gluon-ws minus gluon-pipelined: " + ", ".join(f"{k}: {v:+d}" for k, v in d.items())
+                             + " (one EMPTY wait in the producer per ring; FULL in the consumer replaces pattern 3's slot wait).")
+    return "\n".join(lines) if lines else "**No census rows** (compile failed above)."
+
+
+# ---- the norms: ws vs pipelined ------------------------------------------------------------------
+def norm_grids(use) -> dict:
+    """{op: one run's bf16 grid with gluon-ws and gluon-pipelined, with pct_ceiling} (rms, layer, add+rms)."""
+    return P.norm_grids(use, NORM_OPS, require=("gluon-ws", "gluon-pipelined"))
+
+
+def grid_notes(ctx, grids, stale: str = "flag") -> list:
+    return P.grid_notes(ctx, grids, NORM_OPS, stale, with_files=True, name="")
+
+
+def low_copy_line(grids, ct) -> str | None:
+    low = P.low_copy_cells(ct)
+    if not grids or not len(low):
+        return None
+    fastest = pd.concat(grids.values()).groupby(["M", "N"]).gbps.max().reindex(low.index)
+    return ("M*N >= 64 Mi cells where the per-shape copy is < 90% of the session copy: "
+            + ", ".join(f"{m}x{n} ({t:.0f} MiB per tensor): copy {c:.0f} GB/s, fastest norm {f:.0f} GB/s"
+                        for (m, n), c, t, f in zip(low.index, low["per-shape copy GB/s"], low["tensor MiB"], fastest)))
+
+
+def heat_grids(grids: dict) -> dict:
+    """The grids the heatmaps show (every M x N: RMSNorm, LayerNorm; add+RMSNorm is one M)."""
+    return {op: g for op, g in grids.items() if op != "add_rms_norm"}
+
+
+def ratio_map(ax, t, col, title, lo=0.75, hi=1.25, target=WS_VS_PIPE):
+    """Heatmap of a ratio centred on 1; a cell below target is marked ✗."""
+    Ms = sorted(t.index.get_level_values("M").unique())
+    Ns = sorted(t.index.get_level_values("N").unique())
+    grid = np.full((len(Ms), len(Ns)), np.nan)
+    for (m, n), v in t[col].items():
+        grid[Ms.index(m), Ns.index(n)] = v
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="RdYlGn", vmin=lo, vmax=hi, aspect="auto")
+    ax.set_facecolor("#eeeeee")
+    for i in range(len(Ms)):
+        for j in range(len(Ns)):
+            v = grid[i, j]
+            ax.text(j, i, "missing" if np.isnan(v) else f"{v:.3f}" + ("" if v >= target else " ✗"), ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(Ns)), [str(n) for n in Ns])
+    ax.set_yticks(range(len(Ms)), [str(m) for m in Ms])
+    ax.set_xlabel("N")
+    ax.set_ylabel("M")
+    ax.set_title(title, fontsize=10)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+
+
+def ws_vs(g):
+    """GB/s per (M, N) x variant of the passed records of one grid."""
+    return g[g.passed.astype(bool)].pivot_table(index=["M", "N"], columns="variant", values="gbps")
+
+
+def headline_figure(grids: dict, slug: str):
+    """Per op: gluon-ws and gluon-pipelined in % of the copy ceiling, and gluon-ws / gluon-pipelined."""
+    heat = heat_grids(grids)
+    if not heat:
+        return None
+    fig, axes = plt.subplots(len(heat), 3, figsize=(15, 3.6 * len(heat)), squeeze=False)
+    for row, (op, g) in zip(axes, heat.items()):
+        piv = ws_vs(g)
+        pc = g.pivot_table(index=["M", "N"], columns="variant", values="pct_ceiling")
+        t = pd.DataFrame({"ws": pc["gluon-ws"], "pipe": pc["gluon-pipelined"], "ratio": piv["gluon-ws"] / piv["gluon-pipelined"]})
+        plots.sol_heatmap(t.reset_index(), value="ws", ax=row[0], vmax=110, title=f"{op}: gluon-ws, % of ceiling")
+        plots.sol_heatmap(t.reset_index(), value="pipe", ax=row[1], vmax=110, title=f"{op}: gluon-pipelined, % of ceiling")
+        ratio_map(row[2], t, "ratio", f"{op}: gluon-ws / gluon-pipelined (speed)")
+    g0 = next(iter(heat.values()))
+    fig.suptitle(f"bf16 norms on {slug}, run {g0.run_id.iloc[0]}, timer {'/'.join(sorted(g0.timer.unique()))}"
+                 + (" — STALE gluon-ws records" if g0[g0.variant == 'gluon-ws'].stale.any() else ""), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def target_cells(g, spec):
+    """gluon-ws vs gluon-pipelined (and gluon-tma, the best baseline) in every cell of one grid."""
+    piv = ws_vs(g)
+    if not {"gluon-ws", "gluon-pipelined"} <= set(piv):
+        return EMPTY
+    ws = g[g.variant == "gluon-ws"].set_index(["M", "N"])
+    base = [v for v in BASELINES if v in piv]
+    cfg = ws.config_key.reindex(piv.index)
+    t = pd.DataFrame({"gluon-ws GB/s": piv["gluon-ws"], "gluon-pipelined GB/s": piv["gluon-pipelined"],
+                      "ws / pipelined": piv["gluon-ws"] / piv["gluon-pipelined"],
+                      "ws / gluon-tma": piv["gluon-ws"] / piv["gluon-tma"] if "gluon-tma" in piv else np.nan,
+                      "ws / best baseline": piv["gluon-ws"] / piv[base].max(axis=1) if base else np.nan,
+                      "best baseline": piv[base].idxmax(axis=1) if base else None,
+                      "ws % of ceiling": ws.pct_ceiling.reindex(piv.index),
+                      "row blocks per CTA": P.blocks_per_cta(ws, spec).reindex(piv.index),
+                      "ws config (stages, warps, rows, ctas/SM)": [
+                          tuple(json.loads(c).get(k) for k in ("num_stages", "num_warps", "rows", "ctas_per_sm"))
+                          if isinstance(c, str) else None for c in cfg],
+                      "stale": ws.stale.reindex(piv.index)})
+    t["met: >= 0.98x gluon-pipelined"] = np.where(t["ws / pipelined"] >= WS_VS_PIPE, "met", "MISSED")
+    return t
+
+
+def target_tables(grids: dict, spec) -> dict:
+    out = {op: target_cells(g, spec) for op, g in grids.items()}
+    return {op: t for op, t in out.items() if len(t)}
+
+
+def norm_summary(targets: dict):
+    """Per op: cells within 2% (met), wins, geomean, worst and best cell of gluon-ws / gluon-pipelined."""
+    rows = []
+    for op, t in targets.items():
+        r = t["ws / pipelined"]
+        worst, best = r.idxmin(), r.idxmax()
+        rows.append({"op": op, "cells met (>= 0.98x)": f"{int((r >= WS_VS_PIPE).sum())}/{len(r)}", "wins (> 1.0x)": int((r > 1).sum()),
+                     "geomean ws / pipelined": plots.geomean(r), "worst": f"{r.min():.3f}x at (M, N) = ({int(worst[0])}, {int(worst[1])})",
+                     "best": f"{r.max():.3f}x at (M, N) = ({int(best[0])}, {int(best[1])})",
+                     "all met": bool((r >= WS_VS_PIPE).all()), "stale records": int(t.stale.sum())})
+    return pd.DataFrame(rows)
+
+
+def by_blocks(targets: dict):
+    """gluon-ws / gluon-pipelined over every op's cells, binned by row blocks per CTA."""
+    if not targets:
+        return EMPTY
+    allt = pd.concat(targets.values(), keys=targets.keys(), names=["op"])
+    bins = pd.cut(allt["row blocks per CTA"], [0, 2, 8, 32, np.inf], labels=["<= 2", "2-8", "8-32", "> 32"])
+    return allt.groupby(bins, observed=True)["ws / pipelined"].agg(cells="size", geomean=plots.geomean, min="min", max="max")
+
+
+def target_views(ctx, grids, targets, summary, blocks, stale: str = "flag") -> list:
+    out = []
+    for op, g in grids.items():
+        if op not in targets:
+            out.append(nodata(ctx, f"gluon-ws and gluon-pipelined side by side in the {op} grid", stale))
+            continue
+        t = targets[op]
+        out += [f"**{op} bf16** (run `{g.run_id.iloc[0]}`)" + (" — STALE gluon-ws records" if t.stale.any() else ""), t.round(3)]
+    if len(summary):
+        out += ["**Summary: gluon-ws vs gluon-pipelined**", summary.round(3),
+                "**gluon-ws / gluon-pipelined by row blocks per CTA** (all ops):", blocks.round(3)]
+    return out
+
+
+# ---- norm-sweep ----------------------------------------------------------------------------------
+SWEEP_KNOBS = ("num_stages", "num_warps", "producer_regs")
+
+
+def norm_sweep_records(use):
+    sw = P.pick(use, (P.study(use) == "norm-sweep") & (use.variant == "gluon-ws")) if len(use) else use.copy()
+    if len(sw):
+        for k in ("producer_regs", "num_warps", "num_stages", "rows", "ctas_per_sm"):
+            sw[k] = cm.config_value(sw, k)
+    return sw
+
+
+def norm_sweep_tables(sw):
+    """(every config pivot, {knob: best GB/s per value}, knob cost table) of the passed sweep records."""
+    if not len(sw):
+        return EMPTY, {}, EMPTY
+    ok = sw[sw.passed.astype(bool)]
+    full = ok.pivot_table(index=["op", "M", "N"], columns=["num_stages", "num_warps", "producer_regs"], values="gbps").round(0)
+    best = ok.groupby(["op", "M", "N"]).gbps.max()
+    per_knob, eff = {}, []
+    for knob in SWEEP_KNOBS:
+        m = ok.pivot_table(index=["op", "M", "N"], columns=knob, values="gbps", aggfunc="max")
+        per_knob[knob] = m
+        for v in m.columns:
+            eff.append({"knob": knob, "value": v, "geomean best-at-value / best overall": plots.geomean(m[v] / best),
+                        "worst cell": (m[v] / best).min()})
+    return full, per_knob, pd.DataFrame(eff).set_index(["knob", "value"])
+
+
+def sweep_vs_heuristic(sw, grids: dict, dtype: str = "bfloat16"):
+    """Best config per shape of the sweep vs what the current heuristic picks (its GB/s in the sweep)."""
+    if not len(sw):
+        return EMPTY
+    ok = sw[sw.passed.astype(bool)]
+    hv = []
+    for (op, M, N), sub in ok.groupby(["op", "M", "N"]):
+        b = sub.loc[sub.gbps.idxmax()]
+        try:
+            h = ws_norm_heuristic(op, int(N), dtype, int(M))
+            hs = sub[(sub.num_stages == h.num_stages) & (sub.num_warps == h.num_warps) & (sub.producer_regs == h.producer_regs)
+                     & (sub.rows == h.rows) & (sub.ctas_per_sm == h.ctas_per_sm)]
+            hk, hg = (h.num_stages, h.num_warps, h.producer_regs, h.rows, h.ctas_per_sm), (float(hs.gbps.max()) if len(hs) else np.nan)
+        except Exception as e:
+            hk, hg = f"{type(e).__name__}", np.nan
+        gr = grids.get(op)
+        gws = gr[(gr.variant == "gluon-ws") & P.mask(gr.M == M) & P.mask(gr.N == N)] if gr is not None else EMPTY
+        hv.append({"op": op, "M": int(M), "N": int(N),
+                   "best (stages, warps, regs, rows, ctas/SM)": tuple(int(b[k]) for k in ("num_stages", "num_warps", "producer_regs",
+                                                                                         "rows", "ctas_per_sm")),
+                   "best GB/s": round(b.gbps), "heuristic now": hk, "heuristic GB/s in the sweep": hg,
+                   "heuristic / best": hg / b.gbps if hg == hg else np.nan,
+                   "gluon-ws GB/s in the norms grid (later run)": round(float(gws.gbps.iloc[0])) if len(gws) else None})
+    return pd.DataFrame(hv).set_index(["op", "M", "N"])
+
+
+def norm_sweep_views(full, per_knob, eff, heur) -> list:
+    if not len(full):
+        return []
+    out = ["**Every config** (columns: stages / consumer warps / producer_regs):", full]
+    for knob, m in per_knob.items():
+        out += [f"**Best GB/s per `{knob}`** (max over the other knobs):", m.round(0)]
+    return out + ["**How much each knob value costs** (1.0 = as good as the best config of the shape):", eff.round(3),
+                  "**Best config per shape vs what the current heuristic picks** (`nan`: the heuristic's config was not in the sweep):",
+                  heur.round(3)]
+
+
+# ---- the GEMM ------------------------------------------------------------------------------------
+def gemm_candidates(use, use03):
+    """Every GEMM-grid record of both files (matmul, no study, not a ceiling)."""
+    parts = [d[(d.op == "matmul") & P.study(d).isna() & (d.pattern != "ceiling")] for d in (use, use03) if len(d)]
+    return pd.concat(parts, ignore_index=True) if parts else EMPTY
+
+
+def gemm_records(mm):
+    """The newest run holding all four GEMMs (one run only)."""
+    if not len(mm):
+        return mm
+    gm = P.pick(mm, mm.op == "matmul", require=GEMM4)
+    return gm if set(GEMM4) <= set(gm.variant) else gm.iloc[:0]
+
+
+def gemm_table(gm):
+    if not len(gm):
+        return EMPTY
+    return P.gemm_table(gm, GEMM4, pairs=(("gluon-ws", "gluon-pipelined"), ))
+
+
+def older_runs_line(gm, mm) -> str | None:
+    """The other GEMM runs of both files, left out (one run per comparison)."""
+    older = sorted(set(mm.run_id) - {gm.run_id.iloc[0]}) if len(gm) else []
+    return ("other GEMM runs not used here: " + ", ".join(older)) if older else None
+
+
+def gemm_ceiling_lines(gm, use, use03) -> list:
+    """The GEMM run's own cuBLAS ceiling, and records more than 5% above it."""
+    if not len(gm):
+        return []
+    run = gm.run_id.iloc[0]
+    both = pd.concat([d for d in (use, use03) if len(d)], ignore_index=True)
+    gce = cm.ceilings(both[both.run_id == run])
+    if not gce:
+        return []
+    out = [f"run {run}: its own cuBLAS ceiling ({gce['matmul_shape']}, {gce['matmul_timer']}) = {gce['matmul_tflops']:.0f} TFLOP/s"]
+    for r in gm[gm.tflops > 1.05 * gce["matmul_tflops"]].sort_values("tflops", ascending=False).itertuples():
+        out.append(f"  note: {r.variant} {r.M}x{r.N}x{r.K} reached {r.tflops:.0f} TFLOP/s, "
+                   f"{100 * (r.tflops / gce['matmul_tflops'] - 1):.0f}% above "
+                   "that ceiling (different shape and timer; not investigated here)")
+    return out
+
+
+def gemm_configs(gm):
+    """The config_key each gluon GEMM record ran with, per shape."""
+    gg = gm[gm.variant.str.startswith("gluon")] if len(gm) else gm
+    if not len(gg):
+        return EMPTY
+    return gg.pivot_table(index=["M", "N", "K"], columns="variant", values="config_key", aggfunc="first")
+
+
+def gemm_targets(t):
+    """gluon-ws >= 1.0x cuBLAS at 8192^3 (moonshot 1.05x), geomean >= 0.98x, >= gluon-pipelined everywhere."""
+    if not len(t):
+        return EMPTY
+    r = t["gluon-ws / cuBLAS"]
+    sq = P.square_ratio(t, "gluon-ws / cuBLAS")
+    rows = [{"target": f">= {goal:.2f}x cuBLAS at 8192^3 ({name})", "measured": f"{sq:.3f}x" if sq is not None else "no 8192^3 record",
+             "met": bool(sq is not None and sq >= goal)} for goal, name in ((1.0, "target"), (1.05, "moonshot"))]
+    gmn = plots.geomean(r)
+    rows.append({"target": ">= 0.98x cuBLAS, geomean", "measured": f"{gmn:.3f}x over {r.notna().sum()} shapes", "met": bool(gmn >= 0.98)})
+    rp = t["gluon-ws / gluon-pipelined"]
+    rows.append({"target": ">= gluon-pipelined at every shape",
+                 "measured": f"{int((rp >= 1).sum())}/{rp.notna().sum()} shapes; worst {rp.min():.3f}x at {P.shape_str(rp.idxmin())}",
+                 "met": bool((rp >= 1).all())})
+    return pd.DataFrame(rows)
+
+
+# ---- ws-sweep ------------------------------------------------------------------------------------
+TILE_KEYS = ("BM", "BN", "BK", "num_warps", "num_stages")
+
+
+tile_of = P.sweep_tile
+ws_sweep_records = P.ws_sweep_records
+
+
+def sweep_table(ws):
+    """(TFLOP/s per (shape, tile) x producer_regs with 'does not fit' where a record holds that error,
+    passed records, failed records)."""
+    if not len(ws):
+        return EMPTY, ws, ws
+    ok, bad = ws[ws.passed.astype(bool)], ws[~ws.passed.astype(bool)]
+    tab = ok.pivot_table(index=["shape", "tile"], columns="producer_regs", values="tflops").round(1).astype(object)
+    for r in bad.itertuples():
+        m = re.search(r"needs \d+ B of shared memory > \d+", r.notes or "")
+        tab.loc[(r.shape, r.tile), r.producer_regs] = "does not fit" + (f" ({m.group(0)})" if m else "")
+    return tab.sort_index(), ok, bad
+
+
+def sweep_spread_line(ok) -> str | None:
+    if not len(ok):
+        return None
+    s = ok.groupby(["shape", "tile"]).tflops.agg(lambda x: 100 * (x.max() / x.min() - 1))
+    return "spread over producer_regs, max/min - 1 (%): " + ", ".join(f"{sh} {t}: {v:.1f}" for (sh, t), v in s.items())
+
+
+def sweep_skipped(ws, plan=None):
+    """The configs of the current plan without a record, and whether they fit. Returns (table, line)."""
+    plan = plan or ws_plan()
+    planned = [(M, N, K, t, r) for (M, N, K) in plan.ws_sweep_shapes for t in plan.ws_sweep_tiles for r in plan.ws_sweep_regs]
+    have = {(int(r.M), int(r.N), int(r.K), tuple(json.loads(r.config_key).get(k) for k in TILE_KEYS),
+             json.loads(r.config_key).get("producer_regs")) for r in ws.itertuples()}
+    skipped = [{"shape": f"{M}x{N}x{K}", "tile": t, "producer_regs": r, "why": gemm_fits(t, r)}
+               for (M, N, K, t, r) in planned if (M, N, K, t, r) not in have]
+    n_bad = int((~ws.passed.astype(bool)).sum())
+    return (pd.DataFrame(skipped), f"{len(planned)} configs in the current plan; {len(have)} recorded; {n_bad} recorded as "
+            f"errors; {len(skipped)} without a record")
+
+
+def sweep_best(ok):
+    """Best config per shape vs the default GemmConfig() in the same sweep."""
+    if not len(ok):
+        return EMPTY
+    best = ok.sort_values("tflops").groupby("shape").tail(1).set_index("shape")[["tile", "producer_regs", "tflops"]]
+    d0 = P.gemm_config()
+    d = ok[(ok.tile == f"{d0.BM}x{d0.BN}x{d0.BK} w{d0.num_warps} s{d0.num_stages}") & (ok.producer_regs == d0.producer_regs)]
+    best["default config TFLOP/s (same sweep)"] = d.set_index("shape").tflops.reindex(best.index)
+    best["best / default"] = best.tflops / best["default config TFLOP/s (same sweep)"]
+    return best
+
+
+def run_to_run(gm, ok):
+    """The same gluon-ws config and shape timed in the GEMM grid's run and in the sweep."""
+    if not len(gm) or not len(ok):
+        return EMPTY
+    keys = TILE_KEYS + ("producer_regs", )
+    rr = []
+    for r in gm[gm.variant == "gluon-ws"].itertuples():
+        c = json.loads(r.config_key)
+        m_ = ok[(ok.M == r.M) & (ok.N == r.N) & (ok.K == r.K)]
+        m_ = m_[m_.config_key.map(lambda k: all(json.loads(k).get(x) == c.get(x) for x in keys))]
+        if len(m_):
+            rr.append({"shape": f"{r.M}x{r.N}x{r.K}", "config": tile_of(r.config_key) + f" regs {c.get('producer_regs')}",
+                       f"GEMM grid run {r.run_id}": r.tflops, f"ws-sweep run {m_.run_id.iloc[0]}": float(m_.tflops.iloc[0]),
+                       "sweep / grid": float(m_.tflops.iloc[0]) / r.tflops})
+    return pd.DataFrame(rr).set_index("shape") if rr else EMPTY
+
+
+def ws_sweep_views(ctx, wsw, gm, stale: str = "flag"):
+    """The ws-sweep section: table, spread, configs without a record, best vs default, run to run.
+    Returns (outputs, passed records)."""
+    if not len(wsw):
+        return [nodata(ctx, "the gluon-ws GEMM ws-sweep", stale)], wsw
+    tab, ok, bad = sweep_table(wsw)
+    skipped, line = sweep_skipped(wsw)
+    out = about(wsw, "ws-sweep") + [f"**ws-sweep, run {wsw.run_id.iloc[0]}**: TFLOP/s (columns: producer_regs)", tab,
+                                    sweep_spread_line(ok), P.table(skipped), line]
+    if len(ok):
+        out += ["best config per shape vs the default `GemmConfig()` in the same sweep:", sweep_best(ok).round(3)]
+        rr = run_to_run(gm, ok)
+        if len(rr):
+            out += ["**Run to run**: the same gluon-ws config and shape, timed in two runs:", rr.round(3)]
+    return out, ok
+
+
+def old_ws_sweep_views(use03) -> list:
+    """The earlier producer-registers x stages sweep of pattern 3's file (which held configs that do not fit)."""
+    old = ws_sweep_records(use03)
+    if not len(old):
+        return []
+    tab, ok, _ = sweep_table(old)
+    return about(old, "earlier ws-sweep (pattern 3's file)") + [
+        f"**earlier ws-sweep, run {old.run_id.iloc[0]} ({NB3}.jsonl)**: TFLOP/s (columns: producer_regs)", tab, sweep_spread_line(ok)]
+
+
+# ---- compute-sanitizer: the table, the racecheck accesses mapped to the source, the SASS there ----
+def case_text(c) -> str:
+    """A sanitizer line's case [op, variant, shape] as 'op variant MxN'."""
+    return f"{c[0]} {c[1]} " + "x".join(str(v) for v in c[2].values()) if isinstance(c, list) and len(c) == 3 else c
+
+
+def sanitizer_table(san):
+    if not len(san):
+        return EMPTY
+    t = san.copy()
+    t["output vs float64"] = t["check passed"]
+    t["case"] = t["case"].map(case_text)
+    cols = ["kernel", "case", "tool", "warp_specialize", "exit_code", "errors/hazards (summary)", "summary", "output vs float64",
+            "clean", "seconds"]
+    return t[[c for c in cols if c in t]]
+
+
+def sanitizer_views(san, n_old, path) -> list:
+    if not len(san):
+        return [f"**No compute-sanitizer records:** `{path}` does not exist, so racecheck and synccheck have not been run "
+                "on these kernels (or their output was not committed). Nothing is claimed about races or barrier misuse."]
+    return [P.superseded_line(san, n_old, path), sanitizer_table(san)]
+
+
+ACC = re.compile(r"(Read|Write) access at (\w+)\+(0x[0-9a-f]+) in ([\w./-]+):(\d+)(?: \[(\d+) hazards?\])?")
+
+
+def diag_source_lines(sz):
+    """Lines of the ws-gemm-noinval kernel's file, generated as ci/sanitize.py generates it; (lines, error)."""
+    import inspect
+    from pathlib import Path
+    try:
+        return Path(inspect.getsourcefile(sz.ws_gemm_without_invalidate().fn)).read_text().splitlines(), None
+    except Exception as e:
+        return None, f"(could not regenerate the ws-gemm-noinval file: {type(e).__name__}: {e})"
+
+
+def race_accesses(san, src_lines, defs, diag_lines):
+    """Every access of each racecheck report that is not clean, mapped to the current source line (the
+    report's line numbers are shifted by how far the kernel's `def` moved since). Returns (table, tails)
+    where tails are the Markdown output tails of those reports."""
+    found, tails = [], []
+    race = san[(san.tool == "racecheck") & ~san.clean] if len(san) else EMPTY
+    for _, r in race.iterrows():
+        tail = r.get("tail") or []
+        accs = [m for m in (ACC.search(ln) for ln in tail) if m]
+        if not accs:
+            continue
+        first = accs[0]
+        shift = defs.get(first.group(2), 0) - int(first.group(5)) if first.group(4).endswith("warp_specialized.py") else 0
+        for j, a in enumerate(accs):
+            f, ln = a.group(4), int(a.group(5))
+            if f.endswith("warp_specialized.py"):
+                now, lines_of, where = ln + shift, src_lines, f"warp_specialized.py:{ln + shift} now"
+            elif diag_lines is not None:
+                now, lines_of, where = ln, diag_lines, f"{f}:{ln} (generated)"
+            else:
+                now, lines_of, where = 0, [], "?"
+            text = lines_of[now - 1].strip() if 0 < now <= len(lines_of) else "?"
+            if text.startswith("for ") and now < len(lines_of):  # a loop header: show what it loops over
+                text += " -> " + lines_of[now].strip()
+            found.append({"kernel": r["kernel"], "role": "first access" if j == 0 else "conflicting access", "access": a.group(1),
+                          "offset": f"{a.group(2)}+{a.group(3)}", "reported at": f"{f}:{ln}", "maps to": where,
+                          "source line": text, "hazards": int(a.group(6)) if a.group(6) else None})
+        tails.append(f"**{r['kernel']} / racecheck** (exit code {r['exit_code']}, {case_text(r['case'])}): sanitizer output tail\n\n```\n"
+                     + "\n".join(tail) + "\n```")
+    t = pd.DataFrame(found)
+    if len(t):
+        t["hazards"] = t["hazards"].astype("Int64")
+    return t, tails
+
+
+def def_shift_line(race_tab, defs) -> str | None:
+    """Where racecheck put each kernel's entry and where its `def` is now."""
+    if not len(race_tab):
+        return None
+    rep = race_tab[(race_tab.role == "first access") & race_tab["reported at"].str.startswith("warp_specialized.py")]
+    return "def lines: " + ", ".join(
+        f"{k} reported at line {int(r.split(':')[1])}, now at {defs[k]} (shift {defs[k] - int(r.split(':')[1]):+d})"
+        for k, r in zip(rep.offset.str.split("+").str[0], rep["reported at"]) if k in defs)
+
+
+BAR1 = re.compile(r"BAR\.SYNC\S*\s+0x1\s*;")
+
+
+def sass_check(race_tab, sz):
+    """Compile each sanitized case here (the config its launcher picks) and read the instruction at each
+    reported offset, with a few neighbours. Returns (table, {(kernel, offset): context}, errors)."""
+    rows, ctx, errors = [], {}, []
+    for kern, sub in race_tab.groupby("kernel", sort=False):
+        try:
+            sp_, cfg_txt = sanitized_spec(kern, sz)
+            ins, smem, ptx = sass_of(sp_)
+        except Exception as e:
+            errors.append(f"{kern}: could not compile for the SASS check: {type(e).__name__}: {e}")
+            continue
+        at = {int(o, 16): i for i, (o, _) in enumerate(ins)}
+        last_word = smem - 4
+        ptx_st = len(re.findall(rf"st\.shared\.b32\s+\[global_smem\+{last_word}\]", ptx))
+        ptx_ld = len(re.findall(r"ld\.shared\.b8", ptx))
+        for _, a in sub.iterrows():
+            off = int(a["offset"].split("+")[1], 16)
+            i = at.get(off)
+            text = ins[i][1] if i is not None else "no instruction at this offset in the CPU compile"
+            imm = re.search(r"\+0x([0-9a-f]+)\]", text)
+            write = a["access"] == "Write"
+            near = (i is not None) and (bool(BAR1.search(ins[i + 1][1])) if write and i + 1 < len(ins)
+                                        else any(BAR1.search(t) for _, t in ins[max(0, i - 4):i]))
+            rows.append({"kernel": kern, "config compiled here": cfg_txt, "access (racecheck)": a["access"], "offset": a["offset"],
+                         "SASS here": text, "kind matches (Read=LDS / Write=STS)": bool(re.match(r"LDS" if not write else r"STS", text)),
+                         "immediate address": int(imm.group(1), 16) if imm else None, "kernel smem bytes": smem,
+                         "to the last smem word": bool(imm) and int(imm.group(1), 16) == last_word,
+                         "BAR.SYNC 0x1 next to it": near,
+                         "PTX: st.shared.b32 to that word / ld.shared.b8": f"{ptx_st} / {ptx_ld}"})
+            if i is not None:
+                ctx[(kern, a["offset"])] = "\n".join(f"/*{o}*/ {t}" for o, t in ins[max(0, i - 4):i + 3])
+    return pd.DataFrame(rows), ctx, errors
+
+
+def sass_contexts(sass_ctx: dict, kernels=("ws-gemm", "ws-norm")) -> list:
+    return [f"`{kern}` around `{off}`:\n```\n{c}\n```" for (kern, off), c in sass_ctx.items() if kern in kernels]
+
+
+def sanitizer_summary(san, race_tab, sass_tab) -> str | None:
+    """What the sanitizer lines, the mapped accesses and the SASS check say, computed line by line."""
+    if not len(san):
+        return None
+    sync = san[san.tool == "synccheck"]
+    rc = san[san.tool == "racecheck"]
+    ws_rc, plain_rc = rc[rc.warp_specialize], rc[~rc.warp_specialize]
+    firsts = race_tab[race_tab.role == "first access"] if len(race_tab) else EMPTY
+    entry = firsts[firsts["source line"].str.startswith("def ")] if len(firsts) else firsts
+    conf = race_tab[race_tab.role == "conflicting access"] if len(race_tab) else EMPTY
+    nl = [f"- synccheck: {int(sync.clean.sum())}/{len(sync)} kernels clean (" + ", ".join(sync.kernel) + ").",
+          f"- racecheck, kernels without warp_specialize: {int(plain_rc.clean.sum())}/{len(plain_rc)} clean ("
+          + ", ".join(plain_rc.kernel) + ").",
+          f"- racecheck, warp_specialize kernels: {int((~ws_rc.clean).sum())}/{len(ws_rc)} report hazards ("
+          + ", ".join(f"{k}: {n} reported" for k, n in zip(ws_rc.kernel, ws_rc['errors/hazards (summary)'])) + ")."]
+    if len(firsts):
+        nl.append(f"- In {len(entry)}/{len(firsts)} of them the first access is a **Read at kernel offset "
+                  + "/".join(sorted(set(x.split('+')[1] for x in firsts.offset)))
+                  + "**, attributed to the kernel's `def` line (kernel entry).")
+    for k, sub in (conf.groupby("kernel", sort=False) if len(conf) else []):
+        nl.append(f"  - {k}: conflicting writes at " + "; ".join(f"`{s['source line']}` ({s['maps to']}, {s['hazards']} hazards)"
+                                                             for _, s in sub.iterrows()))
+    if len(sass_tab):
+        ok_ = sass_tab["kind matches (Read=LDS / Write=STS)"]
+        wr = sass_tab[sass_tab["access (racecheck)"] == "Write"]
+        reads = sass_tab[sass_tab["access (racecheck)"] == "Read"]["SASS here"].str.split().str[0].unique()
+        nl.append(f"- In the CPU compile of the same kernels and configs, {int(ok_.sum())}/{len(sass_tab)} reported offsets hold a "
+                  f"shared-memory access of the reported kind: the reads are `{', '.join(reads)}` (a byte load), the writes "
+                  f"`{', '.join(wr['SASS here'].str.split().str[0].unique())}`; {int(wr['to the last smem word'].sum())}/{len(wr)} writes "
+                  f"store to the **last 4-byte word of the kernel's shared memory** (past its ring buffers and barriers), and "
+                  f"{int(sass_tab['BAR.SYNC 0x1 next to it'].sum())}/{len(sass_tab)} accesses sit next to a `BAR.SYNC 0x1` (writes "
+                  "right before one, reads within the four instructions after one). Nothing in the kernel source reads or writes "
+                  "that word (the kernel's buffers and barriers lie below it; see the `SYNCS` addresses in the context above): it is "
+                  "the state the `warp_specialize` lowering keeps for the worker warps' dispatch (the PTX's "
+                  "`st.shared.b32` to it and `ld.shared.b8`, counted above), and the source lines racecheck names are where the "
+                  "debug info attributes that lowering code.")
+    chk_ok = san["check passed"].eq("passed")
+    nl.append(f"- Outputs under the sanitizer matched the float64 reference in {int(chk_ok.sum())}/{len(san)} runs.")
+    nl.append("- **Unresolved.** The evidence: the hazard appears only in kernels that fork with `gl.warp_specialize`; it pairs a "
+              "read at kernel entry with writes at kernel entry and at the kernel's tail; cutting the trailing `mbarrier.invalidate` "
+              "loop (`ws-gemm-noinval`) does not remove it — the tail write then points at the `warp_specialize` call; synccheck is "
+              "clean and the results are correct. Whether the named barrier between these accesses orders them (and racecheck "
+              "reports a pair it cannot see ordered) or the lowering has a real race is **not established** here: the finding is "
+              "neither declared benign nor a bug.")
+    return "\n".join(nl)
+
+
+# ---- takeaways -----------------------------------------------------------------------------------
+def verdict(r: float) -> str:
+    """gluon-ws vs gluon-pipelined, geomean r: pays (> 1), on par (>= 0.98), does not pay."""
+    return "WS pays" if r > 1.0 else "on par (geomean within 2%)" if r >= WS_VS_PIPE else "WS does not pay here"
+
+
+def takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY, targets=None, summary=EMPTY, blocks=EMPTY,
+              TL4=None, ws_tl=EMPTY, spread=EMPTY, sw=EMPTY, sweep_eff=EMPTY, heur=EMPTY, norm_cen=EMPTY,
+              gemm_cen=EMPTY, san=EMPTY) -> list[str]:
+    """Each line computed from the records and tables the sections above show (sub-items start with
+    two spaces: pipelined.bullets)."""
+    targets = targets or {}
+    lines = []
+    if len(gemm_tab):
+        r, rp = gemm_tab["gluon-ws / cuBLAS"], gemm_tab["gluon-ws / gluon-pipelined"]
+        sq = P.square_ratio(gemm_tab, "gluon-ws / cuBLAS")
+        sq_tf = P.square_ratio(gemm_tab, "gluon-ws")
+        lines.append(f"**GEMM: {verdict(plots.geomean(rp))} (vs gluon-pipelined)** (run `{gm.run_id.iloc[0]}`): gluon-ws "
+                     + (f"{sq_tf:.0f} TFLOP/s = **{sq:.3f}x cuBLAS at 8192³**, " if sq is not None else "")
+                     + f"geomean **{plots.geomean(r):.3f}x** cuBLAS and {plots.geomean(gemm_tab['triton / cuBLAS']):.3f}x "
+                     "for Triton's tl.dot; "
+                     f"vs gluon-pipelined geomean {plots.geomean(rp):.3f}x, ahead at "
+                     + (", ".join(P.shape_str(i) for i in rp[rp >= 1].index) or "no shape")
+                     + ", behind at " + (", ".join(f"{P.shape_str(i)} ({v:.3f}x)" for i, v in rp[rp < 1].items()) or "no shape") + ".")
+        if len(gt):
+            lines.append("  GEMM targets: " + "; ".join(f"{t['target']}: {t['measured']} ({'met' if t['met'] else 'MISSED'})"
+                                                         for _, t in gt.iterrows()) + ".")
+    if len(ws_ok):
+        sp_ = ws_ok.groupby(["shape", "tile"]).tflops.agg(lambda s: 100 * (s.max() / s.min() - 1))
+        lines.append(f"ws-sweep: the producer's register budget moves a (shape, tile) by {sp_.min():.1f}-{sp_.max():.1f}% "
+                     f"(median {sp_.median():.1f}%); the tile matters more: best per shape " + ", ".join(
+                         f"{sh}: {t.tile} regs {int(t.producer_regs)} {t.tflops:.0f} TFLOP/s" for sh, t in
+                         ws_ok.sort_values("tflops").groupby("shape").tail(1).set_index("shape").iterrows()) + ".")
+    for _, s in summary.iterrows():
+        t = targets[s["op"]]
+        wins = t[t["ws / pipelined"] > 1].index
+        gmr = s["geomean ws / pipelined"]
+        lines.append(f"**{s['op']}: {verdict(gmr)}**: gluon-ws / gluon-pipelined geomean {gmr:.3f}x, "
+                     f"target (>= 0.98x) met in {s['cells met (>= 0.98x)']} cells, worst {s['worst']}; gluon-ws faster in {len(wins)} cells"
+                     + (": " + ", ".join(f"{int(m)}x{int(n)}" for m, n in wins) if len(wins) else "")
+                     + (f"; vs gluon-tma geomean {plots.geomean(t['ws / gluon-tma']):.3f}x" if t['ws / gluon-tma'].notna().any() else "")
+                     + f"; {t['ws % of ceiling'].min():.0f}-{t['ws % of ceiling'].max():.0f}% of the copy ceiling.")
+    if len(summary) and len(blocks):
+        g = blocks["geomean"]
+        rising = bool(g.is_monotonic_increasing) and len(g) > 1
+        lines.append("  by row blocks per CTA, ws / pipelined geomean: " + ", ".join(
+            f"{k}: {v:.3f}x ({int(n)} cells)" for k, v, n in zip(blocks.index, g, blocks["cells"]))
+            + (". The ratio rises with the blocks each CTA walks: with few blocks the producer has little to run ahead "
+               "over, while the fork and the extra EMPTY round trip are still paid (consistent with the timeline, not proven by it)."
+               if rising else ". The ratio does not rise steadily with the blocks each CTA walks."))
+    if len(ws_tl) >= 2:
+        a, b = ws_tl.iloc[0], ws_tl.iloc[-1]
+        lines.append(f"Timeline (RMSNorm {TL4['M']}x{TL4['N']}): at NUM_STAGES={ws_tl.index[0]} the consumer waits "
+                     f"{a['consumer FULL stall, median (ns)']:.0f} ns per block (run-ahead {a['run-ahead, median (ns)']:.0f} ns); at "
+                     f"NUM_STAGES={ws_tl.index[-1]} the producer runs {b['run-ahead, median (ns)']:.0f} ns "
+                     f"({b['blocks ahead, median']:.0f} blocks) "
+                     f"ahead and the stall drops to {b['consumer FULL stall, median (ns)']:.0f} ns; the period follows the consumer's work "
+                     f"({b['consumer work, median (ns)']:.0f} ns of {b['block period, median (ns)']:.0f} ns).")
+    if len(spread):
+        st_hi = max(s for _, s in spread.index)
+        labs = [k for k, s in spread.index if s == st_hi]
+        lines.append(f"Persistent tail at NUM_STAGES={st_hi}: slowest CTA vs median "
+                     + ", ".join(f"{k} +{spread.loc[(k, st_hi), 'tail: max / median - 1 (%)']:.1f}%" for k in labs)
+                     + " (block-count imbalance " + ", ".join(f"{spread.loc[(k, st_hi), 'block-count imbalance (%)']:.1f}%" for k in labs)
+                     + "): a static split cannot rebalance per-SM pace, which the one-row-per-CTA kernels get from the hardware scheduler.")
+    if len(sweep_eff) and len(sw):
+        okk = sw[sw.passed.astype(bool)]
+        bst = okk.pivot_table(index=["op", "M", "N"], columns="num_stages", values="gbps", aggfunc="max")
+        h_st = {k: (v[0] if isinstance(v, tuple) else None) for k, v in heur["heuristic now"].items()} if len(heur) else {}
+        for op_, sub in bst.groupby(level="op"):
+            best_st = sub.idxmax(axis=1)
+            lines.append(f"norm-sweep{' (STALE)' if sw.stale.any() else ''}, {op_}: best NUM_STAGES per (M, N): "
+                         + ", ".join(f"{int(m)}x{int(n)}: {int(b)} (heuristic now: {h_st.get((o, m, n))}, "
+                                     f"{sub.loc[(o, m, n), h_st.get((o, m, n))] / sub.loc[(o, m, n)].max():.3f}x of the best)"
+                                     if h_st.get((o, m, n)) in sub.columns else f"{int(m)}x{int(n)}: {int(b)}"
+                                     for (o, m, n), b in best_st.items()) + ".")
+        e = sweep_eff["geomean best-at-value / best overall"]
+        for knob in SWEEP_KNOBS:
+            if knob in e.index.get_level_values("knob"):
+                s = e.xs(knob)
+                lines.append(f"norm-sweep{' (STALE)' if sw.stale.any() else ''}, `{knob}`: best-at-value / best overall geomean "
+                             + ", ".join(f"{v}: {x:.3f}" for v, x in s.items()) + f" (range {100 * (s.max() - s.min()):.1f} points).")
+    if len(norm_cen) and "setmaxnreg producer" in norm_cen:
+        ws_c = norm_cen.xs("gluon-ws", level="variant")
+        spills = int(pd.concat([norm_cen, gemm_cen])["spill bytes"].sum())
+        lines.append("Registers: the producer warp runs at " + "/".join(str(v) for v in sorted(set(ws_c["setmaxnreg producer"].dropna())))
+                     + " registers, the consumer at " + "/".join(str(v) for v in sorted(set(ws_c["setmaxnreg consumer"].dropna())))
+                     + " (norm kernels, by CTAs per SM; the launch cap is set for CTAs per SM, and the producer's warpgroup gives the "
+                     "rest to the consumer); " + ("no spills in any census row: 0 B." if spills == 0 else
+                                                  f"**{spills} B spilled** over the census rows (see the `spill bytes` column)."))
+    if len(san):
+        bad = san[~san.clean]
+        lines.append(f"compute-sanitizer: {int(san.clean.sum())}/{len(san)} runs clean; not clean: "
+                     + (", ".join(f"{k}/{t}" for k, t in zip(bad.kernel, bad.tool)) or "none")
+                     + (" — the racecheck finding in the warp_specialize kernels is **unresolved** (section 8)."
+                        if (bad.tool == "racecheck").any() and bad.warp_specialize.any() else "."))
+    lines.append("Consumer schedule: cooperative only; ping-pong is not implemented and not measured.")
+    return lines

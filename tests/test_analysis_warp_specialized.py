@@ -1,0 +1,322 @@
+"""gluon_lab.analysis.warp_specialized (notebook 04) on the fixture records (04's file and 03's, which
+holds the GEMM comparison): values recomputed by hand from the raw lines and stamps, table shapes,
+figures by their axes and artists, the racecheck mapping, the no-records paths. CPU-only; the CPU
+compiles (census, SASS at the reported offsets) are in the tests marked slow."""
+import json
+import statistics
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from gluon_lab import plots  # noqa: E402
+from gluon_lab.analysis import common as cm, pipelined as P, warp_specialized as W  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+FIX = ROOT / "tests" / "fixtures" / "records"
+GRID_RUN = "20261129T183206Z-8a299bf1"
+GEMM_RUN = "20261129T182504Z-97594533"  # in 03's file: the newest run with all four GEMMs
+
+
+def raw(name="04-warp-specialization.jsonl"):
+    return [json.loads(ln) for ln in (FIX / "h200" / name).read_text().splitlines() if ln.strip()]
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    return cm.setup(W.NB, mode="replay", results_dir=FIX)
+
+
+@pytest.fixture(scope="module")
+def recs(ctx):
+    return cm.load(ctx), W.load_03(ctx)
+
+
+@pytest.fixture(scope="module")
+def timelines(ctx):
+    return P.load_timeline(ctx), P.load_timeline(ctx, W.NB3)
+
+
+@pytest.fixture(scope="module")
+def grids(recs):
+    return W.norm_grids(recs[0])
+
+
+@pytest.fixture(scope="module")
+def gm(recs):
+    return W.gemm_records(W.gemm_candidates(*recs))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def test_both_files_are_read(ctx, recs):
+    allrec, rec03 = recs
+    assert len(allrec) == len(raw()) and len(rec03) == len(raw("03-multibuffer-pipelining.jsonl"))
+    out = W.overview(ctx, allrec, rec03)
+    titles = [o for o in out if isinstance(o, str) and o.endswith("runs:")]
+    assert titles == ["**`04-warp-specialization.jsonl`** runs:", "**`03-multibuffer-pipelining.jsonl`** runs:"]
+    prov = [o for o in out if isinstance(o, pd.DataFrame)][0]
+    assert set(prov.run_id) == {d["run_id"] for d in raw()}
+    assert W.nodata(ctx, "the GEMM targets") == "**No records for the GEMM targets** in `tests/fixtures/records/h200/`."
+
+
+def test_protocol_parities():
+    t = W.protocol_table(S=3)
+    assert len(t) == 8 and list(t["slot = i % S"]) == [0, 1, 2, 0, 1, 2, 0, 1]
+    # the producer waits for the phase before the consumer's: the first lap passes at once
+    assert list(t["producer waits EMPTY[slot], parity"]) == [1, 1, 1, 0, 0, 0, 1, 1]
+    assert list(t["consumer waits FULL[slot], parity"]) == [0, 0, 0, 1, 1, 1, 0, 0]
+    assert t.loc[4, "the producer's wait returns when"] == "the consumer arrived on EMPTY after block 1"
+
+
+def test_ws_timeline_stats_recomputed(timelines):
+    TL4, TL3 = timelines
+    s = W.ws_timeline_stats(TL4)
+    assert list(s.index) == [1, 3] and (s["CTAs traced"] == 10).all() and (s["blocks per CTA"] == "62-63").all()
+    f = TL4["fields"]
+    blocks = [np.asarray(c).reshape(-1, 5) for c in TL4["timelines"]["3"]["ns"]]
+    ra = [int(b[i, f.index("consumer_before_full_wait")] - b[i, f.index("producer_issued")]) for b in blocks for i in range(len(b))]
+    stall = [int(b[i, f.index("consumer_ready")] - b[i, f.index("consumer_before_full_wait")]) for b in blocks for i in range(len(b))]
+    assert s.loc[3, "run-ahead, median (ns)"] == statistics.median(ra)
+    assert s.loc[3, "consumer FULL stall, median (ns)"] == statistics.median(stall)
+    assert s.loc[3, "run-ahead < 0 (% of blocks)"] == pytest.approx(100 * sum(x < 0 for x in ra) / len(ra))
+    assert s.loc[1, "blocks ahead, max"] == 0 and s.loc[3, "blocks ahead, median"] == 2  # a 1-slot ring cannot run ahead
+    pipe = W.pipe_timeline_summary(TL3)
+    p3 = P.timeline_stats(TL3)
+    assert list(pipe.columns) == ["stall, median (ns)", "compute + store, median (ns)", "block period, median (ns)"]
+    assert pipe.loc[3, "block period, median (ns)"] == p3.loc[3, "median block period (ns)"]
+    lines = W.timeline_lines(s, pipe)
+    assert lines[0].startswith("NUM_STAGES 1 -> 3: run-ahead") and lines[1].startswith("NUM_STAGES=3, gluon-ws vs gluon-pipelined")
+
+
+def test_timeline_figures(timelines):
+    TL4, _ = timelines
+    s = W.ws_timeline_stats(TL4)
+    fig = W.ws_gantt(TL4, s)
+    assert len(fig.axes) == 2
+    ax = fig.axes[1]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"CTA {c} {r}" for c in (0, 1, 2) for r in ("consumer", "producer")]
+    assert ax.get_xlim() == pytest.approx((0, 10 * s["block period, median (ns)"].max() / 1e3))
+    assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 4
+    h = W.runahead_hist(TL4, s)
+    assert len(h.axes) == 2 and all(len(a.patches) == 2 * 60 for a in h.axes)  # two histograms of 60 bins
+    assert W.ws_gantt(None, s) is None and W.runahead_hist(None, s) is None
+
+
+def test_every_cta_finish_spread(timelines):
+    TL4, TL3 = timelines
+    fin = W.finish_spreads(TL3, TL4)
+    t = W.spread_table(fin)
+    assert list(t.index) == [("gluon-pipelined (03)", 1), ("gluon-pipelined (03)", 3), ("gluon-ws (04)", 1), ("gluon-ws (04)", 3)]
+    blocks = [np.asarray(c).reshape(-1, 5) for c in TL4["timelines"]["3"]["ns"]]
+    ends = [int(b.max()) for b in blocks]
+    assert t.loc[("gluon-ws (04)", 3), "tail: max / median - 1 (%)"] == pytest.approx(100 * (max(ends) / statistics.median(ends) - 1))
+    assert t.loc[("gluon-ws (04)", 3), "finish max (us)"] == max(ends) / 1e3
+    assert np.allclose(t["block-count imbalance (%)"], 100 / 62)  # 63 vs 62 blocks
+    assert (t["GB/s if the CTA time were spread evenly"] >= t["whole-grid GB/s from stamps"]).all()
+    fig = W.spread_figure(fin)
+    assert len(fig.axes[0].get_lines()) == 4 and len(fig.axes[1].collections) == 2  # NUM_STAGES=3 only, by CTA id
+    assert W.spread_table({}).empty and W.spread_figure({}) is None
+
+
+def test_tail_next_to_the_timed_records(recs, timelines):
+    (use, use03), (TL4, TL3) = recs, timelines
+    spread = W.spread_table(W.finish_spreads(TL3, TL4))
+    chk = W.spread_check(spread, TL3, TL4, use, use03)
+    assert chk.loc[("gluon-ws (04)", 1), "timed record"] == "no timed record with this exact config"
+    assert chk.loc[("gluon-pipelined (03)", 1), "timed record"].endswith("study stages")
+    r = chk.loc[("gluon-ws (04)", 3)]
+    assert r["stamps / timed"] == pytest.approx(spread.loc[("gluon-ws (04)", 3), "whole-grid GB/s from stamps"]
+                                                / r["timed GB/s, same config"], rel=1e-3)  # the shown GB/s is rounded
+    cell = {d["variant"]: d["gbps"] for d in raw() if d["run_id"] == GRID_RUN and d["op"] == "rms_norm"
+            and d["shape"] == {"M": 8192, "N": 8192}}
+    note = W.tail_note(spread, W.norm_grid_run(use), TL3, TL4)
+    assert f"gluon-tma **{cell['gluon-tma']:.0f} GB/s**" in note and f"gluon-ws **{cell['gluon-ws']:.0f}**" in note
+    assert f"gluon-tma is **{100 * (cell['gluon-tma'] / cell['gluon-ws'] - 1):.1f}%** faster" in note
+    assert "(the timed gluon-ws record ran NUM_STAGES=4, the timeline 3: not the same config)" in note
+    assert all("the stamped span implies" in ln for ln in W.spread_check_lines(chk))
+
+
+def test_setmaxnreg_roles_from_ptx_order():
+    ptx = ("setmaxnreg.inc.sync.aligned.u32 240;\nsetmaxnreg.dec.sync.aligned.u32 232;\n"
+           "setmaxnreg.inc.sync.aligned.u32 40;\nsetmaxnreg.dec.sync.aligned.u32 24;\n")
+    roles, seq = W.setmaxnreg_roles(ptx, 40)
+    assert seq == [("inc", 240), ("dec", 232), ("inc", 40), ("dec", 24)]
+    assert roles == {"default warps, parent code": 240, "consumer (in partition)": 232, "producer": 40, "worker warps parked": 24}
+    assert W.setmaxnreg_roles("no setmaxnreg here", 40) == ({}, [])
+
+
+def test_ws_vs_pipelined_targets(ctx, grids):
+    assert set(grids) == {"rms_norm", "layer_norm", "add_rms_norm"} and all(set(g.run_id) == {GRID_RUN} for g in grids.values())
+    targets = W.target_tables(grids, ctx.spec)
+    t = targets["layer_norm"]
+    assert t.shape == (6, 11)
+    cell = {d["variant"]: d["gbps"] for d in raw() if d["run_id"] == GRID_RUN and d["op"] == "layer_norm"
+            and d["shape"] == {"M": 32768, "N": 8192} and d["passed"]}
+    assert t.loc[(32768, 8192), "ws / pipelined"] == pytest.approx(cell["gluon-ws"] / cell["gluon-pipelined"])
+    assert t.loc[(32768, 8192), "met: >= 0.98x gluon-pipelined"] == ("met" if cell["gluon-ws"] / cell["gluon-pipelined"] >= 0.98 else "MISSED")
+    s = W.norm_summary(targets).set_index("op")
+    r = t["ws / pipelined"]
+    assert s.loc["layer_norm", "geomean ws / pipelined"] == pytest.approx(plots.geomean(r))
+    assert s.loc["layer_norm", "cells met (>= 0.98x)"] == f"{int((r >= 0.98).sum())}/6"
+    b = W.by_blocks(targets)
+    assert b["cells"].sum() == 6 + 6 + 2 and list(b.index) == ["2-8", "8-32", "> 32"]
+    views = W.target_views(ctx, grids, targets, W.norm_summary(targets), b)
+    assert views[-2] == "**gluon-ws / gluon-pipelined by row blocks per CTA** (all ops):"
+
+
+def test_headline_ratio_map_marks_missed_cells(grids):
+    fig = W.headline_figure(grids, "h200")
+    assert len(fig.axes) == 2 * 3 * 2  # rms_norm and layer_norm (not add_rms_norm), 3 panels + colorbars
+    ratio_ax = fig.axes[2]
+    assert ratio_ax.get_title() == "rms_norm: gluon-ws / gluon-pipelined (speed)"
+    texts = [t.get_text() for t in ratio_ax.texts]
+    assert len(texts) == 6 and all(t.endswith(" ✗") for t in texts)  # no rms_norm cell of the fixture within 2%
+    maps = P.variant_maps(W.heat_grids(grids), "gluon-pipelined", "gluon-ws", with_timer=False)
+    assert sum(isinstance(m, plt.Figure) for m in maps) == 4 and "**rms_norm: gluon-pipelined -> gluon-ws** (% of ceiling, speed change)" in [
+        m for m in maps if isinstance(m, str)]
+
+
+def test_norm_sweep(recs, grids):
+    sw = W.norm_sweep_records(recs[0])
+    full, per_knob, eff = W.norm_sweep_tables(sw)
+    assert full.shape == (2, 18) and set(per_knob) == {"num_stages", "num_warps", "producer_regs"}
+    sub = [d for d in raw() if (d["config"] or {}).get("study") == "norm-sweep" and d["op"] == "rms_norm"]
+    best = max(d["gbps"] for d in sub)
+    at2 = max(d["gbps"] for d in sub if d["config"]["num_stages"] == 2)
+    lay = [d for d in raw() if (d["config"] or {}).get("study") == "norm-sweep" and d["op"] == "layer_norm"]
+    lay2 = max(d["gbps"] for d in lay if d["config"]["num_stages"] == 2) / max(d["gbps"] for d in lay)
+    assert eff.loc[("num_stages", 2), "geomean best-at-value / best overall"] == pytest.approx(plots.geomean([at2 / best, lay2]))
+    heur = W.sweep_vs_heuristic(sw, grids)
+    assert heur.loc[("rms_norm", 8192, 8192), "best GB/s"] == round(best)
+    assert heur.loc[("rms_norm", 8192, 8192), "gluon-ws GB/s in the norms grid (later run)"] is not None
+    assert len(W.norm_sweep_views(full, per_knob, eff, heur)) == 2 + 2 * 3 + 4
+
+
+def test_gemm_from_pattern_3s_file(recs, gm):
+    use, use03 = recs
+    mm = W.gemm_candidates(use, use03)
+    assert set(mm.run_id) == {GEMM_RUN, "20261129T181340Z-1a9f4e29"} and set(gm.run_id) == {GEMM_RUN}
+    assert W.older_runs_line(gm, mm) == "other GEMM runs not used here: 20261129T181340Z-1a9f4e29"
+    t = W.gemm_table(gm)
+    assert t.shape == (3, 8) and t.columns[-1] == "gluon-ws / gluon-pipelined"
+    sq = {d["variant"]: d["tflops"] for d in raw("03-multibuffer-pipelining.jsonl") if d["run_id"] == GEMM_RUN
+          and d["op"] == "matmul" and d["pattern"] != "ceiling" and d["shape"] == {"M": 8192, "N": 8192, "K": 8192}}
+    assert t.loc[(8192, 8192, 8192), "gluon-ws / gluon-pipelined"] == round(sq["gluon-ws"] / sq["gluon-pipelined"], 3)
+    gt = W.gemm_targets(t)
+    assert list(gt.met) == [sq["gluon-ws"] / sq["torch"] >= 1.0, sq["gluon-ws"] / sq["torch"] >= 1.05,
+                            plots.geomean(t["gluon-ws / cuBLAS"]) >= 0.98, bool((t["gluon-ws / gluon-pipelined"] >= 1).all())]
+    lines = W.gemm_ceiling_lines(gm, use, use03)
+    assert lines[0].startswith(f"run {GEMM_RUN}: its own cuBLAS ceiling") and "note: gluon-pipelined 4096x4096x4096" in lines[1]
+    assert W.gemm_configs(gm).shape == (3, 2)
+
+
+def test_ws_sweep_and_the_earlier_one(ctx, recs, gm):
+    use, use03 = recs
+    wsw = W.ws_sweep_records(use)
+    tab, ok, bad = W.sweep_table(wsw)
+    assert tab.shape == (8, 4) and len(ok) == 32 and not len(bad)
+    skipped, line = W.sweep_skipped(wsw)
+    assert len(skipped) == 16 and set(skipped.shape) == {16, 4} and set(skipped["shape"]) == {"4096x4096x4096"}
+    assert line == "48 configs in the current plan; 32 recorded; 0 recorded as errors; 16 without a record"
+    best = W.sweep_best(ok)
+    sq = [d for d in raw() if (d["config"] or {}).get("study") == "ws-sweep" and d["shape"] == {"M": 8192, "N": 8192, "K": 8192}]
+    assert best.loc["8192x8192x8192", "tflops"] == max(d["tflops"] for d in sq)
+    rr = W.run_to_run(gm, ok)
+    assert list(rr.index) == ["8192x8192x8192", "8192x14336x4096"] and (rr["sweep / grid"] > 0).all()
+    old = W.old_ws_sweep_views(use03)
+    old_tab = [o for o in old if isinstance(o, pd.DataFrame)][0]
+    cells = old_tab.to_numpy().ravel().tolist()
+    assert sum(isinstance(c, str) and c.startswith("does not fit (needs") for c in cells) == 8  # the 8 failed records
+    views, ws_ok = W.ws_sweep_views(ctx, wsw, gm)
+    assert len(ws_ok) == 32 and "**Run to run**: the same gluon-ws config and shape, timed in two runs:" in views[-2:]
+
+
+def test_consumer_schedule_read_from_the_source():
+    lines = W.consumer_schedule()
+    assert lines[0].startswith("partitions in ws_gemm_kernel: 2") and "warps_per_cta=[num_warps, 1]" in lines[1]
+
+
+def test_racecheck_accesses_mapped_to_the_source(ctx):
+    san, n_old = P.load_sanitizer(P.sanitizer_path(ctx))
+    t = W.sanitizer_table(san)
+    assert t.loc[t.kernel == "ws-norm", "case"].iloc[0] == "rms_norm gluon-ws 37x1000"
+    assert list(t.columns[:4]) == ["kernel", "case", "tool", "warp_specialize"]
+    src_lines, defs = W.ws_source_lines()
+    race, tails = W.race_accesses(san, src_lines, defs, None)  # without the diagnostic's generated file
+    assert len(tails) == 3 and tails[0].startswith("**ws-gemm / racecheck** (exit code 3, matmul gluon-ws 300x264x520)")
+    first = race[(race.kernel == "ws-gemm") & (race.role == "first access")].iloc[0]
+    assert (first.access, first.offset) == ("Read", "ws_gemm_kernel+0xf0")
+    assert first["maps to"] == f"warp_specialized.py:{defs['ws_gemm_kernel']} now"  # the report's def line, shifted
+    assert first["source line"].startswith("def ws_gemm_kernel(")
+    noinval = race[race.kernel == "ws-gemm-noinval"]
+    assert (noinval["maps to"] == "?").all()  # its generated file was not given
+    assert W.def_shift_line(race, defs).startswith("def lines: ws_gemm_kernel reported at line")
+    summ = W.sanitizer_summary(san, race, P.EMPTY)
+    assert "- synccheck: 3/3 kernels clean" in summ and "- racecheck, warp_specialize kernels: 3/3 report hazards" in summ
+    assert "- Outputs under the sanitizer matched the float64 reference in" in summ and "**Unresolved.**" in summ
+
+
+def test_takeaways(ctx, recs, grids, gm, timelines):
+    use, _ = recs
+    TL4, TL3 = timelines
+    targets = W.target_tables(grids, ctx.spec)
+    t = W.gemm_table(gm)
+    san = P.load_sanitizer(P.sanitizer_path(ctx))[0]
+    lines = W.takeaways(gm=gm, gemm_tab=t, gt=W.gemm_targets(t), targets=targets, summary=W.norm_summary(targets),
+                        blocks=W.by_blocks(targets), TL4=TL4, ws_tl=W.ws_timeline_stats(TL4),
+                        spread=W.spread_table(W.finish_spreads(TL3, TL4)), san=san)
+    text = "\n".join(lines)
+    rp = plots.geomean(t["gluon-ws / gluon-pipelined"])
+    assert lines[0].startswith(f"**GEMM: {W.verdict(rp)} (vs gluon-pipelined)**") and f"geomean {rp:.3f}x" in lines[0]
+    assert lines[1].startswith("  GEMM targets: >= 1.00x cuBLAS at 8192^3 (target)")
+    assert f"**rms_norm: {W.verdict(plots.geomean(targets['rms_norm']['ws / pipelined']))}**" in text
+    assert "The ratio rises with the blocks each CTA walks" in text  # 0.85 / 0.99 / 1.00 in the fixture
+    assert "Persistent tail at NUM_STAGES=3" in text and "compute-sanitizer: 4/7 runs clean" in text and "**unresolved**" in text
+    assert W.verdict(1.01) == "WS pays" and W.verdict(0.99) == "on par (geomean within 2%)" and W.verdict(0.9) == "WS does not pay here"
+    assert W.takeaways() == ["Consumer schedule: cooperative only; ping-pong is not implemented and not measured."]
+
+
+def test_no_records_give_notes_not_errors(ctx, tmp_path):
+    c = cm.setup(W.NB, mode="replay", results_dir=tmp_path)
+    empty = cm.load(c)
+    assert W.norm_grids(empty) == {} and W.target_tables({}, c.spec) == {} and W.by_blocks({}).empty
+    assert len(W.gemm_records(W.gemm_candidates(empty, empty))) == 0 and W.gemm_table(P.EMPTY).empty
+    assert W.gemm_targets(P.EMPTY).empty and W.gemm_ceiling_lines(P.EMPTY, empty, empty) == []
+    views, ok = W.ws_sweep_views(c, W.ws_sweep_records(empty), P.EMPTY)
+    assert views == [f"**No records for the gluon-ws GEMM ws-sweep** in `{tmp_path / 'h200'}/`."] and not len(ok)
+    assert W.old_ws_sweep_views(empty) == [] and W.norm_sweep_tables(W.norm_sweep_records(empty))[0].empty
+    assert W.ws_timeline_stats(None).empty and W.finish_spreads(None, None) == {}
+    assert W.sanitizer_views(P.EMPTY, 0, tmp_path / "sanitizer.jsonl")[0].startswith("**No compute-sanitizer records:**")
+    assert W.sanitizer_summary(P.EMPTY, P.EMPTY, P.EMPTY) is None
+    assert W.census_notes(P.EMPTY, P.EMPTY) == "**No census rows** (compile failed above)."
+
+
+@pytest.mark.slow
+def test_census_and_sass_at_the_reported_offsets_on_cpu(ctx):
+    cen, errors = W.norm_census(cases=(("rms_norm", 4096), ))
+    assert not errors and len(cen) == 2
+    ws = cen.xs("gluon-ws", level="variant").iloc[0]
+    assert ws["setmaxnreg producer"] == ws["producer warps"] * 40 and ws["setmaxnreg consumer"] > ws["setmaxnreg producer"]
+    assert cen.xs("gluon-pipelined", level="variant").iloc[0]["USETMAXREG (SASS)"] == 0
+    notes = W.census_notes(cen, P.EMPTY)
+    assert "wait sites gluon-ws minus gluon-pipelined" in notes
+    san, _ = P.load_sanitizer(P.sanitizer_path(ctx))
+    sz = P.sanitize_driver()
+    src_lines, defs = W.ws_source_lines()
+    diag, err = W.diag_source_lines(sz)
+    assert err is None and diag
+    race, _ = W.race_accesses(san, src_lines, defs, diag)
+    tab, contexts, errors = W.sass_check(race[race.kernel == "ws-norm"], sz)
+    assert not errors and len(tab) == len(race[race.kernel == "ws-norm"])
+    assert tab["SASS here"].iloc[0].startswith("LDS.U8") and tab["kind matches (Read=LDS / Write=STS)"].all()
+    assert W.sass_contexts(contexts)[0].startswith("`ws-norm` around `ws_norm_kernel+0xf0`")
