@@ -85,7 +85,7 @@ def test_takeaways_are_computed(df, ctx):
     assert f"inductor in {n_inductor} of 20" in lines[1]
     assert f"geomean {plots.geomean(piv['torch'] / piv['inductor']):.2f}x" in lines[2]
     assert any(ln.startswith("N=5120 (not a power of two)") and "8192 lanes" in ln for ln in lines)
-    assert lines[-1].startswith(f"{len(df)} records shown, 0 stale")
+    assert lines[-1].startswith(f"{len(df)} records shown, {int(df['stale'].sum())} stale")
 
 
 def test_everything_degrades_without_records(df, ctx):

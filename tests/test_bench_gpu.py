@@ -12,7 +12,7 @@ OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("M,N", [(1, 8), (3, 1000), (1000, 4104), (257, 5120)])
 def test_baselines_match_float64(op, dtype, M, N):
-    from gluon_lab import bench, ops
+    from gluon_lab import bench
     for v in ("torch", "triton"):
         inputs = bench.make_inputs(op, {"M": M, "N": N}, dtype, seed=M * 7 + N)
         res = bench.check_correctness(op, v, inputs)

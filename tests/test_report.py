@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gluon_lab import ops, plots, report
+from gluon_lab import plots, registry, report
 from gluon_lab.results import Record, append_records
 
 FIX = Path(__file__).parent / "fixtures"
@@ -24,7 +24,7 @@ def fixture_records(results_dir: Path, stale_one=True, over_100=False):
                     sol = 104.0
                 nbytes = 2 * M * N * 2 + N * 2
                 ms = nbytes / (sol / 100 * 4800e9) * 1e3
-                h = ops.current_hash("rms_norm", v)
+                h = registry.current_hash("rms_norm", v)
                 if stale_one and v == "torch" and M == 2048 and N == 1536:
                     h = "0000stale0000000"
                 recs.append(Record(op="rms_norm", variant=v, pattern="baseline", shape={"M": M, "N": N},
