@@ -130,7 +130,7 @@ def test_plan_table_on_cpu():
 @pytest.mark.slow
 def test_kernel_facing_on_cpu():
     assert "def chunked_norm_kernel" in ana.kernel_source()
-    assert "def chunks_row_stats" in ana.norm_math_sources()
+    assert "def layer_row" in ana.norm_math_sources()
     assert "def for_row" in ana.plan_source() and "def make" in ana.group_plan_source()
     t = ana.census_table(Ns=(5120, ))
     assert list(t.index) == ["gluon-chunked N=5120", "triton N=5120"]

@@ -129,7 +129,7 @@ def test_no_records_no_crash(allrec, ctx):
 @pytest.mark.slow
 def test_kernel_facing_on_cpu():
     assert "def tma_cache_norm_kernel" in ana.kernel_source()
-    assert "def row_stats" in ana.norm_math_sources() and "def heuristic" in ana.heuristic_source()
+    assert "def rms_row" in ana.norm_math_sources() and "def heuristic" in ana.heuristic_source()
     assert ana.max_n_table().loc["rms_norm", "bfloat16"] == 65536
     t = ana.census_table(Ns=(4096, ))
     assert len(t) == 3 and t["UTMALDG (SASS)"].iloc[0] >= 1 and t["TMA box"].iloc[2] == "-"

@@ -5,7 +5,7 @@ Kernel-facing (the only places this module reaches into kernels / experiments / 
     measure()          gluon_lab.experiments.run_chunked(results_dir=, quick=, parts=)
     plan()             gluon_lab.experiments.ChunkedPlan() (.Ns, .stream_M, .stream_Ns)
     kernel_source()    gluon_lab.kernels.chunked.chunked_norm_kernel (.fn source)
-    norm_math_sources() gluon_lab.kernels.norm_math.chunks_sum_sq_dev, chunks_row_stats (.fn sources)
+    norm_math_sources() gluon_lab.kernels.norm_math.chunk_sum_sq_dev, layer_row (.fn sources)
     chunk_plan()       gluon_lab.kernels.chunked.ChunkPlan.for_row(op, N, dtype) -> .num_warps, .chunk,
                        .num_chunks, .tail, .rows, .smem_bytes, .streaming, .waste_pct
     plan_source()      ChunkPlan.for_row (source);  group_plan_source(): chunked.GroupPlan.make (source)
@@ -48,7 +48,7 @@ def kernel_source() -> str:
 def norm_math_sources() -> str:
     import inspect
     from ..kernels import norm_math
-    return "\n".join(inspect.getsource(f.fn) for f in (norm_math.chunks_sum_sq_dev, norm_math.chunks_row_stats))
+    return "\n".join(inspect.getsource(f.fn) for f in (norm_math.chunk_sum_sq_dev, norm_math.layer_row))
 
 
 def plan_source() -> str:

@@ -12,7 +12,7 @@ and a note saying what is missing (`nodata`).
 Kernel-facing (the only places this module reaches into kernels / experiments / codegen / ops):
     measure()            gluon_lab.experiments.run_pipelined(results_dir=, quick=, parts=)
     other_ops()          gluon_lab.experiments.PipelinedPlan().other_ops
-    kernel_source()      inspect.getsource of gluon_lab.kernels.pipelined._load_block.fn,
+    kernel_source()      inspect.getsource of gluon_lab.kernels.pipelined._load_block.fn, .norm_block.fn,
                          .pipelined_norm_kernel.fn, .PipeConfig.heuristic; gluon_lab.kernels.gemm
                          ._issue_k_step.fn, ._next_k_step.fn, .persistent_gemm_kernel.fn
     pipe_heuristic()     gluon_lab.kernels.pipelined.PipeConfig.heuristic(op, N, dtype, M, **overrides)
@@ -64,12 +64,13 @@ def other_ops() -> tuple:
 
 def _source_objects() -> dict:
     from ..kernels import gemm, pipelined
-    return {"_load_block": pipelined._load_block.fn, "pipelined_norm_kernel": pipelined.pipelined_norm_kernel.fn,
+    return {"_load_block": pipelined._load_block.fn, "norm_block": pipelined.norm_block.fn,
+            "pipelined_norm_kernel": pipelined.pipelined_norm_kernel.fn,
             "PipeConfig.heuristic": pipelined.PipeConfig.heuristic, "_issue_k_step": gemm._issue_k_step.fn,
             "_next_k_step": gemm._next_k_step.fn, "persistent_gemm_kernel": gemm.persistent_gemm_kernel.fn}
 
 
-SOURCE_GROUPS = {"norm": ("_load_block", "pipelined_norm_kernel"), "heuristic": ("PipeConfig.heuristic", ),
+SOURCE_GROUPS = {"norm": ("_load_block", "norm_block", "pipelined_norm_kernel"), "heuristic": ("PipeConfig.heuristic", ),
                  "gemm": ("_issue_k_step", "_next_k_step", "persistent_gemm_kernel")}
 
 

@@ -4,7 +4,7 @@ against every baseline, the knob sweeps behind its heuristic, the Inductor code 
 Kernel-facing (the only places this module reaches into kernels / experiments / codegen):
     measure()            gluon_lab.experiments.run_tma_caching(results_dir=, quick=, parts=)
     kernel_source()      gluon_lab.kernels.tma_cache.tma_cache_norm_kernel (.fn source)
-    norm_math_sources()  gluon_lab.kernels.norm_math.row_sum, row_stats, normalize_chunk (.fn sources)
+    norm_math_sources()  gluon_lab.kernels.norm_math.chunk_sum, rms_row, layer_row, normalize_chunk (.fn sources)
     heuristic_source()   gluon_lab.kernels.tma_cache.TmaCacheConfig.heuristic (source)
     max_n_table()        TmaCacheConfig.min_n(dtype), TmaCacheConfig.max_n(op, dtype)
     census_table()       TmaCacheConfig.heuristic(op, N, dtype), TmaCacheConfig.make(op, N, dtype, param_tma=,
@@ -42,7 +42,8 @@ def kernel_source() -> str:
 def norm_math_sources() -> str:
     import inspect
     from ..kernels import norm_math
-    return "\n".join(inspect.getsource(f.fn) for f in (norm_math.row_sum, norm_math.row_stats, norm_math.normalize_chunk))
+    return "\n".join(inspect.getsource(f.fn) for f in (norm_math.chunk_sum, norm_math.rms_row, norm_math.layer_row,
+                                                            norm_math.normalize_chunk))
 
 
 def heuristic_source() -> str:
