@@ -44,7 +44,8 @@ def test_poisoned_output_is_caught():
     import torch
     from gluon_lab import bench
     inputs = bench.make_inputs("rms_norm", {"M": 16, "N": 1024}, "bfloat16", seed=9)
-    out = bench.poisoned_out("rms_norm", inputs)
+    from gluon_lab import specs
+    out = specs.get("rms_norm").alloc_outputs(inputs, fill=float("nan"))
     good = bench.reference_outputs("rms_norm", inputs).to(torch.bfloat16)
     out[:8] = good[:8]  # half the rows "forgotten"
     assert not bench.compare(out, bench.reference_outputs("rms_norm", inputs), "bfloat16")["passed"]
