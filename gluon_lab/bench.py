@@ -348,12 +348,12 @@ class Session:
         nfl = spec.flops(shape)
         scalars = spec.default_scalars(eps=eps) if "eps" in spec.scalars else spec.default_scalars()
         rec_config = dict(config or {})
-        cfg_obj = v.resolve(shape, dtype, rec_config) if v.configure is not None else None
-        if cfg_obj is not None:  # the record carries the full config the kernel ran with
-            rec_config = {**rec_config, **dataclasses.asdict(cfg_obj)}  # resolved knobs win; extras (study) stay
         base = dict(op=op, variant=variant, pattern=v.pattern, shape=dict(shape), dtype=dtype,
                     config=rec_config, bytes=nbytes, flops=nfl, kernel_source_hash=self._hash(v), **self.prov)
         try:
+            cfg_obj = v.resolve(shape, dtype, rec_config) if v.configure is not None else None
+            if cfg_obj is not None:  # the record carries the full config the kernel ran with
+                base["config"] = {**rec_config, **dataclasses.asdict(cfg_obj)}  # resolved knobs win; extras stay
             corr = check_correctness(op, variant, inputs, scalars, config=cfg_obj)
         except Exception as e:  # a crashing variant is a failed record, not a silent skip
             torch.cuda.synchronize()

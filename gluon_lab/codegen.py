@@ -182,10 +182,11 @@ def census(k) -> dict:
 
 
 def inspect_variant(op: str, variant: str, *, N: int | None = None, shape: dict | None = None, dtype: str = "bfloat16",
-                    **overrides):
+                    config=None, **overrides):
     """Compile a registered variant on sm_90 exactly as it would launch (its configure + codegen
     hooks) and return (CompiledKernel, census). Row ops: N (and optionally M, default None: the
-    heuristic's many-rows choice); other ops: shape. overrides: knobs, as a sweep would set them."""
+    heuristic's many-rows choice); other ops: shape. overrides: knobs, as a sweep would set them;
+    config: an already resolved config object (then no overrides)."""
     from .registry import get_variant
     v = get_variant(op, variant)
     if v.codegen is None:
@@ -195,11 +196,20 @@ def inspect_variant(op: str, variant: str, *, N: int | None = None, shape: dict 
         if N is None:
             raise ValueError("pass N (row ops) or shape")
         shape = {"M": overrides.pop("M", None), "N": N}
-    cfg = v.resolve(shape, dtype, overrides) if v.configure is not None else None
-    spec = v.codegen(shape, dtype, cfg)
-    k = compile_sm90(spec["fn"], spec["signature"], spec.get("constexprs"), num_warps=spec.get("num_warps", 4),
-                     aligned=spec.get("aligned", ()), **spec.get("options", {}))
+    if config is not None and overrides:
+        raise ValueError(f"pass either config or knob overrides, not both (got {sorted(overrides)})")
+    cfg = config if config is not None else v.resolve(shape, dtype, overrides) if v.configure is not None else None
+    k = compile_spec(v.codegen(shape, dtype, cfg))
     return k, census(k)
+
+
+def compile_spec(spec: dict):
+    """compile_sm90 of a codegen spec (fn, signature, constexprs, num_warps, aligned, and compile
+    options such as maxnreg, top level or under "options")."""
+    known = ("fn", "signature", "constexprs", "num_warps", "aligned", "options")
+    opts = {**spec.get("options", {}), **{k: v for k, v in spec.items() if k not in known}}
+    return compile_sm90(spec["fn"], spec["signature"], spec.get("constexprs"), num_warps=spec.get("num_warps", 4),
+                        aligned=spec.get("aligned", ()), **opts)
 
 
 def census_table(rows: dict) -> "pandas.DataFrame":  # noqa: F821

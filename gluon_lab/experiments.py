@@ -484,6 +484,9 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
         for (M, N, K) in plan.ws_sweep_shapes:
             for regs in plan.ws_sweep_regs:
                 for st in plan.ws_sweep_stages:
+                    if not resolves("matmul", "gluon-ws", {"M": M, "N": N, "K": K}, plan.gemm_dtype,
+                                    {"producer_regs": regs, "num_stages": st}):
+                        continue  # does not fit in shared memory
                     cases.append({"op": "matmul", "variant": "gluon-ws", "shape": {"M": M, "N": N, "K": K},
                                   "dtype": plan.gemm_dtype, "config": {"producer_regs": regs, "num_stages": st,
                                                                        "study": "ws-sweep"}})

@@ -45,6 +45,7 @@ holding torch costs ~100 ms.
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import enum
 import functools
@@ -145,6 +146,25 @@ def _strip_docstrings(root: ast.AST, done: set[int]) -> None:
                     and isinstance(body[0].value.value, str):
                 node.body = body[1:] or [ast.Pass()]
         stack.extend(_substatements(node))
+
+
+class _FStrings(ast.NodeTransformer):
+    """f-strings as plain calls: ``ast.unparse`` prints f-strings differently across Python
+    versions (3.12's PEP 701 quoting: f"{d['k']}" vs f'{d['k']}'), and a record measured under
+    3.12 must be current under 3.11."""
+
+    def visit_JoinedStr(self, node):
+        return ast.Call(ast.Name("__fstring__", ast.Load()), [self.visit(v) for v in node.values], [])
+
+    def visit_FormattedValue(self, node):
+        spec = self.visit(node.format_spec) if node.format_spec is not None else ast.Constant(None)
+        return ast.Call(ast.Name("__fvalue__", ast.Load()), [self.visit(node.value), ast.Constant(node.conversion), spec],
+                        [])
+
+
+def _unparse(node: ast.AST) -> str:
+    """Version-independent normalized text of a (docstring-stripped) definition."""
+    return ast.unparse(ast.fix_missing_locations(_FStrings().visit(copy.deepcopy(node))))
 
 
 def _chain(node: ast.Attribute) -> tuple[str, ...] | None:
@@ -504,7 +524,7 @@ class _Walker:
             return
         for node in nodes:
             _strip_docstrings(node, self.stripped)
-        self.out[key] = "\n".join(ast.unparse(n) for n in nodes) + extra
+        self.out[key] = "\n".join(_unparse(n) for n in nodes) + extra
         for node in nodes:
             self._walk(node, ns)
 
@@ -576,7 +596,7 @@ class _Walker:
         nodes: list[ast.AST] = [entry[0]] if entry is not None else []
         if nodes:
             _strip_docstrings(nodes[0], self.stripped)
-        self.out[key] = ast.unparse(nodes[0]) if nodes else f"{key} <no source>"
+        self.out[key] = _unparse(nodes[0]) if nodes else f"{key} <no source>"
         for name, value in list(ns.items()):
             if not name.startswith("__"):
                 self._reach(key, name, value, (), trusted=True)

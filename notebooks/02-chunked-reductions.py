@@ -149,6 +149,10 @@ else:
 
 # %%
 st, copies = ana.stream_records(cur, PLAN)
+if not len(st):  # not re-measured with the current code: show the newest study, marked STALE
+    st, copies = ana.stream_records(allrec, PLAN)
+    if len(st):
+        cm.show(ana.stale_study_note(st, "streaming study"))
 if len(st):
     cm.show(ana.stream_figure(st, copies), ana.stream_table(st), ana.refused(st))
 else:

@@ -222,6 +222,14 @@ def heuristic_vs_best(sw, dtype: str = "bfloat16"):
 
 
 # ---- streaming -----------------------------------------------------------------------------------
+def stale_study_note(st, what: str) -> str:
+    """Banner for a study shown from stale records (not re-measured since its code changed)."""
+    n = int(st["stale"].sum()) if "stale" in st else 0
+    return (f"**STALE: {what} from run `{st.run_id.iloc[0]}`** ({n} of {len(st)} records measured with code that "
+            "has changed since; no run of the current code holds this study). Read it as history, not as a claim "
+            "about the current kernels.")
+
+
 def stream_records(cur, plan_=None):
     """(the newest streaming study with a `label`: cached / stream S=k / baseline, the same run's bf16 copies
     at the study's M and Ns, the newest one per N)."""
