@@ -135,8 +135,13 @@ def _slug(index: int) -> str:
 def signature(inputs) -> tuple:
     """What a decision depends on: every tensor's shape, strides, dtype, device and 16-byte
     alignment; other inputs by value."""
-    return tuple((t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15 == 0) if hasattr(t, "data_ptr")
-                 else t for t in inputs)
+    key = []
+    for t in inputs:
+        if hasattr(t, "data_ptr"):
+            key.append((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0))
+        else:
+            key.append(t)
+    return tuple(key)
 
 
 def _distance(a, b) -> float:
