@@ -16,6 +16,7 @@ def fake_variant(monkeypatch):
     """A gluon-lab-style variant of rms_norm (no kernel: only its records matter here)."""
     def fn(x, weight, eps=1e-6, out=None):
         return specs.get("rms_norm").eager(x, weight, eps)
+    registry._ensure_loaded()  # load the real variants first: the copy must hold them
     reg = {op: dict(vs) for op, vs in registry._REGISTRY.items()}
     monkeypatch.setattr(registry, "_REGISTRY", reg)
     registry.register("rms_norm", "gluon-test", pattern="tma-caching", needs_cuda=False)(fn)
