@@ -18,6 +18,9 @@ def _table(recs) -> str:
         return pd.DataFrame(rows).to_string(index=False)
 
 
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m gluon_lab")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -39,7 +42,7 @@ def main(argv=None) -> int:
     i.add_argument("--N", type=int, help="row length (row ops)")
     i.add_argument("--M", type=int, default=None, help="rows (row ops; the heuristic may depend on it)")
     i.add_argument("--shape", default=None, help='JSON shape dict for other ops, e.g. \'{"M": 4096, "N": 4096, "K": 4096}\'')
-    i.add_argument("--dtype", default="bfloat16")
+    i.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_ALIASES) + ["bfloat16", "float16", "float32"])
     sel = sub.add_parser("select", help="write the variant='auto' selection table from the current records")
     sel.add_argument("--results-dir", default=None, help="default: the repository's results/")
     sel.add_argument("--check", action="store_true", help="exit 1 if the committed table differs (do not write)")
@@ -71,8 +74,14 @@ def main(argv=None) -> int:
         shape = json.loads(a.shape) if a.shape else None
         if shape is None and a.N is None:
             p.error("inspect needs --N (row ops) or --shape")
-        k, cen = inspect_variant(a.op, a.variant, N=a.N, shape=shape, dtype=a.dtype,
-                                 **({"M": a.M} if shape is None else {}))
+        if shape is not None and (a.N is not None or a.M is not None):
+            p.error("--N / --M are for row ops; with --shape put every dimension in the shape")
+        a.dtype = DTYPE_ALIASES.get(a.dtype, a.dtype)
+        try:
+            k, cen = inspect_variant(a.op, a.variant, N=a.N, shape=shape, dtype=a.dtype,
+                                     **({"M": a.M} if shape is None else {}))
+        except (ValueError, TypeError) as e:  # unknown op/variant, a shape it refuses: say so, no traceback
+            p.error(str(e))
         if a.ptx:
             print(k.asm["ptx"])
         print(json.dumps(cen, indent=1, default=str))

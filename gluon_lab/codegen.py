@@ -190,15 +190,16 @@ def inspect_variant(op: str, variant: str, *, N: int | None = None, shape: dict 
     from .registry import get_variant
     v = get_variant(op, variant)
     if v.codegen is None:
-        raise ValueError(f"variant {variant!r} of {op} has no codegen hook: it is "
-                         f"{'a library call or torch.compile' if not v.ours else 'not compiled by gluon-lab'}")
+        raise ValueError(f"variant {variant!r} of {op} has no codegen hook (nothing of ours to compile for it here)")
     if shape is None:
+        if v.spec.shape_keys != ("M", "N"):
+            raise ValueError(f"{op} shapes are {v.spec.shape_keys}: pass shape (CLI: --shape '{{...}}'), not N")
         if N is None:
             raise ValueError("pass N (row ops) or shape")
         shape = {"M": overrides.pop("M", None), "N": N}
     if config is not None and overrides:
         raise ValueError(f"pass either config or knob overrides, not both (got {sorted(overrides)})")
-    cfg = config if config is not None else v.resolve(shape, dtype, overrides) if v.configure is not None else None
+    cfg = config if config is not None else v.resolve(shape, dtype, overrides)  # raises for knobs it lacks
     k = compile_spec(v.codegen(shape, dtype, cfg))
     return k, census(k)
 

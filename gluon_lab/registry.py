@@ -69,6 +69,7 @@ class Variant:
 
 _REGISTRY: dict[str, dict[str, Variant]] = {}
 _loaded = False
+_loading = False
 
 
 def register(op: str, name: str, *, pattern: str, **kw):
@@ -89,21 +90,26 @@ def register(op: str, name: str, *, pattern: str, **kw):
 
 def _ensure_loaded():
     """Import every kernel module once: each registers its variants (baselines first)."""
-    global _loaded
-    if _loaded:
+    global _loaded, _loading
+    if _loaded or _loading:  # _loading: a kernel module asking the registry while it registers
         return
-    _loaded = True
-    from . import kernels
-    mods = sorted(m.name for m in pkgutil.iter_modules(kernels.__path__))
-    for name in ["baselines"] + [m for m in mods if m != "baselines"]:
-        importlib.import_module(f"{kernels.__name__}.{name}")
+    _loading = True
+    try:
+        from . import kernels
+        mods = sorted(m.name for m in pkgutil.iter_modules(kernels.__path__))
+        for name in ["baselines"] + [m for m in mods if m != "baselines"]:
+            importlib.import_module(f"{kernels.__name__}.{name}")
+        _loaded = True  # only once every module imported: a failed import raises again next time
+    finally:
+        _loading = False
 
 
 def variants(op: str, *, available_only: bool = True) -> list[str]:
     """Variant names registered for op (those whose optional dependencies are installed)."""
     specs.get(op)
     _ensure_loaded()
-    return [n for n, v in _REGISTRY.get(op, {}).items() if not available_only or v.available()]
+    vs = sorted(_REGISTRY.get(op, {}).values(), key=lambda v: PATTERNS.index(v.pattern))  # stable: baselines first
+    return [v.name for v in vs if not available_only or v.available()]
 
 
 def all_variants():

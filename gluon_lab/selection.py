@@ -21,7 +21,7 @@ from pathlib import Path
 
 TABLE_PATH = Path(__file__).resolve().parent / "selection.json"
 MAX_DISTANCE = 8  # weighted bucket distance beyond which the table does not speak for a shape
-WEIGHTS = (4, 1, 1, 1)  # bucket components: the first (row length / group length / M) counts 4x
+WEIGHTS = (4, 1, 1, 1)  # numeric bucket components in order: the first (row length / group length / M) counts 4x
 FALLBACK = "torch"
 # A gluon-lab variant is chosen only where it beats eager torch by more than run-to-run noise:
 # repeated GEMM runs on the H200 moved same-shape ratios by 1-3% (03 vs 04 runs of 2026-12-01),
@@ -105,8 +105,11 @@ def build(results_dir) -> dict:
 
 
 def write(table: dict, path: Path = TABLE_PATH) -> Path:
+    global _table
     from .results import atomic_write_text
     atomic_write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
+    _table = None  # this process reads the new table on its next auto call
+    _decisions.clear()
     return path
 
 
@@ -145,13 +148,16 @@ def signature(inputs) -> tuple:
 
 
 def _distance(a, b) -> float:
-    d = 0.0
-    for i, (x, y) in enumerate(zip(a, b)):
+    """Weighted L1 distance of two buckets; string components (a layout) must match exactly and
+    do not use up a weight (group buckets are (layout, log2 group length, log2 group count))."""
+    d, i = 0.0, 0
+    for x, y in zip(a, b):
         if isinstance(x, str) or isinstance(y, str):
             if x != y:
                 return math.inf
             continue
         d += WEIGHTS[min(i, len(WEIGHTS) - 1)] * abs(x - y)
+        i += 1
     return d
 
 
@@ -175,9 +181,10 @@ def choose(spec, inputs) -> str:
     name = FALLBACK
     if getattr(x, "is_cuda", False):
         dtype = str(x.dtype).replace("torch.", "")
+        known = registry.variants(spec.name)
         for v in candidates(spec, spec.shape_of(*inputs), dtype, _slug(x.device.index or 0)):
-            if v == FALLBACK or registry.eligible(registry.get_variant(spec.name, v), inputs):
-                name = v
+            if v == FALLBACK or (v in known and registry.eligible(registry.get_variant(spec.name, v), inputs)):
+                name = v  # a name the table holds but the registry no longer has is skipped
                 break
     _decisions[key] = name
     return name

@@ -82,3 +82,57 @@ def test_committed_table_matches_the_committed_records():
     table = json.loads(selection.TABLE_PATH.read_text())
     assert table == selection.build(ROOT / "results"), \
         "gluon_lab/selection.json is out of date with results/: run `python -m gluon_lab select` and commit it"
+
+
+def test_group_buckets_weight_the_group_length_not_the_layout(monkeypatch):
+    spec = specs.get("group_norm")
+    far = {"B": 8, "C": 32, "H": 16, "W": 16, "G": 32, "layout": "nchw"}  # group length 256: bucket 8
+    near = {"B": 8, "C": 320, "H": 64, "W": 64, "G": 32, "layout": "nchw"}  # group length 40960: bucket 15
+    table = {"entries": {"h200": {"group_norm": {"bfloat16": [
+        {"bucket": list(spec.bucket(near)), "order": ["gluon-chunked", "torch"]}]}}}}
+    monkeypatch.setattr(selection, "_table", table)
+    assert selection.candidates(spec, near, "bfloat16", "h200") == ["gluon-chunked", "torch"]
+    assert selection.candidates(spec, far, "bfloat16", "h200") == ["torch"]  # 7 octaves of group length x 4
+    assert selection.candidates(spec, {**near, "layout": "channels_last"}, "bfloat16", "h200") == ["torch"]
+
+
+def test_a_table_name_the_registry_lacks_is_skipped(monkeypatch):
+    monkeypatch.setattr(selection, "_decisions", {})
+    monkeypatch.setattr(selection, "candidates", lambda *a: ["gluon-renamed", "torch"])
+    monkeypatch.setattr(selection, "_slug", lambda i: "h200")
+
+    class FakeCuda:  # only what choose() reads before the candidates
+        is_cuda = True
+        dtype = torch.bfloat16
+        shape = (4, 64)
+        device = torch.device("cpu")
+
+        def stride(self):
+            return (64, 1)
+
+        def data_ptr(self):
+            return 0
+
+        def numel(self):
+            return 256
+
+    x = FakeCuda()
+    assert selection.choose(specs.get("rms_norm"), (x, torch.randn(64))) == "torch"
+
+
+def test_a_failed_kernel_import_is_raised_again(monkeypatch):
+    import importlib
+    real = importlib.import_module
+    monkeypatch.setattr(registry, "_loaded", False)
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+
+    def failing(name, *a, **k):
+        if name.endswith(".gemm"):
+            raise ImportError("boom")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", failing)
+    for _ in range(2):
+        with pytest.raises(ImportError, match="boom"):
+            registry.variants("matmul")
+    assert registry._loaded is False

@@ -59,7 +59,7 @@ def validate_group_norm(x, num_groups, weight=None, bias=None, *, eps):
 def validate_instance_norm(x, weight=None, bias=None, *, eps):
     _check_x(x)
     _check_affine(x, weight, bias)
-    if x.numel() and spatial_size(x) == 1:  # F.instance_norm's own rule (_verify_spatial_size)
+    if spatial_size(x) == 1:  # F.instance_norm's own rule (_verify_spatial_size), empty x included
         raise ValueError(f"x must have more than one spatial element (prod(x.shape[2:]) > 1), as "
                          f"F.instance_norm requires; got shape {tuple(x.shape)}")
     return {"eps": check_eps(eps)}
