@@ -190,7 +190,9 @@ def inspect_variant(op: str, variant: str, *, N: int | None = None, shape: dict 
     from .registry import get_variant
     v = get_variant(op, variant)
     if v.codegen is None:
-        raise ValueError(f"variant {variant!r} of {op} has no codegen hook (nothing of ours to compile for it here)")
+        what = ("a baseline: a library call, torch.compile, or a kernel registered without a CPU compile spec"
+                if not v.ours else "registered without a CPU compile spec")
+        raise ValueError(f"variant {variant!r} of {op} has no codegen hook ({what})")
     if shape is None:
         if v.spec.shape_keys != ("M", "N"):
             raise ValueError(f"{op} shapes are {v.spec.shape_keys}: pass shape (CLI: --shape '{{...}}'), not N")
