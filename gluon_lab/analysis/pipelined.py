@@ -726,9 +726,10 @@ def target_cells(g, spec):
     return t
 
 
-def target_tables(grids: dict, spec) -> dict:
-    """{op: target_cells} for the grids that hold gluon-pipelined."""
-    out = {op: target_cells(g, spec) for op, g in grids.items()}
+def target_tables(grids: dict, spec, cells=None) -> dict:
+    """{op: cells(grid, spec)} for the grids with a non-empty table (cells: target_cells, or
+    another pattern's target function)."""
+    out = {op: (cells or target_cells)(g, spec) for op, g in grids.items()}
     return {op: t for op, t in out.items() if len(t)}
 
 

@@ -731,8 +731,7 @@ def target_cells(g, spec):
 
 
 def target_tables(grids: dict, spec) -> dict:
-    out = {op: target_cells(g, spec) for op, g in grids.items()}
-    return {op: t for op, t in out.items() if len(t)}
+    return P.target_tables(grids, spec, target_cells)
 
 
 def norm_summary(targets: dict):
