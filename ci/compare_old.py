@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     import torch
     import gluon_lab_old
     from gluon_lab import bench, registry, specs
-    from gluon_lab.results import Record, append_records, store_path
+    from gluon_lab.results import Record, store_path
 
     p = argparse.ArgumentParser()
     p.add_argument("out_dir")
