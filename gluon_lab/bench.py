@@ -314,6 +314,10 @@ def clone_inputs(inputs) -> tuple:
     return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
 
 
+#: a graph-timed norm case on the H200 (check, capture, >= 100 ms of replays), for plan estimates
+SECONDS_PER_CASE = 0.4
+
+
 class Session:
     """Everything measured in one run shares provenance, run_id and the ceilings measured at its
     start, so SOL vs measured ceilings compares numbers taken minutes apart on the same GPU."""
@@ -449,15 +453,34 @@ class Session:
         return m
 
     def sweep(self, cases: Sequence[dict], desc: str = "sweep") -> list[Record]:
-        """cases: dicts of measure() kwargs. A tqdm bar shows progress."""
-        from tqdm.auto import tqdm
+        """cases: dicts of measure() kwargs. Progress: a tqdm bar on a terminal, else a line at the start
+        (cases, estimate) and about every 15 s (done / total, elapsed, estimated time left)."""
+        import sys
+        import time
         out = []
-        for c in tqdm(cases, desc=desc, mininterval=5):
+        tty = sys.stderr.isatty()
+        t0 = last = time.time()
+        n = len(cases)
+        if not tty:
+            print(f"{desc}: {n} cases (about {n * SECONDS_PER_CASE:.0f} s at ~{SECONDS_PER_CASE} s per case; "
+                  "compiles and torch.compile baselines take longer)", flush=True)
+        it = cases
+        if tty:
+            from tqdm.auto import tqdm
+            it = tqdm(cases, desc=desc, mininterval=5)
+        for i, c in enumerate(it, 1):
             if c.get("op") == "copy":
                 out.append(self.measure_copy(c["shape"], c["dtype"], c.get("timer", "auto")))
             else:
                 out.append(self.measure(**c))
             self.save()  # append as we go: a run cut short keeps what it measured
+            now = time.time()
+            if not tty and (now - last > 15 or i == n):
+                last = now
+                r = out[-1]
+                left = (now - t0) / i * (n - i)
+                print(f"{desc}: {i}/{n} cases, {now - t0:.0f} s, ~{left:.0f} s left (last: {r.op} {r.variant} "
+                      f"{r.shape} {'ok' if r.passed else 'FAILED'})", flush=True)
         return out
 
     def save(self) -> str:

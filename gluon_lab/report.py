@@ -1,28 +1,61 @@
 """papermill -> executed notebooks -> nbconvert HTML -> reports/<notebook>.html + reports/index.html.
 
-    build()                      # every notebooks/NN-*.ipynb, mode="auto"
+    build()                                    # every notebooks/NN-*.ipynb, mode="auto"
     build(["00-ceilings"], mode="replay", out_dir="reports")
 
-A failing cell fails the build with ReportBuildError naming the notebook, the cell and the error.
+Honest builds
+    * The site is built in a temporary folder next to `out_dir` and swapped in only when every
+      notebook executed: a failed build leaves the previous site untouched (the failed build stays
+      in `<out_dir>.failed/` for inspection) and raises ReportBuildError naming the notebook, the
+      cell and the error.
+    * Building a subset re-renders those pages and keeps every other page of the existing site; the
+      index lists all of them (each page's card is stored in `pages/<notebook>.json`).
+    * A notebook must have records, a headline figure and computed headline numbers; a page missing
+      one fails the build (named) unless the build is explicitly partial (`partial=True`, CLI
+      `--partial`), and then the page and its card say PARTIAL and what is missing.
+    * On an sm_90+ GPU, mode "auto" measures: into a NEW run folder (`runs/<run>/results`, never the
+      committed `results/`), the quick plans unless `full=True`; the pages show that run, and
+      `python -m gluon_lab adopt runs/<run>` appends its records to `results/` for review + commit.
+
+Pages (templates/gluonlab/index.html.j2): a sticky bar (index, previous / next), a table of
+contents from the page's headings, an "At a glance" block at the top (the pattern in two sentences,
+the headline numbers, the headline figure, the targets and the takeaways, copied from the cells
+tagged `headline-numbers`, `headline`, `targets`, `takeaways`), code folded, the outputs of cells
+tagged `fold` (and any output longer than a screen) folded. No asset comes from the network.
 Executed notebooks (reports/executed/) and HTML are build output, never committed.
-The index has one row per notebook: pattern, headline figure (the first image output of the cell
-tagged "headline"), GPU, date of the data and the count of stale records, read from results/.
 """
 from __future__ import annotations
 
+import base64
+import copy
 import datetime as _dt
 import html
 import json
 import os
+import re
+import shutil
+import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+RUNS = REPO / "runs"
+HEADLINE_MIME = "application/vnd.gluonlab.headline+json"
+STALE_LEGEND = ("a case is stale when its newest record was measured with kernel code that has changed since (the "
+                "hash of the code the variant compiles and launches differs): the page shows it flagged STALE, "
+                "and a re-measure replaces it; older runs kept as history are not counted")
+#: outputs longer than this many text lines / table rows are folded on the page
+FOLD_LINES = 40
 
 
 class ReportBuildError(RuntimeError):
     pass
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
 
 
 def _notebook_paths(names, notebooks_dir: Path) -> list[Path]:
@@ -36,9 +69,22 @@ def _notebook_paths(names, notebooks_dir: Path) -> list[Path]:
         elif not p.is_absolute() and not p.exists():
             p = notebooks_dir / p.name
         if not p.exists():
-            raise ReportBuildError(f"notebook {n!r} not found (looked at {p})")
+            known = ", ".join(q.stem for q in sorted(notebooks_dir.glob("[0-9][0-9]-*.ipynb")))
+            raise ReportBuildError(f"notebook {n!r} not found (looked at {p}); known: {known}")
         out.append(p)
     return out
+
+
+def _ipc_kernel_manager():
+    """The notebook kernels talk over local IPC sockets (not TCP on localhost), in a private folder."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.transport = "ipc"
+            self.ip = str(Path(tempfile.mkdtemp(prefix="gluon-lab-kernel-")) / "kernel")
+    return IPCKernelManager
 
 
 def execute(nb_path: Path, out_path: Path, parameters: dict, kernel_name: str = "python3", timeout: int = 3600):
@@ -48,7 +94,8 @@ def execute(nb_path: Path, out_path: Path, parameters: dict, kernel_name: str = 
     try:
         pm.execute_notebook(str(nb_path), str(out_path), parameters=parameters, kernel_name=kernel_name,
                             cwd=str(nb_path.parent), progress_bar=False, log_output=False,
-                            execution_timeout=timeout, start_timeout=180)
+                            execution_timeout=timeout, start_timeout=180,
+                            kernel_manager_class=_ipc_kernel_manager())
     except PapermillExecutionError as e:
         first = (e.source or "").strip().splitlines()[:1]
         raise ReportBuildError(
@@ -57,26 +104,145 @@ def execute(nb_path: Path, out_path: Path, parameters: dict, kernel_name: str = 
             f"executed notebook kept at {out_path}") from None
 
 
-def to_html(executed: Path, html_path: Path, banner: str = "") -> None:
-    import nbformat
-    from nbconvert import HTMLExporter
-    nb = nbformat.read(str(executed), as_version=4)
-    exp = HTMLExporter(template_name="gluonlab", extra_template_basedirs=[str(TEMPLATES)])
-    body, _ = exp.from_notebook_node(nb, resources={"gl_banner": banner})
-    html_path.write_text(body, encoding="utf-8")
+# ----------------------------------------------------------------------------------------------
+# what a page shows at a glance, read from the executed notebook
+
+def _tagged(nb, tag):
+    return [c for c in nb.cells if c.cell_type == "code" and tag in c.metadata.get("tags", [])]
+
+
+def headline_png(nb) -> str | None:
+    """base64 PNG of the first image output of the cell tagged 'headline' (else None)."""
+    for cell in _tagged(nb, "headline"):
+        for o in cell.get("outputs", []):
+            png = o.get("data", {}).get("image/png")
+            if png:
+                return png.replace("\n", "")
+    return None
 
 
 def headline_image(executed: Path) -> str | None:
-    """data: URI of the first PNG output of the cell tagged 'headline' (else None)."""
+    """data: URI of the headline figure of an executed notebook (else None)."""
     import nbformat
+    png = headline_png(nbformat.read(str(executed), as_version=4))
+    return "data:image/png;base64," + png if png else None
+
+
+def headline_numbers(nb) -> list[dict]:
+    """[{'label', 'value'}] from the HEADLINE_MIME outputs of the cell tagged 'headline-numbers'."""
+    out = []
+    for cell in _tagged(nb, "headline-numbers"):
+        for o in cell.get("outputs", []):
+            d = o.get("data", {}).get(HEADLINE_MIME)
+            if d:
+                out.extend(d.get("numbers", []))
+    return out
+
+
+def missing_parts(nb, summ: dict) -> list[str]:
+    """What a published page must have and this executed notebook lacks."""
+    miss = []
+    if not summ.get("n"):
+        miss.append(f"no records ({summ.get('where', 'results')})")
+    if headline_png(nb) is None:
+        miss.append("no headline figure (the cell tagged 'headline' drew nothing)")
+    for d in headline_numbers(nb):
+        if str(d.get("value", "")).lower().startswith("missing"):
+            miss.append(f"headline number {d.get('label')!r}: {d.get('value')}")
+    return miss
+
+
+def _output_lines(o) -> int:
+    if o.get("output_type") == "stream":
+        return str(o.get("text", "")).count("\n")
+    data = o.get("data", {})
+    if "text/html" in data:
+        return str(data["text/html"]).count("<tr")
+    if "text/plain" in data and "image/png" not in data:
+        return str(data["text/plain"]).count("\n")
+    return 0
+
+
+def _coalesce_streams(nb) -> None:
+    """One output per run of consecutive stdout (stderr) writes: a print split across kernel messages
+    renders as one block, as in Jupyter."""
+    for c in nb.cells:
+        outs = []
+        for o in c.get("outputs", []):
+            if (outs and o.get("output_type") == "stream" and outs[-1].get("output_type") == "stream"
+                    and outs[-1].get("name") == o.get("name")):
+                outs[-1]["text"] = str(outs[-1]["text"]) + str(o["text"])
+            else:
+                outs.append(o)
+        if c.cell_type == "code":
+            c.outputs = outs
+
+
+def _fold_long_outputs(nb) -> None:
+    for c in nb.cells:
+        if c.cell_type != "code" or "fold" in c.metadata.get("tags", []):
+            continue
+        n = sum(_output_lines(o) for o in c.get("outputs", []))
+        if n > FOLD_LINES:
+            c.metadata["gl_fold"] = True
+            c.metadata["gl_fold_summary"] = f"long output ({n} lines / rows): click to show"
+
+
+def _headline_cells(nb, meta: dict, missing: list[str]) -> list:
+    """Cells of the "At a glance" block: copies of the outputs the notebook computed."""
+    import nbformat
+    v4 = nbformat.v4
+    cells = []
+    intro = [f"## At a glance", "", meta.get("summary") or ""]
+    if missing:
+        intro += ["", "**PARTIAL page: " + "; ".join(html.escape(m) for m in missing) + ".**"]
+    cells.append(v4.new_markdown_cell("\n".join(intro)))
+    blocks = [("headline-numbers", None), ("headline", None), ("targets", "### Targets"),
+              ("takeaways", "### Takeaways")]
+    for tag, title in blocks:
+        src = _tagged(nb, tag)
+        outs = [copy.deepcopy(o) for c in src for o in c.get("outputs", []) if o.get("output_type") != "stream"]
+        if tag == "headline":  # the one figure that matters: its first image only
+            outs = [o for o in outs if "image/png" in o.get("data", {})][:1]
+        if not outs:
+            continue
+        if title:
+            cells.append(v4.new_markdown_cell(title))
+        cell = v4.new_code_cell(source="", outputs=outs)
+        cells.append(cell)
+    for c in cells:
+        c.metadata["tags"] = ["gl-headline"]
+    cells[0].metadata["tags"].append("gl-headline-start")
+    cells[-1].metadata["tags"].append("gl-headline-end")
+    return cells
+
+
+_HEADING = re.compile(r'<h([23]) id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
+
+
+def _toc(body: str) -> str:
+    items = []
+    for level, ident, text in _HEADING.findall(body):
+        label = re.sub(r"<[^>]+>", "", text).strip()
+        items.append(f'<a class="gl-h{level}" href="#{ident}">{label}</a>')
+    return "\n".join(items)
+
+
+def to_html(executed: Path, html_path: Path, banner: str = "", meta: dict | None = None, missing=(),
+            prev: dict | None = None, nxt: dict | None = None, footer: str = "") -> None:
+    import nbformat
+    from nbconvert import HTMLExporter
     nb = nbformat.read(str(executed), as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "headline" in cell.metadata.get("tags", []):
-            for o in cell.get("outputs", []):
-                png = o.get("data", {}).get("image/png")
-                if png:
-                    return "data:image/png;base64," + png.replace("\n", "")
-    return None
+    _coalesce_streams(nb)
+    _fold_long_outputs(nb)
+    if meta is not None:
+        at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
+        nb.cells[at:at] = _headline_cells(nb, meta, list(missing))
+    exp = HTMLExporter(template_name="gluonlab", extra_template_basedirs=[str(TEMPLATES)])
+    body, _ = exp.from_notebook_node(nb, resources={"gl_banner": banner, "gl_prev": prev, "gl_next": nxt,
+                                                    "gl_footer": footer})
+    body = body.replace("<!--GL-TOC-->", _toc(body), 1)
+    html_path.write_text(body, encoding="utf-8")
 
 
 def notebook_meta(nb_path: Path) -> dict:
@@ -95,69 +261,255 @@ def notebook_meta(nb_path: Path) -> dict:
 
 
 def data_summary(results_dir: Path, notebook: str) -> dict:
-    """GPU(s), newest timestamp, record count and stale count for notebook's records."""
+    """GPU(s), newest timestamp, record count, stale count and runs of notebook's records."""
     from . import plots, registry, results
     files = sorted(results_dir.glob(f"*/{notebook}.jsonl"))
+    where = f"{results_dir}/<gpu>/{notebook}.jsonl"
     if not files:
-        return {"gpus": "no records", "date": "", "n": 0, "stale": 0}
+        return {"gpus": "no records", "date": "", "n": 0, "stale": 0, "cases": 0, "runs": 0, "where": where}
     df = results.load(files, on_error="raise")
     plots.check_physical(df)
     df = results.mark_stale(df, registry.current_hash)
     gpus = ", ".join(sorted(df["gpu_name"].dropna().unique())) or "?"
     date = str(df["timestamp"].dropna().max())[:10] if len(df) else ""
-    return {"gpus": gpus, "date": date, "n": len(df), "stale": int(df["stale"].sum())}
+    newest = results.latest(df)  # the record of each case a page shows; older runs are history
+    return {"gpus": gpus, "date": date, "n": len(df), "cases": len(newest), "stale": int(newest["stale"].sum()),
+            "runs": int(df["run_id"].nunique()), "where": where}
 
+
+# ----------------------------------------------------------------------------------------------
+# the index
 
 INDEX_TEMPLATE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>gluon-lab reports</title>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1.0">
+<title>gluon-lab reports</title>
 <style>
-body {{ font-family: -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em; color: #222; }}
-table {{ border-collapse: collapse; }} td, th {{ border-bottom: 1px solid #ddd; padding: 8px 12px; vertical-align: top; text-align: left; }}
-th {{ background: #f5f5f5; }} img {{ max-width: 380px; border: 1px solid #eee; }}
-.stale {{ color: #b00; font-weight: bold; }} .muted {{ color: #888; }}
+body {{ font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0; color: #222; background: #f4f6f9; }}
+header {{ background: #fff; border-bottom: 1px solid #ddd; padding: 18px 32px; }}
+header h1 {{ margin: 0 0 6px 0; font-size: 24px; }} header p {{ margin: 4px 0; color: #444; max-width: 1100px; }}
+.grid {{ display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr)); gap: 20px; padding: 24px 32px; }}
+a.gl-card {{ display: flex; flex-direction: column; background: #fff; border: 1px solid #dde3ea; border-radius: 8px;
+  padding: 16px 18px; color: inherit; text-decoration: none; box-shadow: 0 1px 2px rgba(0,0,0,.04); }}
+a.gl-card:hover {{ border-color: #7aa7d9; box-shadow: 0 2px 8px rgba(0,0,0,.08); }}
+.gl-card h2 {{ margin: 0 0 4px 0; font-size: 18px; color: #0b5cad; }}
+.gl-card .summary {{ color: #444; font-size: 14px; margin: 0 0 10px 0; }}
+.gl-card ul {{ margin: 0 0 10px 0; padding-left: 18px; font-size: 14px; }} .gl-card li {{ margin: 2px 0; }}
+.gl-card img {{ width: 100%; height: auto; border: 1px solid #eee; border-radius: 4px; margin-top: auto; }}
+.gl-card .foot {{ font-size: 12px; color: #666; margin-top: 10px; }}
+.stale {{ color: #b00; font-weight: 600; }} .partial {{ color: #fff; background: #b00; padding: 1px 6px; border-radius: 3px; }}
+.legend {{ font-size: 12px; color: #555; }}
 </style></head><body>
-<h1>gluon-lab reports</h1>
-<p>Hopper codegen patterns in Gluon, measured on real GPUs. Built {built} in mode <code>{mode}</code>.
-Each page is an executed notebook; numbers come only from records in <code>results/</code>.</p>
-<table><tr><th>notebook</th><th>pattern</th><th>headline figure</th><th>GPU</th><th>date of data</th><th>records</th><th>stale</th></tr>
-{rows}
-</table></body></html>
+<header><h1>gluon-lab reports</h1>
+<p>Hopper codegen patterns written in Gluon, measured on real GPUs; each page is an executed notebook and every
+number on it comes from a record in <code>results/</code>. Built {built}, mode <code>{mode}</code>.</p>
+<p class="legend"><span class="stale">stale</span>: {legend}.</p></header>
+<div class="grid">
+{cards}
+</div></body></html>
 """
+
+
+def _card(c: dict) -> str:
+    e = html.escape
+    nums = "".join(f"<li><b>{e(str(d.get('label', '')))}</b>: {e(str(d.get('value', '')))}</li>"
+                   for d in c.get("numbers", []))
+    img = (f'<img src="{e(c["image"])}" alt="headline figure of {e(c["notebook"])}">' if c.get("image")
+           else '<p class="summary">no headline figure</p>')
+    stale = (f'<span class="stale">{c["stale"]} of {c.get("cases", "?")} cases stale</span>' if c.get("stale")
+             else f'{c.get("cases", "?")} cases, none stale')
+    partial = (f' · <span class="partial">PARTIAL</span> {e("; ".join(c["missing"]))}' if c.get("missing") else "")
+    return (f'<a class="gl-card" href="{e(c["notebook"])}.html"><h2>{e(c["title"])}</h2>'
+            f'<p class="summary">{e(c.get("summary", ""))}</p><ul>{nums}</ul>{img}'
+            f'<div class="foot">{e(c.get("gpus", ""))} · data of {e(c.get("date", "") or "?")} · '
+            f'{c.get("n", 0)} records in {c.get("runs", 0)} run(s) · {stale} · built {e(c.get("built", ""))} '
+            f'({e(c.get("mode", ""))}){partial}</div></a>')
+
+
+def write_index(site: Path, built: str, mode: str) -> Path:
+    cards = [json.loads(p.read_text()) for p in sorted((site / "pages").glob("*.json"))]
+    path = site / "index.html"
+    path.write_text(INDEX_TEMPLATE.format(built=html.escape(built), mode=html.escape(mode), legend=html.escape(STALE_LEGEND),
+                                          cards="\n".join(_card(c) for c in cards)), encoding="utf-8")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# the build
+
+def _kept_pages(out: Path, building: set[str]) -> list[str]:
+    if not (out / "pages").is_dir():
+        return []
+    return sorted(p.stem for p in (out / "pages").glob("*.json")
+                  if p.stem not in building and (out / f"{p.stem}.html").exists())
+
+
+def _measure_folder(full: bool) -> Path:
+    from . import results
+    return RUNS / (results.new_run_id() + ("" if full else "-quick")) / "results"
+
+
+def _swap_in(stage: Path, out: Path) -> None:
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        os.replace(out, old)
+    os.replace(stage, out)
+    if old.exists():
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def build(notebooks=None, out_dir: str | os.PathLike = "reports", mode: str = "auto", quick: bool = False,
           results_dir: str | os.PathLike | None = None, notebooks_dir: str | os.PathLike | None = None,
-          kernel_name: str = "python3") -> Path:
+          kernel_name: str = "python3", partial: bool = False, full: bool = False) -> Path:
+    """Execute and render notebooks into out_dir (see the module docstring). Returns index.html."""
+    from .notebook import resolve_mode
     if mode not in ("auto", "measure", "replay"):
         raise ValueError(f"mode must be 'auto', 'measure' or 'replay', got {mode!r}")
+    run_mode = resolve_mode(mode)
+    if run_mode == "replay" and quick:
+        _say("note: --quick only shapes what a measure run measures; replay shows the records as they are")
     out = Path(out_dir).resolve()
-    res = Path(results_dir).resolve() if results_dir else REPO / "results"
     nbdir = Path(notebooks_dir).resolve() if notebooks_dir else NOTEBOOKS
     paths = _notebook_paths(notebooks, nbdir)
     if not paths:
         raise ReportBuildError(f"no notebooks found in {nbdir}")
-    rows = []
-    from tqdm.auto import tqdm
-    for nb in tqdm(paths, desc="notebooks", disable=None):
-        executed = out / "executed" / nb.name
-        execute(nb, executed, {"mode": mode, "quick": quick, "results_dir": str(res)}, kernel_name=kernel_name)
-        meta = notebook_meta(nb)
-        summ = data_summary(res, nb.stem)
-        banner = (f"{html.escape(meta['title'])} · data: {html.escape(summ['gpus'])} {summ['date']} · "
-                  f"{summ['n']} records, {summ['stale']} stale")
-        to_html(executed, out / f"{nb.stem}.html", banner)
-        img = headline_image(executed)
-        stale = f'<span class="stale">{summ["stale"]}</span>' if summ["stale"] else "0"
-        rows.append(
-            f'<tr><td><a href="{nb.stem}.html">{html.escape(nb.stem)}</a><br>'
-            f'<span class="muted">{html.escape(meta["title"])}</span></td>'
-            f'<td>{html.escape(meta["pattern"])}</td>'
-            f'<td>{f"<img src={chr(34)}{img}{chr(34)}>" if img else "<span class=muted>no headline figure</span>"}</td>'
-            f'<td>{html.escape(summ["gpus"])}</td><td>{summ["date"]}</td><td>{summ["n"]}</td><td>{stale}</td></tr>')
+    if results_dir:
+        res = Path(results_dir).resolve()
+    elif run_mode == "measure":  # never silently into the committed results/
+        res = _measure_folder(full)
+        quick = quick or not full
+        _say(f"GPU found: measuring the {'full' if full else 'quick'} plans into {res} (the committed results/ are "
+             f"not touched). Review the pages, then `python -m gluon_lab adopt {res.parent}` and commit results/.")
+    else:
+        res = REPO / "results"
+    building = {p.stem for p in paths}
+    kept = _kept_pages(out, building)
+    order = sorted(building | set(kept))
+    titles = {p.stem: notebook_meta(p)["title"] for p in paths}
+    for k in kept:
+        titles[k] = json.loads((out / "pages" / f"{k}.json").read_text()).get("title", k)
+    last = _previous_timings(out)
+    est = sum(last.get(p.stem, 60.0) for p in paths)
+    _say(f"building {len(paths)} page(s) into {out} ({run_mode}, records from {res}); "
+         f"{'last build took' if last else 'estimate'} ~{est:.0f} s" + (f"; keeping {len(kept)} other page(s)" if kept else ""))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
     built = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "index.html").write_text(INDEX_TEMPLATE.format(built=built, mode=html.escape(mode), rows="\n".join(rows)),
-                                    encoding="utf-8")
-    (out / "build.json").write_text(json.dumps({"built": built, "mode": mode, "notebooks": [p.stem for p in paths]}))
-    print(f"wrote {out / 'index.html'} and {len(paths)} page(s)")
+    timings = {}
+    try:
+        (stage / "pages").mkdir()
+        (stage / "img").mkdir()
+        page_mode, extra = run_mode, {}
+        if run_mode == "measure":  # measure here (progress on this terminal), then the pages replay that run
+            page_mode, extra = "replay", {"gpu": _measure_plans(paths, res, quick)}
+        for i, nb in enumerate(paths, 1):
+            t0 = time.time()
+            _say(f"[{i}/{len(paths)}] {nb.stem}: executing ({page_mode})...")
+            executed = stage / "executed" / nb.name
+            params = {"mode": page_mode, "quick": quick if page_mode == "measure" else False,
+                      "results_dir": str(res), **extra}
+            execute(nb, executed, params, kernel_name=kernel_name)
+            _render_page(nb, executed, stage, res, order, titles, built, run_mode, partial)
+            timings[nb.stem] = round(time.time() - t0, 1)
+            _say(f"[{i}/{len(paths)}] {nb.stem}: done in {timings[nb.stem]:.1f} s")
+        for k in kept:  # a subset build keeps the other pages of the site
+            for rel in (f"{k}.html", f"pages/{k}.json", f"img/{k}-headline.png", f"executed/{k}.ipynb"):
+                if (out / rel).exists():
+                    (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(out / rel, stage / rel)
+        write_index(stage, built, run_mode)
+        prev_t = {**last, **timings}
+        (stage / "build.json").write_text(json.dumps(
+            {"built": built, "mode": run_mode, "results_dir": str(res), "notebooks": [p.stem for p in paths],
+             "kept": kept, "partial": partial, "seconds": prev_t}, indent=1))
+    except BaseException as e:
+        failed = out.with_name(out.name + ".failed")
+        shutil.rmtree(failed, ignore_errors=True)
+        os.replace(stage, failed)
+        if isinstance(e, ReportBuildError):
+            msg = str(e).replace(str(stage), str(failed))
+            raise ReportBuildError(f"{msg}\nbuild failed: {out} was left as it was; the failed build is in {failed}") from None
+        raise
+    _swap_in(stage, out)
+    _say(f"wrote {out / 'index.html'}: {len(paths)} page(s) built, {len(kept)} kept")
     return out / "index.html"
+
+
+def _measure_plans(paths, res: Path, quick: bool) -> str:
+    """Run each notebook's measurement plan (the function its measure mode calls) into res; returns
+    the GPU slug the pages then replay."""
+    from . import device
+    from .experiments import EXPERIMENTS
+    slug = device.gpu_info()["gpu_slug"]
+    for nb in paths:
+        if nb.stem not in EXPERIMENTS:
+            continue
+        t0 = time.time()
+        _say(f"measuring {nb.stem}: the {'quick' if quick else 'full'} plan into {res}")
+        recs, where = EXPERIMENTS[nb.stem](results_dir=str(res), quick=quick)
+        bad = sum(r.passed is False for r in recs)
+        _say(f"measured {nb.stem}: {len(recs)} records ({bad} failed) in {time.time() - t0:.0f} s -> {where}")
+    return slug
+
+
+def _previous_timings(out: Path) -> dict:
+    try:
+        return {k: float(v) for k, v in json.loads((out / "build.json").read_text()).get("seconds", {}).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _render_page(nb: Path, executed: Path, stage: Path, res: Path, order: list[str], titles: dict, built: str,
+                 run_mode: str, partial: bool) -> None:
+    import nbformat
+    meta = notebook_meta(nb)
+    summ = data_summary(res, nb.stem)
+    enb = nbformat.read(str(executed), as_version=4)
+    missing = missing_parts(enb, summ)
+    if missing and not partial:
+        raise ReportBuildError(f"{nb.name}: the page lacks what it must show: {'; '.join(missing)}. "
+                               "Measure those parts (or pass partial=True / --partial to publish a page marked PARTIAL)")
+    i = order.index(nb.stem)
+    link = lambda k: {"href": f"{k}.html", "label": titles.get(k, k)}  # noqa: E731
+    prev = link(order[i - 1]) if i > 0 else None
+    nxt = link(order[i + 1]) if i + 1 < len(order) else None
+    stale = (f'<span class="gl-stale" title="{html.escape(STALE_LEGEND)}">{summ["stale"]} of {summ["cases"]} cases '
+             f'stale</span>' if summ["stale"] else f"{summ['cases']} cases, none stale")
+    part = ' <span class="gl-partial">PARTIAL</span>' if missing else ""
+    banner = (f"data: {html.escape(summ['gpus'])} · {summ['date'] or 'no date'} · {summ['n']} records in "
+              f"{summ.get('runs', 0)} run(s) · {stale}{part}")
+    footer = html.escape(f"built {built} in mode {run_mode} from {summ['where']}; {STALE_LEGEND}")
+    to_html(executed, stage / f"{nb.stem}.html", banner, meta=meta, missing=missing, prev=prev, nxt=nxt,
+            footer=footer)
+    png = headline_png(enb)
+    image = None
+    if png:
+        (stage / "img" / f"{nb.stem}-headline.png").write_bytes(base64.b64decode(png))
+        image = f"img/{nb.stem}-headline.png"
+    card = {"notebook": nb.stem, "title": meta["title"], "pattern": meta["pattern"], "summary": meta["summary"],
+            "numbers": headline_numbers(enb), "image": image, "missing": missing, "built": built, "mode": run_mode,
+            **{k: summ[k] for k in ("gpus", "date", "n", "cases", "stale", "runs")}}
+    (stage / "pages" / f"{nb.stem}.json").write_text(json.dumps(card, indent=1))
+
+
+def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None = None) -> list[tuple[Path, int]]:
+    """Append the records of a measure build (`runs/<run>/results`, or the run folder itself) to the
+    committed results/ after validating every line; returns [(store, records appended)]."""
+    from . import results
+    src = Path(run_folder)
+    src = src / "results" if (src / "results").is_dir() else src
+    dst = Path(results_dir) if results_dir else REPO / "results"
+    if not src.is_dir():
+        raise FileNotFoundError(f"run_folder {str(run_folder)!r}: no such folder (expected runs/<run>/results)")
+    done = []
+    for f in sorted(src.rglob("*.jsonl")):
+        recs, _ = results.read_records(f, on_error="raise")
+        target = dst / f.relative_to(src)
+        done.append((target, results.append_records(target, recs)))
+    for f in sorted(src.rglob("*.json")):  # artifacts of the run (timelines, Inductor code): the newest wins
+        target = dst / f.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, target)
+        done.append((target, 0))
+    if not done:
+        raise FileNotFoundError(f"{src}: no records (*.jsonl) to adopt")
+    return done

@@ -46,12 +46,93 @@ def test_site_builds_in_replay_mode(tmp_path):
     assert "FIXTURE-MARKER 63.0" in page  # the notebook really ran on these records
     assert "data:image/png;base64," in page  # figures embedded
     assert '<details class="gl-code"' in page  # code collapsible
+    assert re.search(r'<section[^>]*class="gl-headline"', page)  # the headline block, at the top
+    assert page.index('id="at-a-glance"') < page.index("FIXTURE-MARKER")
+    toc = re.search(r'<nav[^>]*class="gl-toc".*?</nav>', page, re.S).group(0)
+    anchors = re.findall(r'href="#([^"]+)"', toc)
+    assert anchors and all(f'id="{a}"' in page for a in anchors)  # every TOC entry has its target
+    assert not re.search(r'<(script|link)[^>]+(src|href)="https?://', page)  # nothing from a CDN
     idx = index.read_text()
-    assert 'href="98-fixture.html"' in idx and "data:image/png;base64," in idx
-    row = re.search(r"<tr><td><a href=\"98-fixture.html\">.*?</tr>", idx, re.S).group(0)
-    assert "NVIDIA H200" in row and "2026-11-01" in row
-    assert re.search(r'<span class="stale">1</span>', row)  # one record's kernel source changed
+    card = re.search(r'<a class="gl-card" href="98-fixture.html">.*?</a>', idx, re.S).group(0)
+    assert "NVIDIA H200" in card and "2026-11-01" in card
+    assert "1 of 8 cases stale" in card  # one record's kernel source changed
+    assert '<img src="img/98-fixture-headline.png"' in card and (out / "img" / "98-fixture-headline.png").stat().st_size > 1000
     assert (out / "executed" / "98-fixture.ipynb").exists()
+
+
+def _second_fixture_notebook(tmp_path) -> Path:
+    nbdir = tmp_path / "nbs"
+    nbdir.mkdir()
+    shutil.copy(FIX / "notebooks" / "98-fixture.ipynb", nbdir / "98-fixture.ipynb")
+    text = (FIX / "notebooks" / "98-fixture.ipynb").read_text().replace("98-fixture", "97-fixture") \
+        .replace("98 — fixture notebook", "97 — second fixture")
+    (nbdir / "97-fixture.ipynb").write_text(text)
+    return nbdir
+
+
+def test_subset_build_keeps_the_other_pages_and_links_neighbours(tmp_path):
+    res = tmp_path / "results"
+    fixture_records(res)
+    shutil.copy(res / "h200" / "98-fixture.jsonl", res / "h200" / "97-fixture.jsonl")
+    nbdir, out = _second_fixture_notebook(tmp_path), tmp_path / "site"
+    report.build(None, out_dir=out, mode="replay", results_dir=res, notebooks_dir=nbdir)
+    first = (out / "97-fixture.html").stat().st_mtime_ns
+    report.build(["98-fixture"], out_dir=out, mode="replay", results_dir=res, notebooks_dir=nbdir)
+    idx = (out / "index.html").read_text()
+    assert 'href="97-fixture.html"' in idx and 'href="98-fixture.html"' in idx  # both cards survive
+    assert (out / "97-fixture.html").stat().st_mtime_ns == first  # kept, not rebuilt
+    page98 = (out / "98-fixture.html").read_text()
+    assert '<a class="gl-prev" href="97-fixture.html">' in page98 and 'class="gl-next"' not in page98
+    assert '<a class="gl-next" href="98-fixture.html">' in (out / "97-fixture.html").read_text()
+
+
+def test_failed_build_leaves_the_site_as_it_was(tmp_path):
+    res = tmp_path / "results"
+    fixture_records(res)
+    out = tmp_path / "site"
+    report.build(["98-fixture"], out_dir=out, mode="replay", results_dir=res, notebooks_dir=FIX / "notebooks")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    (res / "h200" / "98-fixture.jsonl").unlink()  # a deleted results file
+    with pytest.raises(report.ReportBuildError, match=r"98-fixture.ipynb: the page lacks what it must show: no records"):
+        report.build(["98-fixture"], out_dir=out, mode="replay", results_dir=res, notebooks_dir=FIX / "notebooks")
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert after == before  # index and page untouched
+    assert (tmp_path / "site.failed" / "executed" / "98-fixture.ipynb").exists()
+    assert not list(tmp_path.glob(".site.build-*"))  # no half-built staging folder left behind
+
+
+def test_partial_build_publishes_a_page_marked_partial(tmp_path):
+    res = tmp_path / "results"
+    (res / "h200").mkdir(parents=True)
+    out = tmp_path / "site"
+    report.build(["98-fixture"], out_dir=out, mode="replay", results_dir=res, notebooks_dir=FIX / "notebooks",
+                 partial=True)
+    page, idx = (out / "98-fixture.html").read_text(), (out / "index.html").read_text()
+    assert "PARTIAL page: no records" in page and 'class="gl-partial"' in page
+    assert '<span class="partial">PARTIAL</span>' in idx
+
+
+def test_cli_report_failure_exits_nonzero_with_the_reason(tmp_path, capsys):
+    from gluon_lab.__main__ import main
+    (tmp_path / "results" / "h200").mkdir(parents=True)
+    rc = main(["report", "--mode", "replay", "--out", str(tmp_path / "site"), "--results-dir",
+               str(tmp_path / "results"), str(FIX / "notebooks" / "98-fixture.ipynb")])
+    assert rc == 1
+    assert "no records" in capsys.readouterr().err
+
+
+def test_headline_numbers_are_read_from_the_executed_notebook():
+    import nbformat
+    from gluon_lab.analysis import common as cm
+    bundle = cm.headline([("gluon-tma vs best peer", "0.97x geomean"), ("best SOL", "missing: no grid")])._repr_mimebundle_()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("", metadata={"tags": ["headline-numbers"]},
+                                          outputs=[nbformat.v4.new_output("display_data", data=bundle)])]
+    nums = report.headline_numbers(nb)
+    assert nums == [{"label": "gluon-tma vs best peer", "value": "0.97x geomean"},
+                    {"label": "best SOL", "value": "missing: no grid"}]
+    miss = report.missing_parts(nb, {"n": 3})
+    assert any("best SOL" in m for m in miss) and any("headline figure" in m for m in miss)
 
 
 def test_failing_cell_names_notebook_and_cell(tmp_path):
@@ -65,7 +146,7 @@ def test_failing_cell_names_notebook_and_cell(tmp_path):
 def test_over_100_percent_of_datasheet_fails_the_build(tmp_path):
     res = tmp_path / "results"
     fixture_records(res, over_100=True)
-    with pytest.raises(plots.PhysicsError, match="exceed 100% of the datasheet"):
+    with pytest.raises((report.ReportBuildError, plots.PhysicsError), match=r"98-fixture.jsonl:\d+: .*104.0% of the NVIDIA H200 datasheet"):
         report.build(["98-fixture"], out_dir=tmp_path / "site", mode="replay", results_dir=res,
                      notebooks_dir=FIX / "notebooks")
 
