@@ -31,3 +31,20 @@ def test_measure_paths_fail_clearly_without_gpu():
     with pytest.raises(device.GPUUnavailableError):
         notebook.resolve_mode("measure")
     assert notebook.resolve_mode("auto") == "replay"
+
+
+def test_gpu_run_without_a_usable_gpu_fails_loudly(tmp_path):
+    """`pytest -m gpu` on a machine whose GPU check finds no sm_90+ GPU must not pass by skipping
+    every GPU test: it is a usage error naming why (the batch script also demands passed tests)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gluon_lab import device
+    if device.is_hopper_or_newer():
+        pytest.skip("this machine has a usable GPU")
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_specs.py", "-p", "no:cacheprovider"],
+                       cwd=root, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "no usable NVIDIA sm_90+ GPU" in p.stdout + p.stderr and "Refusing to report them as skipped" in p.stdout + p.stderr
