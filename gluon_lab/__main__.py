@@ -1,4 +1,4 @@
-"""CLI: python -m gluon_lab {bench,report,inspect,ceilings,select}"""
+"""CLI: python -m gluon_lab {bench,report,compare,adopt,inspect,ceilings,select}"""
 from __future__ import annotations
 
 import argparse
@@ -35,18 +35,41 @@ def main(argv=None) -> int:
     r.add_argument("--quick", action="store_true")
     r.add_argument("--results-dir", default=None)
     r.add_argument("--out", default="reports")
+    r.add_argument("--partial", action="store_true",
+                   help="publish pages that lack records / headline data (marked PARTIAL) instead of failing")
+    r.add_argument("--full", action="store_true", help="measure mode: the full plans (default: the quick ones)")
     r.add_argument("notebooks", nargs="*")
-    i = sub.add_parser("inspect", help="compile a variant for sm_90 (no GPU needed) and print its census")
+    cp = sub.add_parser("compare", help="per-case time ratios of two runs of a notebook (--list: the runs)")
+    cp.add_argument("notebook", help="e.g. 01-tma-caching")
+    cp.add_argument("run_a", nargs="?", default=None, help="run id, unique prefix, 'previous' or 'newest'")
+    cp.add_argument("run_b", nargs="?", default=None, help="default: newest")
+    cp.add_argument("--gpu", default="h200")
+    cp.add_argument("--results-dir", default=None)
+    cp.add_argument("--all", action="store_true", help="every case (default: the 20 that moved most)")
+    cp.add_argument("--list", action="store_true", help="list the runs and exit")
+    ad = sub.add_parser("adopt", help="append a measure build's records (runs/<run>) to results/ for commit")
+    ad.add_argument("run_folder")
+    ad.add_argument("--results-dir", default=None)
+    i = sub.add_parser("inspect", help="compile a variant for sm_90 (no GPU needed) and print its census",
+                       description="Compile a registered variant for sm_90 on this CPU exactly as it would launch "
+                                   "(its checks, configure and codegen hooks) and print the kernel, its config and "
+                                   "its census. Exit 2 (no traceback) when launch or the CUDA runtime would refuse "
+                                   "it, or the variant has no CPU codegen.")
     i.add_argument("op")
     i.add_argument("variant")
     i.add_argument("--N", type=int, help="row length (row ops)")
     i.add_argument("--M", type=int, default=None, help="rows (row ops; the heuristic may depend on it)")
     i.add_argument("--shape", default=None, help='JSON shape dict for other ops, e.g. \'{"M": 4096, "N": 4096, "K": 4096}\'')
     i.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_ALIASES) + ["bfloat16", "float16", "float32"])
+    i.add_argument("--set", dest="knobs", action="append", default=[], metavar="KNOB=VALUE",
+                   help="override a knob of the variant's config (repeatable), e.g. --set num_warps=8")
+    i.add_argument("--ttgir", action="store_true", help="print the TTGIR before the census")
+    i.add_argument("--ptx", action="store_true", help="print the PTX before the census")
+    i.add_argument("--sass", action="store_true", help="print the SASS (the wheel's cuobjdump) before the census")
+    i.add_argument("--json", action="store_true", help="print the census only, as JSON")
     sel = sub.add_parser("select", help="write the variant='auto' selection table from the current records")
     sel.add_argument("--results-dir", default=None, help="default: the repository's results/")
     sel.add_argument("--check", action="store_true", help="exit 1 if the committed table differs (do not write)")
-    i.add_argument("--ptx", action="store_true", help="print the PTX too")
     a = p.parse_args(argv)
 
     if a.cmd == "bench":
@@ -66,25 +89,84 @@ def main(argv=None) -> int:
         print(_table(c.records))
         return 0
     if a.cmd == "report":
-        from .report import build
-        build(a.notebooks or None, out_dir=a.out, mode=a.mode, quick=a.quick, results_dir=a.results_dir)
+        from .report import ReportBuildError, build
+        try:
+            build(a.notebooks or None, out_dir=a.out, mode=a.mode, quick=a.quick, results_dir=a.results_dir,
+                  partial=a.partial, full=a.full)
+        except ReportBuildError as e:
+            print(f"report: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if a.cmd == "compare":
+        from .compare import main as compare_main
+        return compare_main(a.notebook, a.run_a, a.run_b, results_dir=a.results_dir, gpu=a.gpu,
+                            show_all=a.all, list_runs=a.list)
+    if a.cmd == "adopt":
+        from .report import adopt
+        try:
+            done = adopt(a.run_folder, a.results_dir)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"adopt: {e}", file=sys.stderr)
+            return 2
+        for path, n in done:
+            print(f"{path}: {'+' + str(n) + ' records' if n else 'artifact copied'}")
+        print("now review `git diff --stat results/`, run `python -m gluon_lab select`, and commit")
         return 0
     if a.cmd == "inspect":
-        from .codegen import inspect_variant
-        shape = json.loads(a.shape) if a.shape else None
+        from . import codegen
+        try:
+            shape = json.loads(a.shape) if a.shape else None
+        except json.JSONDecodeError as e:
+            p.error(f"--shape must be a JSON object, e.g. '{{\"M\": 4096, \"N\": 4096, \"K\": 4096}}': {e}")
+        if shape is not None and not isinstance(shape, dict):
+            p.error(f"--shape must be a JSON object (a dict of dimensions); got {a.shape}")
         if shape is None and a.N is None:
             p.error("inspect needs --N (row ops) or --shape")
         if shape is not None and (a.N is not None or a.M is not None):
             p.error("--N / --M are for row ops; with --shape put every dimension in the shape")
-        a.dtype = DTYPE_ALIASES.get(a.dtype, a.dtype)
+        def knob_value(text: str):  # a Python/JSON literal (8, True, true, 'x'), else the string
+            import ast
+            low = {"true": True, "false": False, "none": None, "null": None}
+            if text.lower() in low:
+                return low[text.lower()]
+            try:
+                return ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                return text
+
+        knobs = {}
+        for kv in a.knobs:
+            key, eq, val = kv.partition("=")
+            if not eq or not key:
+                p.error(f"--set takes KNOB=VALUE, got {kv!r}")
+            knobs[key.strip()] = knob_value(val.strip())
+
+        def fail(e) -> int:
+            kind = getattr(e, "kind", "error")
+            print(f"python -m gluon_lab inspect: {kind}: {e}", file=sys.stderr)
+            return 2
+
         try:
-            k, cen = inspect_variant(a.op, a.variant, N=a.N, shape=shape, dtype=a.dtype,
-                                     **({"M": a.M} if shape is None else {}))
-        except (ValueError, TypeError) as e:  # unknown op/variant, a shape it refuses: say so, no traceback
-            p.error(str(e))
-        if a.ptx:
-            print(k.asm["ptx"])
-        print(json.dumps(cen, indent=1, default=str))
+            ins = codegen.inspect_kernel(a.op, a.variant, N=a.N, shape=shape, dtype=a.dtype,
+                                         **({"M": a.M} if shape is None else {}), **knobs)
+        except (ValueError, TypeError) as e:  # unknown op/variant, no codegen, a refusal: say so, no traceback
+            return fail(e)
+        k = ins.kernel
+        for flag, title, text in (("ttgir", "TTGIR", lambda: k.asm.get("ttgir", "")),
+                                  ("ptx", "PTX", lambda: k.asm.get("ptx", "")),
+                                  ("sass", "SASS", lambda: codegen.sass(k.asm["cubin"]))):
+            if getattr(a, flag):
+                body = text()
+                if not body:
+                    print(f"python -m gluon_lab inspect: no {title} came back"
+                          + (" (the triton wheel's cuobjdump is missing)" if flag == "sass" else ""), file=sys.stderr)
+                print(f"// ===== {title}: {ins.kernel_name} =====\n{body}")
+        if a.json:  # the census only; warnings (spills) on stderr
+            print(json.dumps(ins.census, indent=1, default=str))
+            for w in ins.warnings:
+                print(f"python -m gluon_lab inspect: warning: {w}", file=sys.stderr)
+        else:
+            print(codegen.format_inspection(ins))
         return 0
     if a.cmd == "select":
         from pathlib import Path

@@ -2,7 +2,13 @@
 
     k = compile_sm90(fn, signature, constexprs, num_warps=8, aligned=("w_ptr",))
     c = census(k)            # dict: TMA loads/stores, ld/st.global by width, mbarrier, wgmma, smem, regs, spills
-    c = inspect_variant("rms_norm", "triton", N=5120, dtype="bfloat16")
+    k, c = inspect_variant("rms_norm", "triton", N=5120, dtype="bfloat16")
+    ins = inspect_kernel("matmul", "gluon-ws", shape={"M": 4096, "N": 4096, "K": 4096})  # + config, spec, notes
+    print(format_inspection(ins))  # what `python -m gluon_lab inspect` prints
+
+inspect_kernel compiles a registered variant as its launch would run it and refuses (Refused, a
+ValueError) what launch or the CUDA runtime would refuse: the variant's own checks on meta tensors,
+its configure, then shared memory / threads / registers past the sm_90 per-CTA limits.
 
 Counts are STATIC: lines of PTX / SASS, not executed instructions (a line inside a loop runs many
 times; one TMA line may be issued by several warps). They prove which instructions a pattern
@@ -17,7 +23,9 @@ import os
 import re
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 def _tool(name: str) -> str | None:
     import triton
@@ -181,29 +189,248 @@ def census(k) -> dict:
     return c
 
 
-def inspect_variant(op: str, variant: str, *, N: int | None = None, shape: dict | None = None, dtype: str = "bfloat16",
-                    config=None, **overrides):
-    """Compile a registered variant on sm_90 exactly as it would launch (its configure + codegen
-    hooks) and return (CompiledKernel, census). Row ops: N (and optionally M, default None: the
-    heuristic's many-rows choice); other ops: shape. overrides: knobs, as a sweep would set them;
-    config: an already resolved config object (then no overrides)."""
-    from .registry import get_variant
-    v = get_variant(op, variant)
+# ----------------------------------------------------------------------------------------------
+# inspect: a registered variant compiled exactly as it would launch, refused where launch would be
+
+SM90_THREADS_PER_CTA = 1024  # cudaFuncAttribute maxThreadsPerBlock without register pressure
+SM90_REGS_PER_CTA = 65536  # 32-bit registers one CTA may hold (the whole register file of an SM)
+REG_ALLOC_PER_WARP = 256  # registers are allocated to warps in units of 256 (8 per thread)
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+class InspectError(ValueError):
+    """inspect cannot show a census for this request; kind says why (the CLI's message prefix)."""
+    kind = "error"
+
+
+class NoCodegen(InspectError):
+    """The variant has no CPU codegen hook (a library call, torch.compile, ...)."""
+    kind = "no CPU codegen"
+
+
+class Refused(InspectError):
+    """The variant's launch (its checks, its configure) or the CUDA runtime would refuse this."""
+    kind = "refused"
+
+
+@dataclass
+class Inspection:
+    """What inspect compiled: the variant's configure() result (config; None for variants without
+    knobs), the compile_sm90 arguments (spec), the CompiledKernel, its census, and notes (e.g. a
+    fallback launch takes) and warnings (spills)."""
+    op: str
+    variant: str
+    shape: dict
+    dtype: str
+    config: Any
+    spec: dict
+    kernel: Any
+    census: dict
+    notes: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+
+    @property
+    def kernel_name(self) -> str:
+        return self.kernel.metadata.name
+
+
+def _fmt_int(n) -> str:
+    return f"{n:,}" if isinstance(n, int) else str(n)
+
+
+def no_codegen_reason(v) -> str:
+    """What a variant without a codegen hook is, in a few words."""
+    d = (v.description or "").lower()
+    if "torch.compile" in d:
+        return "torch.compile: Inductor generates its kernel at call time, on the GPU"
+    if v.name == "torch" or d.startswith("eager torch"):
+        return ("a library call: eager PyTorch (ATen kernels" + ("; torch.matmul is cuBLAS" if v.op == "matmul" else "")
+                + ")")
+    if "liger" in d or v.name == "liger":
+        return "a library call: Liger-Kernel's own Triton kernel, JIT-compiled by the library at call time"
+    kind = "a baseline kernel" if not v.ours else "a kernel"
+    return f"{kind} registered without a CPU compile spec (no codegen hook)"
+
+
+def normalize_dtype(dtype: str) -> str:
+    dt = DTYPE_ALIASES.get(dtype, dtype)
+    if dt not in DTYPE_ALIASES.values():
+        raise InspectError(f"unknown dtype {dtype!r}; use one of {sorted(DTYPE_ALIASES)} or "
+                           f"{sorted(DTYPE_ALIASES.values())}")
+    return dt
+
+
+def registry_variants(op: str) -> list[str]:
+    from . import registry
+    return registry.variants(op, available_only=False)
+
+
+def _variant(op: str, variant: str):
+    """The registered variant, or an InspectError listing what inspect can compile for op."""
+    from . import registry, specs
+    specs.get(op)  # unknown op -> ValueError naming the ops
+    names = registry.variants(op, available_only=False)
+    if variant not in names:
+        with_cg = [n for n in names if registry.get_variant(op, n).codegen is not None]
+        without = [n for n in names if n not in with_cg]
+        head = ("'auto' picks a variant per call from the selection table, on the GPU; inspect a named one"
+                if variant == "auto" else f"unknown variant {variant!r} for {op}")
+        raise InspectError(f"{head}: with a CPU codegen: {with_cg}; without (nothing to compile here): {without}")
+    return registry.get_variant(op, variant)
+
+
+def _check_knob_names(v, shape: dict, dtype: str, overrides: dict) -> None:
+    """Knobs a variant lacks are an error here (the configure hooks ignore unknown keys: sweeps
+    pass extra record fields); known: the variant's sweep knobs and its config's fields."""
+    import dataclasses
+    if v.configure is None:
+        raise InspectError(f"variant {v.name!r} of {v.op} has no knobs; got {sorted(overrides)}")
+    known = set(v.knobs)
+    try:
+        cfg = v.resolve(shape, dtype, {})
+        if dataclasses.is_dataclass(cfg):
+            known |= {f.name for f in dataclasses.fields(cfg)}
+    except (ValueError, TypeError):
+        pass
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise InspectError(f"variant {v.name!r} of {v.op} has no knob {unknown[0]!r}; its knobs: {sorted(known)}")
+
+
+def launch_check(v, shape: dict, dtype: str) -> None:
+    """Run the op's validate and the variant's check (what launch runs first) on meta tensors of
+    this shape: a Refused naming the rule if launch would refuse these inputs."""
+    import torch
+    spec = v.spec
+    dt = getattr(torch, dtype)
+    shape = dict(shape)
+    if spec.shape_keys == ("M", "N") and shape.get("M") is None:
+        shape["M"] = 16384  # the many-rows regime M=None stands for; the rules do not depend on M
+
+    def rnd(*size, mean=0.0, std=1.0):
+        return torch.empty(*size, dtype=dt, device="meta")
+
+    try:
+        inputs = spec.make_inputs(shape, dtype, rnd)
+        spec.validate(*inputs, **spec.default_scalars())
+        if v.check is not None:
+            v.check(*inputs)
+    except (ValueError, TypeError) as e:
+        raise Refused(str(e)) from None
+
+
+def runtime_refusal(c: dict) -> str | None:
+    """Why the CUDA runtime would refuse to launch a kernel with this census on sm_90 (None: it
+    launches): shared memory over the per-CTA opt-in limit, more threads than a CTA may have, or
+    more registers than the register file holds for its threads."""
+    from .kernels.hopper import SMEM_LIMIT
+    smem, warps, regs = c.get("smem_bytes") or 0, c.get("num_warps") or 0, c.get("registers")
+    if smem > SMEM_LIMIT:
+        return (f"needs {_fmt_int(smem)} B of shared memory per CTA, sm_90 allows {_fmt_int(SMEM_LIMIT)} B "
+                f"({SMEM_LIMIT // 1024} KB)")
+    if warps * 32 > SM90_THREADS_PER_CTA:
+        return f"needs {warps * 32} threads per CTA ({warps} warps), sm_90 allows {SM90_THREADS_PER_CTA}"
+    if regs:
+        per_warp = -(-regs * 32 // REG_ALLOC_PER_WARP) * REG_ALLOC_PER_WARP
+        if warps * per_warp > SM90_REGS_PER_CTA:
+            return (f"needs {regs} registers x {warps * 32} threads = {_fmt_int(warps * per_warp)} registers per CTA "
+                    f"(allocated per warp in units of {REG_ALLOC_PER_WARP}), sm_90 allows "
+                    f"{_fmt_int(SM90_REGS_PER_CTA)}")
+    return None
+
+
+def runtime_warnings(c: dict) -> list[str]:
+    """What launches but costs: spills to local memory (ptxas -v; SASS LDL/STL lines)."""
+    sass_ = c.get("sass") or {}
+    if c.get("spill_bytes") or c.get("ld_local") or c.get("st_local"):
+        return [f"ptxas spills {c.get('spill_bytes', 0)} B to local memory at {c.get('registers')} registers per "
+                f"thread (SASS: {sass_.get('LDL', '?')} LDL / {sass_.get('STL', '?')} STL lines)"]
+    return []
+
+
+def _resolve_spec(v, shape: dict, dtype: str, config, overrides: dict, strict: bool):
+    """(config, codegen spec, notes) of inspect_kernel: launch checks, configure, codegen hook."""
+    if strict:
+        launch_check(v, shape, dtype)
+    notes, spec = [], None
+    if config is not None:
+        cfg = config
+    else:
+        try:
+            cfg = v.resolve(shape, dtype, overrides)  # raises for knobs it lacks, configs it refuses
+        except (ValueError, TypeError) as e:
+            if overrides:
+                raise Refused(f"configure refused {overrides}: {e}") from None
+            try:  # launch may run these inputs on another kernel (its codegen hook knows which)
+                spec = v.codegen(shape, dtype, None)
+            except (ValueError, TypeError):
+                raise Refused(str(e)) from None
+            notes.append(f"configure refused this shape ({e}); launch falls back and runs the kernel below")
+            cfg = None
+    if spec is None:
+        try:
+            spec = v.codegen(shape, dtype, cfg)
+        except (ValueError, TypeError) as e:
+            raise Refused(str(e)) from None
+    return cfg, spec, notes
+
+
+def inspect_kernel(op: str, variant: str, *, N: int | None = None, shape: dict | None = None,
+                   dtype: str = "bfloat16", config=None, strict: bool = True, **overrides) -> Inspection:
+    """Compile a registered variant on sm_90 exactly as it would launch and take its census.
+
+    Row ops: N (and optionally M, default None: the heuristic's many-rows choice); other ops: shape.
+    overrides: knobs, as a sweep would set them; config: an already resolved config object (then
+    no overrides, and configure is not asked). Order: the op's and the variant's launch checks on
+    meta tensors (strict), configure (where it refuses a shape that launch runs elsewhere, e.g. a
+    ring variant's rows too long for a ring, the variant's codegen hook compiles what launch runs
+    instead, with a note), compile, then the CUDA runtime's limits (strict). Raises NoCodegen,
+    Refused (both InspectError, a ValueError) or the registry's ValueError for an unknown op."""
+    v = _variant(op, variant)
+    dtype = normalize_dtype(dtype)
     if v.codegen is None:
-        what = ("a baseline: a library call, torch.compile, or a kernel registered without a CPU compile spec"
-                if not v.ours else "registered without a CPU compile spec")
-        raise ValueError(f"variant {variant!r} of {op} has no codegen hook ({what})")
+        others = [n for n in registry_variants(op) if _variant(op, n).codegen is not None]
+        raise NoCodegen(f"variant {variant!r} of {op} is {no_codegen_reason(v)}; nothing to compile for sm_90 "
+                        f"here. Variants of {op} with a CPU codegen: {others}")
     if shape is None:
         if v.spec.shape_keys != ("M", "N"):
-            raise ValueError(f"{op} shapes are {v.spec.shape_keys}: pass shape (CLI: --shape '{{...}}'), not N")
+            raise InspectError(f"{op} shapes are {v.spec.shape_keys}: pass shape (CLI: --shape '{{...}}'), not N")
         if N is None:
-            raise ValueError("pass N (row ops) or shape")
+            raise InspectError("pass N (row ops) or shape")
         shape = {"M": overrides.pop("M", None), "N": N}
+    else:
+        unknown = [k for k in shape if k not in v.spec.shape_keys]
+        if unknown:
+            raise InspectError(f"{op} shapes take the keys {list(v.spec.shape_keys)}; got unknown {unknown}")
     if config is not None and overrides:
-        raise ValueError(f"pass either config or knob overrides, not both (got {sorted(overrides)})")
-    cfg = config if config is not None else v.resolve(shape, dtype, overrides)  # raises for knobs it lacks
-    k = compile_spec(v.codegen(shape, dtype, cfg))
-    return k, census(k)
+        raise InspectError(f"pass either config or knob overrides, not both (got {sorted(overrides)})")
+    try:
+        if overrides:
+            _check_knob_names(v, shape, dtype, overrides)
+        cfg, spec, notes = _resolve_spec(v, shape, dtype, config, overrides, strict)
+    except KeyError as e:  # a shape dict without a dimension the op needs
+        raise InspectError(f"{op} shape {shape} lacks {e.args[0]!r}; {op} shapes take the keys "
+                           f"{list(v.spec.shape_keys)}") from None
+    k = compile_spec(spec)
+    c = census(k)
+    if strict:
+        why = runtime_refusal(c)
+        if why:
+            what = ", ".join(f"{k_}={v_}" for k_, v_ in shape.items())
+            raise Refused(f"{why}: the CUDA runtime would refuse to launch {k.metadata.name} ({op} {variant}, {what}, "
+                          f"{dtype})")
+    return Inspection(op=op, variant=variant, shape=shape, dtype=dtype, config=cfg, spec=spec, kernel=k, census=c,
+                      notes=notes, warnings=runtime_warnings(c))
+
+
+def inspect_variant(op: str, variant: str, *, N: int | None = None, shape: dict | None = None, dtype: str = "bfloat16",
+                    config=None, strict: bool = True, **overrides):
+    """(CompiledKernel, census) of inspect_kernel(...): a registered variant compiled on sm_90 exactly as
+    it would launch (its configure + codegen hooks). Row ops: N (and optionally M); other ops:
+    shape. overrides: knobs; config: an already resolved config object (then no overrides).
+    strict=False skips the launch checks and the runtime limits (compile whatever the hooks give)."""
+    ins = inspect_kernel(op, variant, N=N, shape=shape, dtype=dtype, config=config, strict=strict, **overrides)
+    return ins.kernel, ins.census
 
 
 def compile_spec(spec: dict):
@@ -213,6 +440,74 @@ def compile_spec(spec: dict):
     opts = {**spec.get("options", {}), **{k: v for k, v in spec.items() if k not in known}}
     return compile_sm90(spec["fn"], spec["signature"], spec.get("constexprs"), num_warps=spec.get("num_warps", 4),
                         aligned=spec.get("aligned", ()), **opts)
+
+
+# ----------------------------------------------------------------------------------------------
+# readable output (python -m gluon_lab inspect)
+
+def _short(v) -> str:
+    if isinstance(v, (bool, int, float, str)):
+        return repr(v) if isinstance(v, str) else str(v)
+    name = getattr(v, "__name__", None) or getattr(getattr(v, "fn", None), "__name__", None)
+    return name or type(v).__name__
+
+
+def _bits(d: dict) -> str:
+    return ", ".join(f"{k}-bit x{n}" if k else f"?-bit x{n}" for k, n in d.items()) or "-"
+
+
+def format_header(ins: Inspection) -> str:
+    shape = ", ".join(f"{k}={v}" + (" (unset: the many-rows case heuristics assume)" if v is None and k == "M" else "")
+                      for k, v in ins.shape.items())
+    fn = ins.spec["fn"]
+    mod = getattr(getattr(fn, "fn", fn), "__module__", "?")
+    spec_keys = ("fn", "signature", "constexprs", "num_warps", "aligned", "options")
+    opts = {**ins.spec.get("options", {}), **{k: v for k, v in ins.spec.items() if k not in spec_keys}}
+    ce = {k: v for k, v in (ins.spec.get("constexprs") or {}).items() if v is not None and k != "num_warps"}
+    warps, nw = ins.census["num_warps"], ins.spec.get("num_warps", 4)
+    cfg = repr(ins.config) if ins.config is not None else (
+        "none (configure refused; see the note)" if ins.notes else "none (the variant has no knobs)")
+    lines = [f"{ins.op} {ins.variant}: {shape}, {ins.dtype} -> sm_90 (cuda:90), compiled on this CPU",
+             f"kernel: {ins.kernel_name} ({mod})",
+             f"config: {cfg}",
+             f"launch: num_warps={nw}" + (f" + {warps - nw} warp-specialized worker warps" if warps != nw else "")
+             + f" = {warps * 32} threads per CTA" + "".join(f", {k}={v}" for k, v in opts.items()),
+             "constexprs: " + (" ".join(f"{k}={_short(v)}" for k, v in ce.items()) or "-")]
+    lines += [f"note: {n}" for n in ins.notes]
+    return "\n".join(lines)
+
+
+def format_census(c: dict) -> str:
+    """The census as readable lines (static counts: PTX / SASS lines, not executed instructions)."""
+    from .kernels.hopper import SMEM_LIMIT
+    s = c.get("sass", {})
+    boxes = "; ".join(f"{b['block_size']} swizzle {b['swizzle']}" for b in c.get("tma_boxes", [])) or "-"
+    regs = c.get("registers")
+    rows = [
+        ("TMA", f"loads {c['tma_load']}, stores {c['tma_store']}, store waits {c['tma_store_wait']}; boxes {boxes}"),
+        ("ld.global", f"{c['ld_global']} ({_bits(c['ld_global_by_bits'])})"),
+        ("st.global", f"{c['st_global']} ({_bits(c['st_global_by_bits'])})"),
+        ("shared", f"ld {c['ld_shared']}, st {c['st_shared']}, ldmatrix {c['ldmatrix']}, stmatrix {c['stmatrix']}, "
+                   f"cp.async {c['cp_async']}"),
+        ("mbarrier", f"init {c['mbarrier_init']}, wait {c['mbarrier_wait']}, arrive {c['mbarrier_arrive']}, "
+                     f"expect_tx {c['mbarrier_expect_tx']}; bar.sync {c['bar_sync']}, "
+                     f"fence.proxy.async {c['fence_proxy_async']}"),
+        ("wgmma", f"{c['wgmma']} {c['wgmma_shapes'] or ''}, waits {c['wgmma_wait']}".replace(" , ", ", ")),
+        ("setmaxnreg", f"{c['setmaxnreg']} {c['setmaxnreg_values'] or ''}".strip()),
+        ("shfl", f"{c['shfl']}"),
+        ("smem", f"{_fmt_int(c['smem_bytes'])} B per CTA (sm_90 allows {_fmt_int(SMEM_LIMIT)} B)"),
+        ("registers", (f"{regs} per thread x {c['num_warps'] * 32} threads" if regs else "? (no ptxas)")
+         + f"; spills {c['spill_bytes']} B, stack {c['stack_frame_bytes']} B, "
+           f"ld/st.local {c['ld_local']}/{c['st_local']}"),
+        ("SASS", " ".join(f"{k} {v}" for k, v in s.items()) or "? (no cuobjdump)"),
+    ]
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(["census (static: lines of PTX / SASS, not executed instructions)"]
+                     + [f"  {k:<{w}}  {v}" for k, v in rows])
+
+
+def format_inspection(ins: Inspection) -> str:
+    return "\n".join([format_header(ins), format_census(ins.census)] + [f"warning: {w}" for w in ins.warnings])
 
 
 def census_table(rows: dict) -> "pandas.DataFrame":  # noqa: F821

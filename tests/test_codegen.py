@@ -142,3 +142,25 @@ def test_template_census(op, variant, shape, dtype, facts):
     got = {k: c[k] for k in facts}
     assert got == facts
     assert c["ld_local"] == c["st_local"] == 0 and c["spill_bytes"] == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# inspect_kernel: what the CLI prints (kernel, config, notes) and what it refuses
+
+def test_inspect_kernel_reports_kernel_and_config():
+    from gluon_lab.kernels.tma_cache import TmaCacheConfig
+    ins = codegen.inspect_kernel("rms_norm", "gluon-tma", N=4096, dtype="bf16")  # aliases work here too
+    assert ins.kernel_name == "tma_cache_norm_kernel" and ins.dtype == "bfloat16" and not ins.notes
+    assert ins.config == TmaCacheConfig.heuristic("rms_norm", 4096, "bfloat16")
+    assert codegen.format_inspection(ins).splitlines()[2] == f"config: {ins.config!r}"
+
+
+def test_inspect_refuses_what_launch_or_the_runtime_refuses():
+    from gluon_lab.kernels.tma_cache import TmaCacheConfig
+    big = TmaCacheConfig(num_warps=16, rows_per_cta=1, tma_store=False)
+    with pytest.raises(codegen.Refused, match=r"power-of-2 N in \[256, 65536\]"):  # the launcher's check
+        codegen.inspect_variant("rms_norm", "gluon-tma", N=131072, config=big)
+    # strict=False compiles whatever the hooks give: the 262,208 B the runtime would refuse
+    _, c = codegen.inspect_variant("rms_norm", "gluon-tma", N=131072, config=big, strict=False)
+    assert c["smem_bytes"] == 262208
+    assert codegen.runtime_refusal(c).startswith("needs 262,208 B of shared memory per CTA, sm_90 allows 232,448 B")
