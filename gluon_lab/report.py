@@ -502,6 +502,13 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
         raise FileNotFoundError(f"run_folder {str(run_folder)!r}: no such folder (expected runs/<run>/results)")
     done = []
     for f in sorted(src.rglob("*.jsonl")):
+        if f.name in results.NON_RECORD_STORES:  # e.g. sanitizer.jsonl: appended as it is
+            target = dst / f.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "a", encoding="utf-8") as fh:
+                fh.write(f.read_text(encoding="utf-8"))
+            done.append((target, 0))
+            continue
         recs, _ = results.read_records(f, on_error="raise")
         target = dst / f.relative_to(src)
         done.append((target, results.append_records(target, recs)))

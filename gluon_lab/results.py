@@ -1,17 +1,60 @@
 """Record schema, append-only JSONL store, provenance, kernel-source hashes and staleness.
 
 One measured case = one Record = one JSON line in results/<gpu-slug>/<notebook>.jsonl.
-Writes are append-only: each append takes an exclusive lock on the file and writes all lines with
-one O_APPEND write, so concurrent writers never interleave partial lines. A malformed line is
-reported with file:line (MalformedRecordError, or a warning plus ``df.attrs["malformed"]``),
-never silently dropped.
+
+Writing. Writes are append-only: each append takes an exclusive lock (fcntl.flock LOCK_EX) on the
+file and writes all lines with one O_APPEND write, so concurrent writers never interleave partial
+lines. append_records checks field types by the same rules as reading (a record a reader would
+refuse is never written); physics is checked on reading only. Record stores must be written with
+append_records only: a reader takes an unterminated, unparsable last line it sees under its lock
+for the leftover of a dead writer (below).
+
+Reading (read_records / load) takes a shared lock (LOCK_SH) while it reads, so it never sees a
+line a writer is still writing, decodes the file line by line and checks every line:
+
+* UTF-8 and JSON: a line that is not valid UTF-8 or not a JSON object is malformed.
+* types: every field has one type (TYPES): str, int (not bool), float (int accepted; finite; not
+  bool), bool (true/false: not a string, not 0/1), dict; null only where the field is optional.
+  op, variant, pattern, dtype, shape are required; config and schema may be absent (defaults)
+  but not null. shape entries are integers, except the string entries in SHAPE_STRING_ENTRIES
+  (the group_norm / instance_norm "layout"). ms_* > 0; bytes, flops >= 0; timer one of TIMERS.
+* unknown fields are kept, not refused or dropped: they go to Record.extra (a dict; the "extra"
+  column of load's DataFrame) and to_json writes them back as top-level fields.
+* physics is recomputed, never trusted: gbps = bytes / (ms_median * 1e-3) / 1e9, tflops =
+  flops / (ms_median * 1e-3) / 1e12, sol_datasheet_pct = 100 * tflops / datasheet bf16 TFLOP/s for
+  compute-bound ops (matmul), else 100 * gbps / datasheet HBM GB/s, with the datasheet of the
+  record's gpu_name (device.lookup_spec). A stored gbps / tflops / sol_datasheet_pct that differs
+  from the recomputed one by more than REL_TOL (relative) is malformed; a missing one is filled in
+  load's DataFrame (the Records read_records returns stay as stored). A value that cannot be
+  recomputed (bytes or ms_median null, no datasheet for the GPU) is kept as stored. "host-loop"
+  records time the host per call: no bandwidth meaning, so their gbps / tflops / sol_datasheet_pct
+  must be null. A gbps above the datasheet bandwidth, a tflops above the datasheet peak or a SOL
+  above 100% is a PhysicsError: the measurement is wrong, not the GPU.
+
+Every error names file:line and the rule: MalformedRecordError (or PhysicsError) with on_error=
+"raise"; with on_error="warn" a warning per bad line, the line left out and the message listed in
+``df.attrs["malformed"]``; never silently dropped. Two cases are not errors:
+
+* a torn LAST line (the file does not end in "\\n" and its last line is not valid JSON: a writer
+  was killed mid-write) is quarantined: under the exclusive lock it is appended to
+  ``<file>.rejected`` (after a "# ..." note saying where it came from) and cut off the store with
+  ftruncate (the inode stays, so other processes' locks stay valid), with a warning naming
+  file:line; the load goes on. append_records does the same before it appends, so a torn line
+  never ends up in the middle of a store (an unterminated last line that IS valid JSON is kept
+  and the append starts a new line). A malformed line in the middle of a file is corruption and
+  raises as above.
+* a folder given to load() is searched for *.jsonl measurement stores; files whose name is in
+  NON_RECORD_STORES (sanitizer.jsonl: ci/sanitize.py's lines, read by notebook.load_sanitizer)
+  are skipped. Naming such a file explicitly raises NotARecordStoreError.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
 import fcntl
+import functools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -19,13 +62,21 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 # 1: first records (2026-11-29). 2: the cudagraph timer keeps every captured call's outputs alive,
 # so variants that allocate their output write K distinct buffers (schema-1 graph records of such
 # variants may have reused one output buffer across the K calls: see notebook.graph_output_caveat).
 SCHEMA_VERSION = 2
 TIMERS = ("do_bench-l2flush", "cudagraph", "host-loop")  # host-loop: wall time per call of a Python loop
+HOST_TIMERS = ("host-loop",)  # ms_median is host time per call: no bandwidth / FLOP rate meaning
+REL_TOL = 0.01  # a stored gbps / tflops / sol_datasheet_pct may differ from the recomputed one by 1%
+SHAPE_STRING_ENTRIES = ("layout",)  # shape entries that are strings ("nchw" | "channels_last"); others: ints
+# Stores in results/<gpu>/ that hold other lines than Records: load() of a folder skips them.
+NON_RECORD_STORES = {
+    "sanitizer.jsonl": "compute-sanitizer runs written by ci/sanitize.py; read them with "
+                       "gluon_lab.notebook.load_sanitizer",
+}
 
 
 @dataclass
@@ -63,28 +114,229 @@ class Record:
     timestamp: str | None = None
     notes: str | None = None
     schema: int = SCHEMA_VERSION
+    extra: dict = field(default_factory=dict)  # fields this version does not know: kept, written back as they were
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, allow_nan=False)
+        d = dataclasses.asdict(self)
+        extra = d.pop("extra")
+        clash = sorted(set(extra) & set(d))
+        if clash:
+            raise ValueError(f"extra field(s) {clash} have the names of Record fields")
+        return json.dumps({**d, **extra}, sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Record":
-        names = {f.name for f in dataclasses.fields(cls)}
-        missing = [k for k in ("op", "variant", "pattern", "shape", "dtype") if k not in d]
+        """A Record from one parsed line; ValueError naming the field and the rule when a field
+        is missing or has the wrong type. Fields Record does not know go to ``extra``."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a record must be a JSON object, got {type(d).__name__}")
+        missing = [k for k in REQUIRED if k not in d]
         if missing:
             raise ValueError(f"missing required field(s) {missing}")
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown field(s) {unknown}")
-        if not isinstance(d["shape"], dict):
-            raise ValueError("shape must be an object like {\"M\": 4096, \"N\": 5120}")
-        if d.get("timer") is not None and d["timer"] not in TIMERS:
-            raise ValueError(f"timer must be one of {TIMERS}, got {d['timer']!r}")
-        return cls(**d)
+        known = {k: v for k, v in d.items() if k in TYPES}
+        extra = {k: v for k, v in d.items() if k not in TYPES}
+        for k, v in known.items():
+            check_field(k, v)
+        if known.get("timer") is not None and known["timer"] not in TIMERS:
+            raise ValueError(f"field 'timer' must be one of {TIMERS} or null, got {_show(known['timer'])}")
+        return cls(**known, extra=extra)
+
+    def validate(self) -> "Record":
+        """Check this Record by the rules a reader applies to its line (types; not physics)."""
+        return Record.from_dict(json.loads(self.to_json()))
 
 
-class MalformedRecordError(ValueError):
-    pass
+# field -> (type, optional). float accepts int; int and float refuse bool; bool refuses everything else.
+TYPES: dict[str, tuple[str, bool]] = {
+    "op": ("str", False), "variant": ("str", False), "pattern": ("str", False), "shape": ("dict", False),
+    "dtype": ("str", False), "config": ("dict", False),
+    "ms_median": ("float", True), "ms_min": ("float", True), "ms_max": ("float", True), "n_reps": ("int", True),
+    "timer": ("str", True), "bytes": ("int", True), "flops": ("int", True), "gbps": ("float", True),
+    "tflops": ("float", True), "sol_datasheet_pct": ("float", True), "sol_measured_pct": ("float", True),
+    "max_abs_err": ("float", True), "rel_err": ("float", True), "passed": ("bool", True),
+    "gpu_name": ("str", True), "sm_count": ("int", True), "driver": ("str", True), "cuda": ("str", True),
+    "torch": ("str", True), "triton": ("str", True), "python": ("str", True), "git_commit": ("str", True),
+    "kernel_source_hash": ("str", True), "run_id": ("str", True), "timestamp": ("str", True),
+    "notes": ("str", True), "schema": ("int", False),
+}
+REQUIRED = ("op", "variant", "pattern", "shape", "dtype")
+POSITIVE = ("ms_median", "ms_min", "ms_max")  # > 0 when present
+NON_NEGATIVE = ("bytes", "flops")  # >= 0 when present
+_TYPE_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false",
+               "dict": "an object"}
+assert set(TYPES) == {f.name for f in dataclasses.fields(Record)} - {"extra"}
+
+
+def _show(v) -> str:
+    """A value as it looks in the JSON line ("false", 4096.5, NaN)."""
+    try:
+        return json.dumps(v)
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def _is_type(v, kind: str) -> bool:
+    if kind == "str":
+        return isinstance(v, str)
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "int":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == "float":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind == "dict":
+        return isinstance(v, dict)
+    raise AssertionError(kind)
+
+
+def check_field(name: str, v) -> None:
+    """ValueError unless v is a valid value of Record field `name` (see TYPES)."""
+    kind, optional = TYPES[name]
+    if v is None:
+        if not optional:
+            raise ValueError(f"field {name!r} must be {_TYPE_WORDS[kind]}, got null")
+        return
+    if not _is_type(v, kind):
+        raise ValueError(f"field {name!r} must be {_TYPE_WORDS[kind]}{' or null' if optional else ''}, got {_show(v)}")
+    if kind == "float" and not math.isfinite(v):
+        raise ValueError(f"field {name!r} must be a finite number, got {_show(v)}")
+    if name in POSITIVE and v <= 0:
+        raise ValueError(f"field {name!r} must be > 0, got {_show(v)}")
+    if name in NON_NEGATIVE and v < 0:
+        raise ValueError(f"field {name!r} must be >= 0, got {_show(v)}")
+    if name == "shape":
+        for k, x in v.items():
+            if k in SHAPE_STRING_ENTRIES:
+                if not isinstance(x, str):
+                    raise ValueError(f"field 'shape' entry {k!r} must be a string, got {_show(x)}")
+            elif not _is_type(x, "int"):
+                raise ValueError(f"field 'shape' entry {k!r} must be an integer, got {_show(x)}")
+
+
+class RecordError(ValueError):
+    """A line of a store that cannot be trusted (the message starts with file:line)."""
+
+
+class MalformedRecordError(RecordError):
+    """A line that is not a valid Record: encoding, JSON, a field's type, fields that contradict
+    each other (a stored gbps that bytes / ms_median does not give)."""
+
+
+class PhysicsError(RecordError):
+    """A record claims more than the datasheet allows: the measurement is wrong, not the GPU."""
+
+
+class NotARecordStoreError(ValueError):
+    """A file that is not a measurement store (NON_RECORD_STORES) was named to read_records/load."""
+
+
+# ----------------------------------------------------------------------------------------------
+# physics: what a record's own bytes, flops and ms_median say
+
+def _missing(x) -> bool:
+    """None, NaN or pandas.NA."""
+    if x is None:
+        return True
+    try:
+        return bool(x != x)
+    except TypeError:  # pandas.NA
+        return True
+
+
+@functools.lru_cache(maxsize=None)
+def _compute_bound(op) -> bool:
+    from . import specs
+    try:
+        return bool(specs.get(op).compute_bound)
+    except (ValueError, KeyError, TypeError):  # copy ceilings, ops no longer defined: bandwidth-bound
+        return False
+
+
+def physics(fields: Mapping) -> dict:
+    """Recompute the physics of one record (a dict, a DataFrame row, or vars(Record)).
+
+    Returns {"gbps", "tflops", "sol_datasheet_pct"}: the recomputed value where the record's bytes /
+    flops / ms_median (and the datasheet of its gpu_name) allow it, else the stored value (None if
+    none); plus "recomputed" (the names that were recomputed), "spec" (device.Spec or None),
+    "compute_bound" and "host" (a host-timed record: nothing is recomputed). The SOL is against the
+    datasheet bf16 TFLOP/s for compute-bound ops, else against the datasheet HBM GB/s."""
+    from . import device
+    get = (lambda k: None if _missing(fields.get(k)) else fields.get(k))  # noqa: E731
+    gpu = get("gpu_name")
+    spec = device.lookup_spec(gpu) if isinstance(gpu, str) else None
+    cb = _compute_bound(get("op"))
+    out: dict[str, Any] = {k: get(k) for k in ("gbps", "tflops", "sol_datasheet_pct")}
+    out.update(recomputed=set(), spec=spec, compute_bound=cb, host=get("timer") in HOST_TIMERS)
+    if out["host"]:
+        return out
+    ms, nb, nfl = get("ms_median"), get("bytes"), get("flops")
+    if ms is not None and ms > 0:
+        if nb is not None:
+            out["gbps"] = float(nb) / (ms * 1e-3) / 1e9
+            out["recomputed"].add("gbps")
+        # flops == 0 (copies): no FLOP rate; bench stores None, so 0.0 is only used to check a stored one
+        if nfl is not None and (nfl > 0 or out["tflops"] is not None):
+            out["tflops"] = float(nfl) / (ms * 1e-3) / 1e12
+            out["recomputed"].add("tflops")
+    basis = out["tflops"] if cb else out["gbps"]
+    if spec is not None and basis is not None:
+        out["sol_datasheet_pct"] = 100 * basis / (spec.bf16_tflops if cb else spec.hbm_gbps)
+        out["recomputed"].add("sol_datasheet_pct")
+    return out
+
+
+def physics_violations(p: dict, limit_pct: float = 100.0) -> list[str]:
+    """What in physics() output exceeds limit_pct of the datasheet (messages; empty if nothing)."""
+    spec, bad = p["spec"], []
+    name = f"the {spec.name} datasheet" if spec else "the datasheet"
+    if spec is not None:
+        for k, peak, unit, how in (("gbps", spec.hbm_gbps, "GB/s", "bytes / ms_median"),
+                                   ("tflops", spec.bf16_tflops, "TFLOP/s", "flops / ms_median")):
+            v = p[k]
+            if v is not None and 100 * v / peak > limit_pct:
+                src = how if k in p["recomputed"] else "as stored"
+                bad.append(f"{k} {v:.6g} ({src}) is {100 * v / peak:.1f}% of {name} {peak:.6g} {unit}")
+    s = p["sol_datasheet_pct"]
+    if s is not None and s > limit_pct and not bad:
+        src = "recomputed" if "sol_datasheet_pct" in p["recomputed"] else "as stored"
+        bad.append(f"sol_datasheet_pct {s:.1f}% ({src})")
+    if bad:
+        bad[-1] += f": a measurement cannot exceed {limit_pct:.0f}% of the datasheet"
+    return bad
+
+
+def _verify_physics(rec: Record) -> dict:
+    """Check a Record's stored gbps / tflops / sol_datasheet_pct against physics(); return the
+    values to fill ({name: recomputed} for the missing ones). MalformedRecordError-worthy problems
+    raise ValueError, impossible ones PhysicsError (both without file:line: the caller adds it)."""
+    d = {f: getattr(rec, f) for f in ("op", "variant", "timer", "gpu_name", "bytes", "flops", "ms_median",
+                                      "gbps", "tflops", "sol_datasheet_pct")}
+    p = physics(d)
+    if p["host"]:
+        for k in ("gbps", "tflops", "sol_datasheet_pct"):
+            if d[k] is not None:
+                raise ValueError(f"field {k!r} must be null for timer {rec.timer!r} (host time per call has no "
+                                 f"bandwidth meaning), got {_show(d[k])}")
+        return {}
+    spec, cb = p["spec"], p["compute_bound"]
+    sol_how = (f"100 * {'tflops' if cb else 'gbps'} / the {spec.name} datasheet "
+               f"{spec.bf16_tflops if cb else spec.hbm_gbps:g} {'TFLOP/s' if cb else 'GB/s'}") if spec else ""
+    how = {"gbps": "bytes / ms_median", "tflops": "flops / ms_median", "sol_datasheet_pct": sol_how}
+    fill = {}
+    for k in ("gbps", "tflops", "sol_datasheet_pct"):
+        if k not in p["recomputed"]:
+            continue
+        st, rc = d[k], p[k]
+        if st is None:
+            fill[k] = rc
+        elif not math.isclose(st, rc, rel_tol=REL_TOL, abs_tol=1e-12):
+            rel = abs(st - rc) / abs(rc) if rc else math.inf
+            raise ValueError(f"field {k!r} is {st:.6g} but {how[k]} gives {rc:.6g} (they differ by {100 * rel:.3g}%; "
+                             f"the rule: within {100 * REL_TOL:g}%)")
+    bad = physics_violations(p)
+    if bad:
+        raise PhysicsError(f"{rec.op}/{rec.variant} {_show(rec.shape)} timer {rec.timer}: " + "; ".join(bad))
+    return fill
 
 
 # ----------------------------------------------------------------------------------------------
@@ -142,28 +394,119 @@ def store_path(results_dir: str | os.PathLike, gpu_slug: str, notebook: str) -> 
     return Path(results_dir) / gpu_slug / f"{notebook}.jsonl"
 
 
+def rejected_path(path: str | os.PathLike) -> Path:
+    """Where torn trailing lines of a store are quarantined: <file>.rejected (not *.jsonl, so a
+    folder load never reads it)."""
+    path = Path(path)
+    return path.with_name(path.name + ".rejected")
+
+
+def _pread_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    chunks, off = [], 0
+    while off < size:
+        b = os.pread(fd, min(1 << 24, size - off), off)
+        if not b:
+            break
+        chunks.append(b)
+        off += len(b)
+    return b"".join(chunks)
+
+
+def _tail_start(fd: int, size: int) -> int:
+    """Offset where the last line of the file begins (just after the last b"\\n", or 0)."""
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        i = os.pread(fd, end - start, start).rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        end = start
+    return 0
+
+
+def _is_torn(tail: bytes) -> bool:
+    """An unterminated last line is torn when it is not valid JSON (blank is not torn)."""
+    if not tail.strip():
+        return False
+    try:
+        json.loads(tail.decode("utf-8"))
+    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return True
+    return False
+
+
+def _quarantine_locked(fd: int, path: Path) -> tuple[int, Path] | None:
+    """With LOCK_EX held on fd (opened read-write): if the file's last line is torn, append it to
+    <file>.rejected and cut it off the store. Returns (its line number, the .rejected path) or None."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return None
+    start = _tail_start(fd, size)
+    tail = os.pread(fd, size - start, start)
+    if not _is_torn(tail):
+        return None
+    lineno = _pread_all(fd)[:start].count(b"\n") + 1
+    rej = rejected_path(path)
+    when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    note = (f"# {when} quarantined from {path}:{lineno} (bytes {start}..{size}): torn trailing line "
+            "(no newline at the end of the file and not valid JSON: a writer died mid-line)\n").encode()
+    rfd = os.open(rej, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(rfd, note + tail + b"\n")
+        os.fsync(rfd)
+    finally:
+        os.close(rfd)
+    os.ftruncate(fd, start)  # one call: a reader (LOCK_SH) sees the line either there or gone
+    os.fsync(fd)
+    return lineno, rej
+
+
+def _warn_quarantined(path: Path, q: tuple[int, Path], stacklevel: int) -> None:
+    warnings.warn(f"{path}:{q[0]}: torn trailing line (no newline at the end of the file, not valid JSON: a writer "
+                  f"died mid-line) moved to {q[1]}; the rest of the file is kept", stacklevel=stacklevel + 1)
+
+
+def quarantine_torn_tail(path: str | os.PathLike) -> tuple[int, Path] | None:
+    """Take the exclusive lock and quarantine a torn last line of path (see the module docstring).
+    Returns (line number, .rejected path) when one was moved, else None."""
+    path = Path(path)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            return _quarantine_locked(fd, path)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 def append_records(path: str | os.PathLike, records: Iterable[Record | dict]) -> int:
-    """Append records as JSON lines under an exclusive lock with a single O_APPEND write."""
+    """Append records as JSON lines under an exclusive lock with a single O_APPEND write.
+    Every record is checked first (Record.from_dict / Record.validate: ValueError naming the field);
+    a torn last line left by a killed writer is quarantined first (warning), so it never ends up
+    in the middle of the store."""
     lines = []
     for r in records:
-        rec = r if isinstance(r, Record) else Record.from_dict(r)
+        rec = r.validate() if isinstance(r, Record) else Record.from_dict(r)
         lines.append(rec.to_json() + "\n")
     if not lines:
         return 0
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(lines).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            # A file whose last write died mid-line must not glue our first line onto it.
+            q = _quarantine_locked(fd, path)
+            if q:
+                _warn_quarantined(path, q, stacklevel=2)
+            # An unterminated last line that is valid JSON stays: our first line must not glue onto it.
             size = os.fstat(fd).st_size
-            if size:
-                with open(path, "rb") as fh:
-                    fh.seek(size - 1)
-                    if fh.read(1) != b"\n":
-                        data = b"\n" + data
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
             view = memoryview(data)
             while view:
                 n = os.write(fd, view)
@@ -176,29 +519,84 @@ def append_records(path: str | os.PathLike, records: Iterable[Record | dict]) ->
     return len(lines)
 
 
-def read_records(path: str | os.PathLike, on_error: str = "raise") -> tuple[list[Record], list[str]]:
-    """Parse a JSONL store. on_error: "raise" (MalformedRecordError naming file:line) or "warn"
-    (warning per bad line; the messages are returned)."""
+def _read_shared(path: Path) -> bytes:
+    with open(path, "rb") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_SH)  # writers hold LOCK_EX while they write
+        try:
+            return fh.read()
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _read_store(path: Path) -> bytes:
+    """The store's bytes under a shared lock, after quarantining a torn last line (warning)."""
+    for _ in range(3):  # another writer may die between our read and our quarantine: look again
+        data = _read_shared(path)
+        if not data or data.endswith(b"\n") or not _is_torn(data[data.rfind(b"\n") + 1:]):
+            return data
+        start = data.rfind(b"\n") + 1
+        try:
+            q = quarantine_torn_tail(path)
+        except OSError as e:  # a read-only store: leave the file alone, skip the line in this load
+            lineno = data[:start].count(b"\n") + 1
+            warnings.warn(f"{path}:{lineno}: torn trailing line (no newline at the end of "
+                          f"the file, not valid JSON) could not be quarantined ({e}); skipped in this load",
+                          stacklevel=4)
+            return data[:start]
+        if q:
+            _warn_quarantined(path, q, stacklevel=4)
+    return _read_shared(path)
+
+
+def _check_store_name(path: Path) -> None:
+    if path.name in NON_RECORD_STORES:
+        raise NotARecordStoreError(f"{path}: not a measurement store ({NON_RECORD_STORES[path.name]}); "
+                                   "load() of a folder skips it")
+
+
+def _read(path: Path, on_error: str) -> tuple[list[tuple[int, Record, dict]], list[str]]:
+    """[(line number, Record as stored, recomputed values to fill)], bad-line messages."""
     if on_error not in ("raise", "warn"):
-        raise ValueError("on_error must be 'raise' or 'warn'")
-    recs, bad = [], []
-    path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+        raise ValueError(f"on_error must be 'raise' or 'warn', got {on_error!r}")
+    _check_store_name(path)
+    out, bad = [], []
+    for lineno, raw in enumerate(_read_store(path).split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
             try:
-                d = json.loads(line)
-                if not isinstance(d, dict):
-                    raise ValueError("line is not a JSON object")
-                recs.append(Record.from_dict(d))
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise MalformedRecordError(f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at "
+                                           f"column {e.start + 1}: {e.reason})") from None
+            try:
+                d = json.loads(text)
+            except ValueError as e:
+                raise MalformedRecordError(f"{path}:{lineno}: not valid JSON: {e}") from None
+            try:
+                rec = Record.from_dict(d)
+                fill = _verify_physics(rec)
+            except PhysicsError as e:
+                raise PhysicsError(f"{path}:{lineno}: {e}") from None
             except (ValueError, TypeError) as e:
-                msg = f"{path}:{lineno}: malformed record: {e}"
-                if on_error == "raise":
-                    raise MalformedRecordError(msg) from e
-                warnings.warn(msg, stacklevel=2)
-                bad.append(msg)
-    return recs, bad
+                raise MalformedRecordError(f"{path}:{lineno}: {e}") from None
+        except RecordError as e:
+            if on_error == "raise":
+                raise
+            warnings.warn(str(e), stacklevel=3)
+            bad.append(str(e))
+            continue
+        out.append((lineno, rec, fill))
+    return out, bad
+
+
+def read_records(path: str | os.PathLike, on_error: str = "raise") -> tuple[list[Record], list[str]]:
+    """Parse a JSONL store (every rule of the module docstring). on_error: "raise" (the first bad
+    line raises MalformedRecordError / PhysicsError naming file:line) or "warn" (a warning per bad
+    line, which is left out; the messages are returned). The Records are as stored: the recomputed
+    values that fill missing gbps / tflops / sol_datasheet_pct are load()'s."""
+    rows, bad = _read(Path(path), on_error)
+    return [r for _, r, _ in rows], bad
 
 
 # shape entries load() turns into columns: (M, N[, K]) of row ops and matmul; (B, C, [D,] H, W[, G])
@@ -214,28 +612,40 @@ SHAPE_COLUMNS = _shape_columns()
 def load(paths, on_error: str = "raise"):
     """Load one or more JSONL stores (files or folders) into a pandas DataFrame.
 
+    A folder is searched recursively for *.jsonl; files named in NON_RECORD_STORES
+    (sanitizer.jsonl) are skipped there, and raise NotARecordStoreError when named explicitly.
+    Every line is checked as the module docstring says (read_records); missing gbps / tflops /
+    sol_datasheet_pct are filled with the values recomputed from bytes, flops, ms_median and the
+    datasheet (a stored one was checked to agree within REL_TOL).
+
     Adds columns M, N, K (from shape; row ops and matmul), B, C, D, H, W, G, layout (from shape;
-    group_norm / instance_norm), config_key (stable string of config) and source. A dimension a
-    record's shape lacks is <NA>.
+    group_norm / instance_norm), config_key (stable string of config), source (the file) and
+    line (its line number). A dimension a record's shape lacks is <NA>; "extra" holds the fields
+    Record does not know (a dict, usually empty).
     ``df.attrs["malformed"]`` lists file:line messages for bad lines (on_error="warn")."""
     import pandas as pd
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files: list[Path] = []
     for p in map(Path, paths):
-        files.extend(sorted(p.rglob("*.jsonl")) if p.is_dir() else [p] if p.exists() else [])
+        if p.is_dir():
+            files.extend(f for f in sorted(p.rglob("*.jsonl")) if f.name not in NON_RECORD_STORES)
+        elif p.exists():
+            files.append(p)
     rows, malformed = [], []
     for f in files:
-        recs, bad = read_records(f, on_error=on_error)
+        recs, bad = _read(f, on_error)
         malformed.extend(bad)
-        for r in recs:
+        for lineno, r, fill in recs:
             d = dataclasses.asdict(r)
+            d.update(fill)
             for k in SHAPE_COLUMNS:
                 d[k] = r.shape.get(k)
             d["config_key"] = json.dumps(r.config, sort_keys=True)
             d["source"] = str(f)
+            d["line"] = lineno
             rows.append(d)
-    cols = [f.name for f in dataclasses.fields(Record)] + list(SHAPE_COLUMNS) + ["config_key", "source"]
+    cols = [f.name for f in dataclasses.fields(Record)] + list(SHAPE_COLUMNS) + ["config_key", "source", "line"]
     df = pd.DataFrame(rows, columns=cols)
     for k in SHAPE_COLUMNS:
         if k != "layout":

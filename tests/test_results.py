@@ -34,11 +34,11 @@ def test_nan_is_refused_on_write(tmp_path):
 
 
 @pytest.mark.parametrize("line,why", [
-    ("{not json", "Expecting"),
-    ('["a list"]', "not a JSON object"),
+    ("{not json", "not valid JSON: Expecting"),
+    ('["a list"]', "must be a JSON object"),
     ('{"op": "rms_norm"}', "missing required"),
-    ('{"op":"a","variant":"b","pattern":"c","shape":{"M":1},"dtype":"bfloat16","bogus":1}', "unknown field"),
-    ('{"op":"a","variant":"b","pattern":"c","shape":{"M":1},"dtype":"bfloat16","timer":"wallclock"}', "timer must be"),
+    ('{"op":"a","variant":"b","pattern":"c","shape":{"M":1},"dtype":"bfloat16","timer":"wallclock"}',
+     "field 'timer' must be one of"),
 ])
 def test_malformed_lines_name_file_and_line(tmp_path, line, why):
     p = tmp_path / "h200" / "nb.jsonl"
@@ -46,19 +46,30 @@ def test_malformed_lines_name_file_and_line(tmp_path, line, why):
     with open(p, "a") as f:
         f.write(line + "\n")
     results.append_records(p, [rec(run_id="r2")])
-    with pytest.raises(MalformedRecordError, match=rf"nb\.jsonl:2: malformed record: .*{why}"):
+    with pytest.raises(MalformedRecordError, match=rf"nb\.jsonl:2: .*{why}"):
         results.read_records(p)
     with pytest.warns(UserWarning, match=r"nb\.jsonl:2"):
         df = results.load(p, on_error="warn")
     assert len(df) == 2 and len(df.attrs["malformed"]) == 1
 
 
-def test_append_after_torn_line_starts_a_new_line(tmp_path):
+def test_append_after_torn_line_quarantines_it(tmp_path):
     p = tmp_path / "nb.jsonl"
     p.write_text(rec().to_json()[:40])  # a writer died mid-line
+    with pytest.warns(UserWarning, match=r"nb\.jsonl:1: torn trailing line"):
+        results.append_records(p, [rec(run_id="ok")])
+    lines = p.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["run_id"] == "ok"
+    assert rec().to_json()[:40] in results.rejected_path(p).read_text()
+
+
+def test_append_after_unterminated_valid_line_starts_a_new_line(tmp_path):
+    p = tmp_path / "nb.jsonl"
+    p.write_text(rec(run_id="first").to_json())  # a whole record, only the newline missing: kept
     results.append_records(p, [rec(run_id="ok")])
     lines = p.read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[1])["run_id"] == "ok"
+    assert [json.loads(x)["run_id"] for x in lines] == ["first", "ok"]
+    assert not results.rejected_path(p).exists()
 
 
 def _writer(args):
