@@ -13,7 +13,7 @@ To add a fault, append a Fault(name, setup, command, expect) to FAULTS:
   setup(case: Case) edits the copy (case.results is the copied results folder, case.tmp a scratch
   folder of this fault); command is an argv list whose "{results}" / "{tmp}" / "{python}" / "{repo}"
   are filled in, or the name of one of COMMANDS; expect is "error" (a non-zero exit with an
-  exception), "ok" (the exit code of the same command on the untouched copy, no exception) or
+  exception), "refuse" (a non-zero exit with a clear message and no traceback: a CLI refusal), "ok" (the exit code of the same command on the untouched copy, no exception) or
   "warn" (as "ok", plus a warning); match, when given, is a regex the message must contain.
   Build-level faults (report builds) fit the same shape: a setup that breaks a notebook copy under
   case.tmp and a command that builds from it (a "custom" row; its baseline exit code is 0).
@@ -54,7 +54,7 @@ class Fault:
     name: str
     setup: Callable[[Case], None]
     command: str | list  # a COMMANDS key, or an argv list with {results} / {tmp} / {python} / {repo}
-    expect: str = "error"  # "error" | "ok" | "warn"
+    expect: str = "error"  # "error" | "refuse" | "ok" | "warn"
     match: str | None = None  # a regex the message must match (search) for the row to be as expected
     label: str | None = None  # the command column of the table (default: the COMMANDS key, or "custom")
 
@@ -173,6 +173,65 @@ FAULTS: list[Fault] = [
 ]
 
 
+# ---- build-level faults: report builds, notebooks, GPU tests, inspect -----------------------------------
+
+def _build(case: Case, *notebooks: str) -> None:
+    """A good site of these notebooks at case.tmp/site (replay, from the copied results)."""
+    subprocess.run([sys.executable, "-m", "gluon_lab", "report", "--mode", "replay", "--out", str(case.tmp / "site"),
+                    "--results-dir", str(case.results), *notebooks], check=True, capture_output=True, cwd=REPO)
+
+
+def f_site_00(case):
+    _build(case, "00-ceilings")
+
+
+def f_site_00_01(case):
+    _build(case, "00-ceilings", "01-tma-caching")
+
+
+def f_delete_results(case):
+    (case.results / "h200" / "00-ceilings.jsonl").unlink()
+
+
+REPORT = ["{python}", "-m", "gluon_lab", "report", "--mode", "replay", "--out", "{tmp}/site", "--results-dir", "{results}"]
+SITE_KEPT = ('; rc=$?; grep -q "href=\"00-ceilings.html\"" {tmp}/site/index.html && test -f {tmp}/site/00-ceilings.html '
+             '&& echo "site kept as it was: index and 00-ceilings page still there" >&2; exit $rc')
+GPU_VARIANT_ON_CPU = ["{python}", "-c", "import torch, gluon_lab as gll; x = torch.randn(4, 64); "
+                      "gll.rms_norm(x, torch.ones(64), variant='gluon-tma')"]
+INSPECT = ["{python}", "-m", "gluon_lab", "inspect"]
+
+FAULTS += [
+    Fault("report: results file deleted", f_delete_results, REPORT + ["00-ceilings"], "refuse",
+          match=r"00-ceilings.ipynb: the page lacks what it must show: no records", label="report"),
+    Fault("report: a cell fails, site exists", f_site_00,
+          ["sh", "-c", " ".join(REPORT) + " {repo}/tests/fixtures/broken/99-broken.ipynb" + SITE_KEPT], "refuse",
+          match=r"99-broken.ipynb: cell 4 .*RuntimeError: boom.*site kept as it was", label="report"),
+    Fault("report: a subset into an existing site", f_site_00_01,
+          ["sh", "-c", " ".join(REPORT) + " 00-ceilings && grep -q 'href=\"01-tma-caching.html\"' {tmp}/site/index.html "
+           "&& echo '01-tma-caching card kept' >&2"], "ok", label="report"),
+    Fault("papermill: quick=True in replay", f_none,
+          ["{python}", "-m", "papermill", "--log-output", "notebooks/00-ceilings.ipynb", "{tmp}/out.ipynb", "-p", "mode",
+           "replay", "-p", "quick", "True", "-p", "results_dir", "{results}"], "warn",
+          match=r"quick=True has no effect in replay", label="papermill"),
+    Fault("pytest -m gpu, no usable GPU", f_none,
+          ["{python}", "-m", "pytest", "-q", "-m", "gpu", "tests/test_specs.py", "-p", "no:cacheprovider"], "refuse",
+          match=r"no usable NVIDIA sm_90\+ GPU", label="pytest"),
+    Fault("GPU variant given CPU tensors", f_none, GPU_VARIANT_ON_CPU, match=r"ValueError: variant 'gluon-tma' runs on a CUDA GPU",
+          label="api"),
+    Fault("inspect gluon-tma --N 5000", f_none, INSPECT + ["rms_norm", "gluon-tma", "--N", "5000"], "refuse",
+          match=r"refused: .*power-of-2 N", label="inspect"),
+    Fault("inspect gluon-tma --N 131072", f_none, INSPECT + ["rms_norm", "gluon-tma", "--N", "131072"], "refuse",
+          match=r"refused: ", label="inspect"),
+    Fault("inspect --dtype fp16", f_none, INSPECT + ["rms_norm", "gluon-chunked", "--N", "5120", "--dtype", "fp16"], "ok",
+          label="inspect"),
+    Fault("inspect matmul gluon-ws (ours)", f_none,
+          INSPECT + ["matmul", "gluon-ws", "--shape", '{"M": 4096, "N": 4096, "K": 4096}'], "ok", label="inspect"),
+    Fault("inspect group_norm gluon-chunked (ours)", f_none,
+          INSPECT + ["group_norm", "gluon-chunked", "--shape", '{"B": 2, "C": 64, "H": 16, "W": 16, "G": 8}'], "ok",
+          label="inspect"),
+]
+
+
 # ---- running ---------------------------------------------------------------------------------------
 
 def _argv(fault: Fault, case: Case) -> list[str]:
@@ -197,6 +256,9 @@ def _first_line(proc, tmp: Path) -> tuple[str, bool, bool]:
         ln = next(ln for ln in err if "Warning:" in ln)
         m = re.search(r"\w*Warning: ", ln)
         msg = ln[m.start():] if m else ln
+    elif proc.returncode != 0:  # a refusal: what it said on stderr first (stdout holds progress lines)
+        msg = " / ".join(ln.strip() for ln in err if ln.strip())[:900] or \
+            next((ln for ln in proc.stdout.splitlines() if ln.strip()), "")
     else:
         msg = next((ln for ln in proc.stdout.splitlines() + err if ln.strip()), "")
     return msg.replace(str(tmp), "TMP").strip(), raised, warned
@@ -221,6 +283,7 @@ def run(faults, source: Path, keep: bool, timeout: int) -> list[dict]:
                 baseline[cmd] = rc
             base = baseline.get(cmd, 0)
             ok = {"error": rc not in (0, "timeout") and raised,
+                  "refuse": rc not in (0, "timeout") and not raised,
                   "ok": rc == base and not raised,
                   "warn": rc == base and not raised and warned}[f.expect]
             ok = ok and (f.match is None or re.search(f.match, msg) is not None)
