@@ -194,7 +194,7 @@ def f_delete_results(case):
 
 
 REPORT = ["{python}", "-m", "gluon_lab", "report", "--mode", "replay", "--out", "{tmp}/site", "--results-dir", "{results}"]
-SITE_KEPT = ('; rc=$?; grep -q "href=\"00-ceilings.html\"" {tmp}/site/index.html && test -f {tmp}/site/00-ceilings.html '
+SITE_KEPT = ("; rc=$?; grep -q 'href=\"00-ceilings.html\"' {tmp}/site/index.html && test -f {tmp}/site/00-ceilings.html "
              '&& echo "site kept as it was: index and 00-ceilings page still there" >&2; exit $rc')
 GPU_VARIANT_ON_CPU = ["{python}", "-c", "import torch, gluon_lab as gll; x = torch.randn(4, 64); "
                       "gll.rms_norm(x, torch.ones(64), variant='gluon-tma')"]
@@ -207,7 +207,7 @@ FAULTS += [
           ["sh", "-c", " ".join(REPORT) + " {repo}/tests/fixtures/broken/99-broken.ipynb" + SITE_KEPT], "refuse",
           match=r"99-broken.ipynb: cell 4 .*RuntimeError: boom.*site kept as it was", label="report"),
     Fault("report: a subset into an existing site", f_site_00_01,
-          ["sh", "-c", " ".join(REPORT) + " 00-ceilings && grep -q 'href=\"01-tma-caching.html\"' {tmp}/site/index.html "
+          ["sh", "-c", " ".join(REPORT) +  " 00-ceilings && grep -q 'href=\"01-tma-caching.html\"' {tmp}/site/index.html "
            "&& echo '01-tma-caching card kept' >&2"], "ok", label="report"),
     Fault("papermill: quick=True in replay", f_none,
           ["{python}", "-m", "papermill", "--log-output", "notebooks/00-ceilings.ipynb", "{tmp}/out.ipynb", "-p", "mode",
