@@ -2,7 +2,10 @@
 # jupyter:
 #   gluon_lab:
 #     pattern: ceilings & baselines
-#     summary: copy / matmul ceilings, RMSNorm baseline grid, timer study
+#     summary: Measures what 100% means on this GPU, in the same run as the kernels it judges
+#       (a large device copy and a cuBLAS bf16 matmul, next to the datasheet), and the RMSNorm
+#       grid of eager PyTorch, torch.compile and a one-row Triton kernel. Every later notebook reads
+#       its speed-of-light percentages against these ceilings and has to beat these baselines.
 #   jupytext:
 #     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
 #     text_representation:
@@ -43,11 +46,13 @@ mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "mea
 quick = False              # measure mode only: a small grid (smoke run)
 results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200"); measure: the GPU present
+run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
+compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
 
 # %%
 from gluon_lab.analysis import ceilings as ana, common as cm
 
-ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, width=200)
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, width=200)
 spec, slug = ctx.spec, ctx.slug
 print(ctx.describe())
 
@@ -84,21 +89,30 @@ cm.show(tab if tab is not None else ana.CEILINGS_MISSING)
 # CPU, its census shows what every Gluon pattern will be compared with: 128-bit global loads, no
 # TMA, no mbarriers — and, at N = 5120, a 8192-wide block with 37.5% of its lanes masked off.
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/baselines.py (rms_norm_triton_kernel)"
 print(ana.baseline_source())
-cm.show(ana.census_table(Ns=(4096, 5120, 16384)))
+
+# %%
+cm.show(ana.census_view(ana.census_table(Ns=(4096, 5120, 16384))))
 
 # %% [markdown]
 # ## 4. Roofline and the RMSNorm baseline grid (bf16)
 #
 # A norm does ~4 FLOP per element and moves ~4 bytes per element (bf16 in + out): arithmetic
 # intensity ≈ 1, deep in the bandwidth-bound corner of the roofline, where only the diagonal roof
-# matters. The heatmaps give SOL % of the **datasheet** bandwidth for each baseline over
-# M ∈ {4096…32768} × N ∈ {4096…16384}, with the copy of the same-sized tensor as the practical roof.
+# matters. The heatmaps give SOL % of the **datasheet** bandwidth over M ∈ {4096…32768} ×
+# N ∈ {4096…16384}: first the fastest baseline of each cell next to a copy of the same-sized tensor
+# (the practical roof), then every baseline on its own.
+
+# %% tags=["headline-numbers"]
+cm.show(cm.headline(ana.headline_numbers(df, spec)))
 
 # %% tags=["headline"]
 grid = ana.baseline_grid(df)
+fig = ana.headline_figure(grid, spec, slug)
 cm.show(cm.missing_note(grid, "the RMSNorm baseline grid"))
+
+# %%
 fig = ana.grid_heatmaps(grid, spec, slug)
 cm.show(cm.graph_output_caveat(grid))
 
@@ -135,5 +149,17 @@ cm.show(cm.missing_note(ana.timer_records(df), "the timer study"), repeats, vers
 # %% [markdown]
 # ## 6. Takeaways (computed from the records above)
 
-# %%
+# %% tags=["takeaways"]
 cm.show(cm.takeaways(ana.takeaways(df, spec)))
+
+# %% [markdown]
+# ## Compare runs
+#
+# Per-case time ratios of two runs of this notebook (time B / time A; below 1.0 run B is faster), to
+# judge a kernel change against the previous run. Run B is the run shown (parameter `run`, default
+# the newest), run A the parameter `compare_to` (default: the newest earlier run sharing cases with
+# B). `code` says whether the variant's kernel source changed between the two records. The same
+# from a shell: `python -m gluon_lab compare NOTEBOOK RUN_A RUN_B`.
+
+# %%
+cm.show(cm.compare_runs(ctx, compare_to))

@@ -2,8 +2,10 @@
 # jupyter:
 #   gluon_lab:
 #     pattern: TMA caching of reused inputs
-#     summary: 'row(s) TMA-copied once to smem, both passes read smem: RMSNorm, LayerNorm,
-#       L2Norm, add+RMSNorm'
+#     summary: Each CTA copies its row(s) into shared memory with one TMA transfer and every pass
+#       of the norm reads the row from there, so the input crosses DRAM (or L2) once instead of once
+#       per pass. It buys a single read of x for RMSNorm, LayerNorm, L2Norm and add+RMSNorm, measured
+#       here against eager PyTorch, torch.compile, Triton and Liger in one run.
 #   jupytext:
 #     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
 #     text_representation:
@@ -42,12 +44,14 @@ mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "mea
 quick = False              # measure mode only: a small grid (smoke run)
 results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
+run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
+compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
 parts = ["rms", "others", "sweep", "ln-sweep", "inductor-code"]  # measure mode: which parts of the plan run
 
 # %%
 from gluon_lab.analysis import common as cm, tma_cache as ana
 
-ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir)
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick)
 spec, slug = ctx.spec, ctx.slug
 print(ctx.describe())
 
@@ -77,14 +81,14 @@ cm.show(cm.overview(ctx, allrec))
 # that completes on the barrier (x, the residual, and optionally the weight/bias): an expect is also
 # an arrive, so a second one would complete the phase before the row has landed.
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/tma_cache.py (tma_cache_norm_kernel)"
 print(ana.kernel_source())
 
 # %% [markdown]
 # The arithmetic lives in `gluon_lab.kernels.norm_math`, shared by every pattern of this lab (chunked,
 # pipelined and warp-specialized kernels call the same helpers):
 
-# %%
+# %% tags=["fold"] fold_summary="shared arithmetic: gluon_lab/kernels/norm_math.py (chunk_sum, rms_row, layer_row, normalize_chunk)"
 print(ana.norm_math_sources())
 
 # %% [markdown]
@@ -92,8 +96,10 @@ print(ana.norm_math_sources())
 # (section 6 shows those sweeps). Shared memory bounds N: one CTA may use 227 KB, so a single cached
 # bf16 row stops at N = 65536 (fp32: 32768; add+RMSNorm caches two rows: 32768 / 16384).
 
-# %%
+# %% tags=["fold"] fold_summary="heuristic source: TmaCacheConfig.heuristic (gluon_lab/kernels/tma_cache.py)"
 print(ana.heuristic_source())
+
+# %%
 cm.show(ana.max_n_table())
 
 # %% [markdown]
@@ -106,7 +112,7 @@ cm.show(ana.max_n_table())
 # x once into registers with 128-bit `ld.global`.
 
 # %%
-cm.show(ana.census_table(Ns=(4096, 16384)))
+cm.show(ana.census_view(ana.census_table(Ns=(4096, 16384))))
 
 # %% [markdown]
 # **And Inductor?** The Triton kernels torch.compile generated on the H200 for these ops were kept
@@ -116,11 +122,11 @@ cm.show(ana.census_table(Ns=(4096, 16384)))
 
 # %%
 ik = ana.inductor_kernels(ctx)
+cm.show(ana.inductor_table(ik) if len(ik) else ana.INDUCTOR_MISSING)
+
+# %% tags=["fold"] fold_summary="Inductor's generated Triton kernel for RMSNorm, N = 4096 (recorded on the GPU)"
 if len(ik):
-    cm.show(ana.inductor_table(ik))
     print(ana.inductor_example(ik, "rms_norm", 4096))
-else:
-    cm.show(ana.INDUCTOR_MISSING)
 
 # %% [markdown]
 # So the counts per row of DRAM-or-L2 reads of x are: gluon-tma 1 (TMA), triton/liger 1 (registers),
@@ -129,13 +135,22 @@ else:
 #
 # ## 4. RMSNorm bf16 — all variants side by side (one run, graph timer)
 
+# %% tags=["headline-numbers"]
+cm.show(cm.headline(ana.headline_numbers(allrec)))
+
 # %% tags=["headline"]
 rms, copies, ceil, run_id = ana.rms_run(allrec)
+fig = ana.headline_figure(rms)
+cm.show(cm.missing_note(rms, "the RMSNorm grid"))
+
+# %% [markdown]
+# Every variant of the same run, % of datasheet bandwidth per cell:
+
+# %%
 line = ana.run_line(rms, ceil, spec, run_id)
 if line:
     print(line)
-cm.show(cm.missing_note(rms, "the RMSNorm grid"), ana.rms_caveats(rms, copies, ceil, spec))
-figs = ana.rms_heatmaps(rms, copies)
+cm.show(ana.rms_caveats(rms, copies, ceil, spec), ana.rms_heatmaps(rms, copies))
 
 # %% [markdown]
 # Seed-format tables — each cell: `baseline SOL% -> gluon-tma SOL% (speed change)`:
@@ -167,17 +182,32 @@ fig = ana.roofline(allrec, spec, slug)
 # (Python-built descriptors) on the clock at these sizes, so differences of a few percent in the
 # `do_bench` rows are not resolved. The timer of each N is printed below.
 
-# %%
+# %% tags=["fold"] fold_summary="the knob sweeps: best SOL % per N, warps and rows per CTA; flag effects; LayerNorm sweep"
 cm.show(ana.sweep_section(allrec))
 
 # %% [markdown]
-# ## 8. Targets (issue #3), checked against the records above
+# ## 8. Targets, checked against the records above
+#
+# Green: met, red: missed. "Fastest baseline" is the fastest of eager PyTorch, torch.compile, the
+# one-row Triton kernel and Liger in each cell of the same run.
 
-# %%
-cm.show(ana.targets(allrec))
+# %% tags=["targets"]
+cm.show(ana.targets_view(allrec))
 
 # %% [markdown]
 # ## 9. Takeaways (computed from the data shown)
 
-# %%
+# %% tags=["takeaways"]
 cm.show(cm.takeaways(ana.takeaways(allrec, ik)))
+
+# %% [markdown]
+# ## Compare runs
+#
+# Per-case time ratios of two runs of this notebook (time B / time A; below 1.0 run B is faster), to
+# judge a kernel change against the previous run. Run B is the run shown (parameter `run`, default
+# the newest), run A the parameter `compare_to` (default: the newest earlier run sharing cases with
+# B). `code` says whether the variant's kernel source changed between the two records. The same
+# from a shell: `python -m gluon_lab compare NOTEBOOK RUN_A RUN_B`.
+
+# %%
+cm.show(cm.compare_runs(ctx, compare_to))

@@ -2,8 +2,11 @@
 # jupyter:
 #   gluon_lab:
 #     pattern: Chunked non-power-of-2 reductions
-#     summary: any N as power-of-2 TMA chunks, zero-filled tail, masked variance; streaming
-#       rows; GroupNorm/InstanceNorm
+#     summary: Cuts a row of any length into power-of-2 chunks, TMA-copies each into its own
+#       shared-memory slot (the hardware zero-fills the tail) and masks only where zeros would bias the
+#       result, streaming rows too long to cache. It buys Gluon norms for real hidden sizes such as
+#       2880, 5120 or 14336 without padding the row to the next power of two, and GroupNorm and
+#       InstanceNorm from the same machinery.
 #   jupytext:
 #     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
 #     text_representation:
@@ -44,12 +47,14 @@ mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "mea
 quick = False              # measure mode only: a small grid (smoke run)
 results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
+run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
+compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
 parts = ["bf16", "fp32", "others", "chunk", "stream", "groupnorm"]  # measure mode: parts of the plan
 
 # %%
 from gluon_lab.analysis import chunked as ana, common as cm
 
-ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir)
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick)
 spec, slug = ctx.spec, ctx.slug
 PLAN = ana.plan()
 print(ctx.describe())
@@ -77,19 +82,21 @@ cur = cm.current(allrec)
 # 16-byte vectors (`N_v = N / VEC`): one compile serves every N with the same `NUM_CHUNKS`, and the
 # compiler can prove every masked access is 128-bit.
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/chunked.py (chunked_norm_kernel)"
 print(ana.kernel_source())
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="shared arithmetic: gluon_lab/kernels/norm_math.py (chunk_sum_sq_dev, layer_row)"
 print(ana.norm_math_sources())
 
 # %% [markdown]
-# ### The chunk plan for the issue's N set (computed on this CPU)
+# ### The chunk plan for the N set of this notebook (real hidden sizes; computed on this CPU)
 #
 # `waste` is the padded share of the last chunk; `pow2 waste` is what `next_power_of_2(N)` padding costs.
 
-# %%
+# %% tags=["fold"] fold_summary="heuristic source: ChunkPlan.for_row (gluon_lab/kernels/chunked.py)"
 print(ana.plan_source())
+
+# %%
 plan_tab = ana.plan_table(PLAN.Ns + (131072, ))
 plan_tab
 
@@ -102,18 +109,24 @@ plan_tab
 # predicated loads cover the padded lanes, and past ~16K elements it spills.
 
 # %%
-ana.census_table(Ns=(2880, 5120, 14336, 24576))
+cm.show(ana.census_view(ana.census_table(Ns=(2880, 5120, 14336, 24576))))
 
 # %% [markdown]
 # ## 4. bf16 RMSNorm and LayerNorm over the N set — every variant, one run
 #
-# Headline: SOL % of the 4.8 TB/s datasheet, gluon-chunked next to the best baseline (torch eager,
-# torch.compile, the one-row Triton kernel, Liger) per cell.
+# Headline: gluon-chunked's speed against the fastest baseline of each cell (torch eager, torch.compile,
+# the one-row Triton kernel, Liger), by N and M; the table behind it (SOL % of the datasheet bandwidth
+# for both) is folded below the figure.
+
+# %% tags=["headline-numbers"]
+cm.show(cm.headline(ana.headline_numbers(cur)))
 
 # %% tags=["headline"]
 heads = ana.headline(cur)
-cm.show(ana.headline_items(heads))
 fig = ana.headline_figure(heads)
+
+# %% tags=["fold"] fold_summary="the headline's numbers per cell: SOL %, best baseline, speedups"
+cm.show(ana.headline_items(heads))
 
 # %%
 for op in ana.HEADLINE_OPS:
@@ -135,10 +148,10 @@ for op, dt in ana.OTHER_CASES:
 
 # %%
 sw = ana.chunk_sweep(cur)
-if len(sw):
-    cm.show(ana.sweep_table(sw), ana.heuristic_vs_best(sw))
-else:
-    cm.show("**CHUNK sweep: missing**")
+cm.show(ana.heuristic_vs_best(sw) if len(sw) else "**CHUNK sweep: missing**")
+
+# %% tags=["fold"] fold_summary="the whole CHUNK sweep: SOL % by (op, N) and (warps, rows per CTA)"
+cm.show(ana.sweep_view(sw))
 
 # %% [markdown]
 # ## 7. Where streaming takes over (bf16, M = 4096)
@@ -154,7 +167,7 @@ if not len(st):  # not re-measured with the current code: show the newest study,
     if len(st):
         cm.show(ana.stale_study_note(st, "streaming study"))
 if len(st):
-    cm.show(ana.stream_figure(st, copies), ana.stream_table(st), ana.refused(st))
+    cm.show(ana.stream_figure(st, copies), ana.stream_view(st), ana.refused(st))
 else:
     cm.show("**streaming study: missing**")
 
@@ -168,20 +181,34 @@ else:
 
 # %%
 gn = ana.group_records(cur)
-if len(gn):
-    cm.show(ana.group_runs(gn), ana.group_table(gn))
-    print(ana.group_plan_source())
-else:
-    cm.show("**GroupNorm / InstanceNorm: missing**")
+cm.show([ana.group_runs(gn), ana.group_view(gn)] if len(gn) else "**GroupNorm / InstanceNorm: missing**")
+
+# %% tags=["fold"] fold_summary="heuristic source: GroupPlan.make (gluon_lab/kernels/chunked.py)"
+print(ana.group_plan_source())
 
 # %% [markdown]
-# ## 9. Targets (issue #4), checked against the records above
+# ## 9. Targets, checked against the records above
+#
+# Green: met, red: missed. "Fastest baseline" is the fastest of eager PyTorch, torch.compile, the
+# one-row Triton kernel and Liger in each cell of the same run.
 
-# %%
-cm.show(ana.targets(cur))
+# %% tags=["targets"]
+cm.show(ana.targets_view(cur))
 
 # %% [markdown]
 # ## 10. Takeaways (computed from the data shown)
 
-# %%
+# %% tags=["takeaways"]
 cm.show(cm.takeaways(ana.takeaways(cur)))
+
+# %% [markdown]
+# ## Compare runs
+#
+# Per-case time ratios of two runs of this notebook (time B / time A; below 1.0 run B is faster), to
+# judge a kernel change against the previous run. Run B is the run shown (parameter `run`, default
+# the newest), run A the parameter `compare_to` (default: the newest earlier run sharing cases with
+# B). `code` says whether the variant's kernel source changed between the two records. The same
+# from a shell: `python -m gluon_lab compare NOTEBOOK RUN_A RUN_B`.
+
+# %%
+cm.show(cm.compare_runs(ctx, compare_to))

@@ -2,8 +2,10 @@
 # jupyter:
 #   gluon_lab:
 #     pattern: Multi-buffer pipelining
-#     summary: 'persistent CTAs through an NUM_STAGES mbarrier ring: norms (measured
-#       timeline, stages sweep) and a TMA + wgmma GEMM vs cuBLAS'
+#     summary: A persistent grid walks its row blocks (or a GEMM's k-steps) through a ring of
+#       shared-memory slots, each with its own mbarrier, so the copies of the next blocks are in flight
+#       while the current one is computed. It buys overlap of memory and compute inside one CTA, shown
+#       here on a measured timeline, on the norm grids and on a TMA + wgmma GEMM against cuBLAS.
 #   jupytext:
 #     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
 #     text_representation:
@@ -48,13 +50,15 @@ mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "mea
 quick = False              # measure mode only: a small grid (smoke run)
 results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200"); measure: the GPU present
+run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
+compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
 parts = ["norms", "stages", "others", "gemm", "gemm-sweep", "pipe-sweep", "ws-sweep", "fence", "timeline"]  # measure mode
 stale = "flag"             # "flag": show records whose kernel source changed since, marked STALE; "drop": leave them out
 
 # %%
 from gluon_lab.analysis import common as cm, pipelined as ana
 
-ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, max_columns=40, max_rows=200, max_colwidth=160)
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
 spec, slug = ctx.spec, ctx.slug
 print(ctx.describe(), f" stale records: {stale}")
 
@@ -85,7 +89,7 @@ cm.show(cm.overview(ctx, allrec), ana.stale_records(allrec))
 # `(slot, phase)`, computes from shared memory and stores with 128-bit `st.global`. The `INSTRUMENT`
 # build adds three `%globaltimer` reads per block (section 2).
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/pipelined.py (_load_block, pipelined_norm_kernel)"
 print(ana.kernel_source("_load_block", "pipelined_norm_kernel"))
 
 # %% [markdown]
@@ -93,7 +97,7 @@ print(ana.kernel_source("_load_block", "pipelined_norm_kernel"))
 # current source, M. The config each record ran with is stored in the record, so tables below show what
 # was measured, and the sweep section compares it with what this heuristic picks now.
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="heuristic source: PipeConfig.heuristic (gluon_lab/kernels/pipelined.py)"
 print(ana.kernel_source("PipeConfig.heuristic"))
 
 # %% [markdown]
@@ -105,7 +109,7 @@ print(ana.kernel_source("PipeConfig.heuristic"))
 # themselves, and per-step integer divisions on that path cost issue slots (the first H200 run, with
 # them, read 0.84x cuBLAS at 8192³).
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/gemm.py (_issue_k_step, _next_k_step, persistent_gemm_kernel)"
 print(ana.kernel_source("_issue_k_step", "_next_k_step", "persistent_gemm_kernel"))
 
 # %% [markdown]
@@ -153,11 +157,11 @@ if len(chk):
 # Shared memory grows by one slot per stage; the barriers do not multiply in the code (one wait site for
 # the ring, one for the weight).
 
-# %%
+# %% tags=["fold"] fold_summary="norm census: RMSNorm N = 4096, 5120 x NUM_STAGES 1-4 (PTX / SASS counts)"
 norm_census, errors = ana.norm_census(Ns=(4096, 5120), stages=(1, 2, 3, 4))
 if errors:
     print("\n".join(errors))
-cm.show(ana.table(norm_census))
+cm.show(ana.census_view(norm_census))
 
 # %% [markdown]
 # For the GEMM: the default config (its warps form consumer warpgroups stacked along M), the smaller
@@ -166,11 +170,11 @@ cm.show(ana.table(norm_census))
 # pairs). `wgmma per k-step per CTA` = BM·BN·BK / (m·n·k of the instruction shape), i.e. static wgmma sites
 # × warpgroups.
 
-# %%
+# %% tags=["fold"] fold_summary="GEMM census: default tile, the 2048² heuristic tile, gluon-ws (PTX / SASS counts)"
 gemm_census, errors = ana.gemm_census()
 if errors:
     print("\n".join(errors))
-cm.show(gemm_census)
+cm.show(ana.census_view(gemm_census))
 
 # %% [markdown]
 # ## 4. The norm grid: RMSNorm and LayerNorm bf16, every variant, one run
@@ -186,6 +190,8 @@ ct, ce = ana.grid_ceiling(use, grids)
 cm.show(ana.grid_notes(ctx, grids, stale=stale))
 if ce:
     print(ana.session_line(ana.grid_run(grids), ce))
+
+# %% tags=["fold"] fold_summary="the copy reference of every cell (per-shape copy, session copy, which one counts)"
 cm.show(ana.table(ct.sort_index().round(1)))
 
 # %%
@@ -195,16 +201,26 @@ if ana.lift_line(big, ce):
     print(ana.lift_line(big, ce))
 
 # %% [markdown]
-# ### Headline: gluon-pipelined vs the best baseline, % of the copy ceiling
+# ### Headline: gluon-pipelined vs the best baseline, cell by cell
+#
+# Speed of gluon-pipelined over the fastest baseline of each cell (eager, torch.compile default and
+# max-autotune, Triton, Liger): green faster, red slower, pale ≈ 1. Below it, both in % of the copy
+# ceiling, then every variant on its own.
+
+# %% tags=["headline-numbers"]
+cm.show(cm.headline(ana.headline_numbers(grids, use)))
 
 # %% tags=["headline"]
-cm.show(ana.headline_figure(grids, slug))
+fig = ana.headline_figure(grids, slug)
+
+# %%
+cm.show(ana.grid_figure(grids, slug))
 
 # %%
 cm.show(ana.variant_maps(grids, "gluon-chunked", "gluon-pipelined"))
 
 # %% [markdown]
-# ## 5. Targets (issue #5), cell by cell
+# ## 5. Targets, cell by cell
 #
 # * gluon-pipelined ≥ gluon-tma (power-of-2 N, where gluon-tma exists) and ≥ the best baseline (torch,
 #   torch.compile, Triton, Liger) in every cell;
@@ -214,12 +230,16 @@ cm.show(ana.variant_maps(grids, "gluon-chunked", "gluon-pipelined"))
 # * ≥ 97% of the copy ceiling where M·N ≥ 64 Mi elements.
 #
 # `met` is strict (ratio ≥ target); `within 2%` counts near-misses separately. No tolerance is folded
-# into `met`.
+# into `met`. Each grid cell holds the measured ratio (or % of ceiling): green met, red missed, grey
+# where the target does not apply.
 
-# %%
+# %% tags=["targets"]
 targets = ana.target_tables(grids, spec)
 summary = ana.target_summary(targets)
 cm.show(ana.target_views(ctx, grids, targets, summary, stale))
+
+# %% tags=["fold"] fold_summary="the numbers behind the target grids, cell by cell"
+cm.show(ana.target_details(grids, targets))
 
 # %% [markdown]
 # ## 6. How deep a ring? NUM_STAGES 1…4, and the occupancy knobs
@@ -234,8 +254,10 @@ cm.show(ana.target_views(ctx, grids, targets, summary, stale))
 # %%
 stg = ana.stages_records(use)
 stage_tab = ana.stage_table(stg)
-cm.show(ana.about(stg, "NUM_STAGES study") or ana.nodata(ctx, "the NUM_STAGES study", stale),
-        ana.stages_figures(stg), ana.table(stage_tab))
+cm.show(ana.about(stg, "NUM_STAGES study") or ana.nodata(ctx, "the NUM_STAGES study", stale), ana.stages_figures(stg))
+
+# %% tags=["fold"] fold_summary="GB/s by NUM_STAGES for every cell, the best depth and its gain over 1 and 2 stages"
+cm.show(ana.table(stage_tab))
 
 # %% [markdown]
 # The `pipe-sweep` study crosses CTAs per SM × ring depth × rows per slot (configs whose CTAs would not
@@ -246,7 +268,10 @@ cm.show(ana.about(stg, "NUM_STAGES study") or ana.nodata(ctx, "the NUM_STAGES st
 ps = ana.pipe_sweep_records(use)
 ps_best = ana.pipe_sweep_best(ps)
 cm.show(ana.about(ps, "pipe-sweep") or ana.nodata(ctx, "the pipe-sweep (CTAs/SM x stages x rows)", stale),
-        ana.table(ps_best.round(3)), ana.pipe_sweep_views(ps))
+        ana.pipe_sweep_best_view(ps_best))
+
+# %% tags=["fold"] fold_summary="the pipe-sweep by CTAs per SM and by ring depth"
+cm.show(ana.pipe_sweep_views(ps))
 
 # %% [markdown]
 # The `fence` study times the heuristic's config with and without the `fence.proxy.async` before each
@@ -282,7 +307,7 @@ cm.show(ana.about(gm, "GEMM grid") or ana.nodata(ctx, "the GEMM grid", stale), a
 # Configs that do not fit in shared memory are not timed; where the plan still listed one, its error is
 # shown (a record with `passed = False`), never a number.
 
-# %%
+# %% tags=["fold"] fold_summary="the GEMM sweeps: TFLOP/s by tile and ring depth; gluon-ws by producer registers"
 gs = ana.gemm_sweep_records(use)
 wss = ana.ws_sweep_records(use)
 cm.show(ana.about(gs, "gemm-sweep") or ana.nodata(ctx, "the GEMM tile x stages sweep", stale), ana.gemm_sweep_views(gs),
@@ -290,12 +315,14 @@ cm.show(ana.about(gs, "gemm-sweep") or ana.nodata(ctx, "the GEMM tile x stages s
         ana.ws_sweep_views(wss))
 
 # %% [markdown]
-# ### GEMM targets (issue #5)
+# ### GEMM targets
+#
+# The targets are for `gluon-pipelined`; `gluon-ws` (pattern 4) is checked against the same bar for
+# comparison. cuBLAS is `torch.matmul` in the same run.
 
-# %%
+# %% tags=["targets"]
 gt = ana.gemm_targets(gemm_tab)
-cm.show(["Issue #5's targets are for `gluon-pipelined`; `gluon-ws` (pattern 4) is checked against the same bar for comparison.", gt]
-        if len(gt) else ana.nodata(ctx, "GEMM targets", stale))
+cm.show(cm.target_list(gt) if len(gt) else ana.nodata(ctx, "GEMM targets", stale))
 
 # %% [markdown]
 # ## 9. One roofline: norms and GEMMs
@@ -327,7 +354,19 @@ cm.show(ana.sanitizer_views(san, n_old, san_path))
 # %% [markdown]
 # ## 11. Takeaways (computed from the data above)
 
-# %%
+# %% tags=["takeaways"]
 cm.show(ana.bullets(ana.takeaways(grids=grids, targets=targets, summary=summary, TL=TL, tl_stats=tl_stats, allrec=allrec,
                                   chk=chk, stg=stg, stage_tab=stage_tab, ps=ps, ps_best=ps_best, fe=fe, fence_tab=fence_tab,
                                   gm=gm, gemm_tab=gemm_tab, gs=gs, use=use, san=san)))
+
+# %% [markdown]
+# ## Compare runs
+#
+# Per-case time ratios of two runs of this notebook (time B / time A; below 1.0 run B is faster), to
+# judge a kernel change against the previous run. Run B is the run shown (parameter `run`, default
+# the newest), run A the parameter `compare_to` (default: the newest earlier run sharing cases with
+# B). `code` says whether the variant's kernel source changed between the two records. The same
+# from a shell: `python -m gluon_lab compare NOTEBOOK RUN_A RUN_B`.
+
+# %%
+cm.show(cm.compare_runs(ctx, compare_to))

@@ -2,9 +2,11 @@
 # jupyter:
 #   gluon_lab:
 #     pattern: Warp specialization
-#     summary: 'gl.warp_specialize: 1-warp TMA producer (setmaxnreg) + consumer partition,
-#       EMPTY/FULL barriers; norms and a cooperative WS GEMM; per-partition timeline;
-#       compute-sanitizer'
+#     summary: Splits each CTA with gl.warp_specialize into a one-warp TMA producer with a small
+#       register budget and consumer warps that only compute, handing ring slots back and forth over
+#       EMPTY / FULL barrier pairs. It buys copies issued ahead of the math without the consumers
+#       stalling on them, measured per partition on a timeline, on the norm grids against pattern 3
+#       and on a cooperative GEMM against cuBLAS.
 #   jupytext:
 #     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
 #     text_representation:
@@ -53,13 +55,15 @@ mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "mea
 quick = False              # measure mode only: a small grid (smoke run)
 results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200"); measure: the GPU present
+run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
+compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
 parts = ["norms", "gemm", "norm-sweep", "ws-sweep", "timeline"]  # measure mode: parts of the plan
 stale = "flag"             # "flag": show records whose kernel source changed since, marked STALE; "drop": leave them out
 
 # %%
 from gluon_lab.analysis import common as cm, pipelined as P, warp_specialized as ana
 
-ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, max_columns=40, max_rows=200, max_colwidth=160)
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
 spec, slug = ctx.spec, ctx.slug
 print(ctx.describe(), f" stale records: {stale}")
 
@@ -95,7 +99,7 @@ use, use03 = P.keep(allrec, stale), P.keep(rec03, stale)  # what every section b
 # same loop bounds (they must agree on the trip count of the protocol). The `INSTRUMENT` build adds
 # `%globaltimer` stamps in **both** partitions (section 2).
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/warp_specialized.py (_wsn_producer, _wsn_consumer, ws_norm_kernel)"
 print(ana.kernel_source("_wsn_producer", "_wsn_consumer", "ws_norm_kernel"))
 
 # %% [markdown]
@@ -104,7 +108,7 @@ print(ana.kernel_source("_wsn_producer", "_wsn_consumer", "ws_norm_kernel"))
 # section 5), and `producer_regs` is the producer's `setmaxnreg` budget. A 1-warp producer still occupies a
 # whole warpgroup of the register file (`threads() = 32 × (num_warps + 4)`).
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="config and heuristic source: WsNormConfig (gluon_lab/kernels/warp_specialized.py)"
 print(ana.kernel_source("WsNormConfig"))
 
 # %% [markdown]
@@ -118,7 +122,7 @@ print(ana.kernel_source("WsNormConfig"))
 # the previous slot. Epilogue: accumulator → shared memory → **TMA store**; the store of tile t is waited for
 # only when tile t+1's epilogue needs the buffer, so it overlaps the next main loop.
 
-# %% tags=["show-code"]
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/warp_specialized.py (_ws_producer, _ws_consumer, ws_gemm_kernel)"
 print(ana.kernel_source("_ws_producer", "_ws_consumer", "ws_gemm_kernel"))
 
 # %% [markdown]
@@ -178,7 +182,7 @@ cm.show(P.table(spread.round(1)) if len(spread) else ana.nodata(ctx, "per-CTA fi
 
 # %%
 chk = ana.spread_check(spread, TL3, TL4, use, use03)
-cm.show(P.table(chk.round(3)), ana.tail_note(spread, ana.norm_grid_run(use), TL3, TL4))
+cm.show(ana.spread_check_view(chk), ana.tail_note(spread, ana.norm_grid_run(use), TL3, TL4))
 for line in ana.spread_check_lines(chk):
     print(line)
 
@@ -193,17 +197,17 @@ for line in ana.spread_check_lines(chk):
 # another budget between partitions. The register file
 # check multiplies each budget by its warps (the producer warp's whole warpgroup counts).
 
-# %%
+# %% tags=["fold"] fold_summary="norm census: gluon-ws next to gluon-pipelined per (op, N), and the partitions' registers"
 norm_cen, errors = ana.norm_census()
 if errors:
     print("\n".join(errors))
-cm.show(norm_cen)
+cm.show(ana.census_views(norm_cen, "norms"))
 
-# %%
+# %% tags=["fold"] fold_summary="GEMM census: gluon-ws next to gluon-pipelined, two tiles, and the partitions' registers"
 gemm_cen, errors = ana.gemm_census()
 if errors:
     print("\n".join(errors))
-cm.show(gemm_cen)
+cm.show(ana.census_views(gemm_cen, "GEMM"))
 
 # %%
 cm.show(ana.census_notes(norm_cen, gemm_cen))
@@ -223,18 +227,27 @@ ct, ce = P.grid_ceiling(use, grids)
 cm.show(ana.grid_notes(ctx, grids, stale))
 if ce:
     print(P.session_line(P.grid_run(grids), ce))
-cm.show(P.table(ct.sort_index().round(1)))
 if ana.low_copy_line(grids, ct):
     print(ana.low_copy_line(grids, ct))
+
+# %% tags=["fold"] fold_summary="the copy reference of every cell (per-shape copy, session copy, which one counts)"
+cm.show(P.table(ct.sort_index().round(1)))
 
 # %% [markdown]
 # ### Headline: gluon-ws vs gluon-pipelined, cell by cell
 #
-# Left and middle: % of the copy ceiling. Right: speed ratio gluon-ws / gluon-pipelined, centred on 1; a cell
-# marked ✗ misses the issue's target (≥ 0.98, i.e. within 2% or better).
+# Speed ratio gluon-ws / gluon-pipelined per cell, on a scale centred on 1 (green: gluon-ws faster, red:
+# slower); a cell marked ✗ misses the target (≥ 0.98, i.e. within 2% or better). Below it, both kernels in
+# % of the copy ceiling, then every variant on its own.
+
+# %% tags=["headline-numbers"]
+cm.show(cm.headline(ana.headline_numbers(grids, use, use03)))
 
 # %% tags=["headline"]
 cm.show(ana.headline_figure(grids, slug) or ana.nodata(ctx, "the headline (no rms_norm / layer_norm grid)", stale))
+
+# %%
+cm.show(ana.grid_figure(grids, slug))
 
 # %%
 cm.show(P.variant_maps(ana.heat_grids(grids), "gluon-pipelined", "gluon-ws", with_timer=False))
@@ -247,10 +260,13 @@ cm.show(P.variant_maps(ana.heat_grids(grids), "gluon-pipelined", "gluon-ws", wit
 # blocks per CTA there is little for a producer running ahead to hide, while the fork, the extra barriers
 # and the producer's warpgroup are paid in full.
 
-# %%
+# %% tags=["targets"]
 targets = ana.target_tables(grids, spec)
 norm_summary, blocks = ana.norm_summary(targets), ana.by_blocks(targets)
 cm.show(ana.target_views(ctx, grids, targets, norm_summary, blocks, stale))
+
+# %% tags=["fold"] fold_summary="the numbers behind the target grids, cell by cell"
+cm.show(ana.target_details(grids, targets))
 
 # %% [markdown]
 # ## 5. The norm-sweep: producer registers × consumer warps × ring depth
@@ -259,7 +275,7 @@ cm.show(ana.target_views(ctx, grids, targets, norm_summary, blocks, stale))
 # consumer `num_warps` ∈ {4, 8} and `num_stages` ∈ {2, 3, 4} (the other knobs from the heuristic of that time;
 # combinations that do not fit were not planned). GB/s.
 
-# %%
+# %% tags=["fold"] fold_summary="the norm-sweep: every config, best per knob value, knob costs, the heuristic's pick"
 sw = ana.norm_sweep_records(use)
 full, per_knob, sweep_eff = ana.norm_sweep_tables(sw)
 heur = ana.sweep_vs_heuristic(sw, grids)
@@ -294,9 +310,9 @@ if len(gm):
 # gluon-ws ≥ 1.0× cuBLAS at 8192³ (moonshot 1.05×), geomean ≥ 0.98× cuBLAS over the shape set, and ≥
 # gluon-pipelined at every shape. `met` is strict.
 
-# %%
+# %% tags=["targets"]
 gt = ana.gemm_targets(gemm_tab)
-cm.show([f"run `{gm.run_id.iloc[0]}`" + (" — STALE records" if gm.stale.any() else ""), gt]
+cm.show([f"run `{gm.run_id.iloc[0]}`" + (" — STALE records" if gm.stale.any() else ""), ana.gemm_targets_view(gt)]
         if len(gt) else ana.nodata(ctx, "the GEMM targets", stale))
 
 # %% [markdown]
@@ -307,7 +323,7 @@ cm.show([f"run `{gm.run_id.iloc[0]}`" + (" — STALE records" if gm.stale.any() 
 # holds its error, it is listed as **does not fit**. Below it, the earlier producer-registers × stages sweep
 # in pattern 3's file, which did hold such configs.
 
-# %%
+# %% tags=["fold"] fold_summary="the ws-sweep tables: TFLOP/s by tile and producer registers, configs without a record"
 wsw = ana.ws_sweep_records(use)
 views, ws_ok = ana.ws_sweep_views(ctx, wsw, gm, stale)
 cm.show(views, ana.old_ws_sweep_views(use03))
@@ -357,7 +373,7 @@ race_tab, tails = ana.race_accesses(san, src_lines, defs, diag_lines)
 cm.show(tails)
 if len(race_tab):
     print(ana.def_shift_line(race_tab, defs))
-cm.show(P.table(race_tab))
+cm.show(ana.race_view(race_tab))
 
 # %% [markdown]
 # ### What sits at the reported offsets: SASS of the same kernels, compiled on this CPU
@@ -369,14 +385,14 @@ cm.show(P.table(race_tab))
 # compile can only reproduce the sanitized binary if compiler, source and config are the same, so each row
 # says whether the instruction there is a shared-memory access (what racecheck tracks).
 
-# %%
+# %% tags=["fold"] fold_summary="SASS at the reported offsets (compiled on this CPU), with a few neighbours"
 if len(race_tab) and diag_lines is not None:
     sass_tab, sass_ctx, errors = ana.sass_check(race_tab, sz)
     if errors:
         print("\n".join(errors))
     if len(sass_tab):
         print(f"compiled with triton {ana.triton_version()} on this CPU")
-    cm.show(P.table(sass_tab), ana.sass_contexts(sass_ctx))
+    cm.show(ana.sass_view(sass_tab), ana.sass_contexts(sass_ctx))
 else:
     sass_tab = P.EMPTY
     print("no racecheck findings to locate" if not len(race_tab) else "ci/sanitize.py could not be loaded: no SASS check")
@@ -387,7 +403,19 @@ cm.show(ana.sanitizer_summary(san, race_tab, sass_tab))
 # %% [markdown]
 # ## 9. Takeaways (computed from the data above)
 
-# %%
+# %% tags=["takeaways"]
 cm.show(P.bullets(ana.takeaways(gm=gm, gemm_tab=gemm_tab, gt=gt, ws_ok=ws_ok, targets=targets, summary=norm_summary,
                                 blocks=blocks, TL4=TL4, ws_tl=ws_tl, spread=spread, sw=sw, sweep_eff=sweep_eff, heur=heur,
                                 norm_cen=norm_cen, gemm_cen=gemm_cen, san=san)))
+
+# %% [markdown]
+# ## Compare runs
+#
+# Per-case time ratios of two runs of this notebook (time B / time A; below 1.0 run B is faster), to
+# judge a kernel change against the previous run. Run B is the run shown (parameter `run`, default
+# the newest), run A the parameter `compare_to` (default: the newest earlier run sharing cases with
+# B). `code` says whether the variant's kernel source changed between the two records. The same
+# from a shell: `python -m gluon_lab compare NOTEBOOK RUN_A RUN_B`.
+
+# %%
+cm.show(cm.compare_runs(ctx, compare_to))

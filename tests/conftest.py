@@ -38,3 +38,36 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+class _ReplaySite:
+    """One replay build of every notebook (`report.build(mode="replay")`, ~1.5 min on 2 cores), made on
+    first use and shared by the report and browser tests; a failed build fails each test that uses it."""
+
+    def __init__(self, base):
+        self.base = base
+        self.out = None
+        self.error = None
+        self.seconds = None
+
+    def get(self):
+        if self.error is not None:
+            raise self.error
+        if self.out is None:
+            import time
+
+            from gluon_lab.report import build
+            t0 = time.monotonic()
+            try:
+                build(mode="replay", out_dir=self.base / "site")
+            except Exception as e:  # noqa: BLE001 - re-raised for every test that needs the site
+                self.error = e
+                raise
+            self.seconds = time.monotonic() - t0
+            self.out = self.base / "site"
+        return self.out
+
+
+@pytest.fixture(scope="session")
+def replay_site(tmp_path_factory):
+    return _ReplaySite(tmp_path_factory.mktemp("replay-site"))

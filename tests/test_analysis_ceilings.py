@@ -76,6 +76,25 @@ def test_figures(df, ctx):
     plt.close("all")
 
 
+def test_headline_numbers_and_figure(df, ctx):
+    nums = dict(ana.headline_numbers(df, ctx.spec))
+    copy = df[(df.op == "copy") & df.M.isna()].sort_values("timestamp").iloc[-1]
+    gbps = copy.bytes / (copy.ms_median * 1e-3) / 1e9
+    assert nums["copy ceiling"].startswith(f"{gbps:.0f} GB/s = {100 * gbps / 4800:.0f}% of the 4800 GB/s datasheet")
+    mm = df[df.op == "matmul"].sort_values("timestamp").iloc[-1]
+    tf = mm.flops / (mm.ms_median * 1e-3) / 1e12
+    assert nums["bf16 matmul ceiling"].startswith(f"{tf:.0f} TFLOP/s = {100 * tf / ctx.spec.bf16_tflops:.0f}% of the")
+    g = ana.baseline_grid(df)
+    g = g[g.variant != "copy"]
+    best = g.loc[g.groupby(["M", "N"]).ms_median.idxmin()].sol_datasheet_pct
+    assert nums["best RMSNorm baseline"].startswith(f"{best.min():.0f}–{best.max():.0f}% of datasheet bandwidth over 20 M×N cells")
+    assert nums["SM clock"] == "not recorded: the records carry no SM clock field"
+    fig = ana.headline_figure(ana.baseline_grid(df), ctx.spec, ctx.slug)
+    assert [a.get_title() for a in fig.axes] == ["fastest baseline per cell", "y.copy_(x), same shape"]
+    assert all("\n" in t.get_text() for t in fig.axes[0].texts)  # the value and which baseline
+    plt.close(fig)
+
+
 def test_takeaways_are_computed(df, ctx):
     lines = ana.takeaways(df, ctx.spec)
     g = ana.baseline_grid(df)
@@ -93,6 +112,11 @@ def test_everything_degrades_without_records(df, ctx):
     g = ana.baseline_grid(e)
     assert ana.grid_heatmaps(g, ctx.spec, ctx.slug) is None and ana.measured_heatmaps(g) is None
     assert ana.roofline(e, ctx.spec, ctx.slug) is None and ana.delta_tables(g) == []
+    assert ana.headline_figure(g, ctx.spec, ctx.slug) is None
+    assert dict(ana.headline_numbers(e, ctx.spec)) == {
+        "ceilings": "missing: no copy / matmul ceiling record for this GPU",
+        "best RMSNorm baseline": "missing: no RMSNorm baseline grid in the records",
+        "SM clock": "not recorded: the records carry no SM clock field"}
     assert ana.timer_study(e) == (None, None)
     assert ana.takeaways(e, ctx.spec) == ["0 records shown, 0 stale (kernel source changed since they were measured)."]
 

@@ -5,6 +5,7 @@ fixture record, so they keep testing the analysis while the kernel sources chang
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 
 from gluon_lab import plots
@@ -43,8 +44,14 @@ def test_headline_table(allrec):
 
 
 def test_headline_figure_and_heatmaps(allrec):
-    fig = ana.headline_figure(ana.headline(allrec))
-    assert len(fig.axes) == 2 and all(len(ax.lines) == 4 for ax in fig.axes)  # (chunked, best) x 2 M
+    heads = ana.headline(allrec)
+    fig = ana.headline_figure(heads)
+    assert len(fig.axes) == 2 and all(len(ax.lines) == 2 + 1 for ax in fig.axes)  # one line per M, and the 1.0 line
+    run, t = heads["rms_norm"]
+    y = fig.axes[0].lines[0].get_ydata()  # M = the smaller one, evenly spaced N
+    sub = t.xs(sorted(t.index.get_level_values("M").unique())[0], level="M")["speedup vs best"]
+    assert list(y) == pytest.approx(list(sub.sort_index()))
+    assert [x.get_text() for x in fig.axes[0].get_xticklabels()] == [plots.fmt_size(n) for n in sorted(sub.index)]
     hm, title, table = ana.grid_section(allrec, "layer_norm")
     assert len(hm.axes) == 2 * 5 and table.shape == (2, 3) and title.endswith("torch.compile -> gluon-chunked**")
     plt.close("all")
@@ -102,7 +109,11 @@ def test_targets_and_takeaways(allrec):
     assert t.shape == (6, 3)
     _, vb, _ = ana.best_vs(ana.grid(allrec, "layer_norm"))
     assert bool(t.iloc[2].met) == bool((vb >= 0.98).all())
-    assert t.iloc[5].measured == "refused (not debugged)" and not t.iloc[5].met
+    assert t.iloc[5].measured.startswith("refused: gluon-chunked does not take channels-last") and not t.iloc[5].met
+    assert not any("issue" in x for x in t.target)  # targets in words, no issue numbers
+    assert t.iloc[1].target == "RMSNorm bf16: geometric-mean speed over the grid at least 1.15× torch.compile"
+    html = ana.targets_view(allrec).to_html()
+    assert "✗ missed" in html and "background-color" in html
     lines = ana.takeaways(allrec)
     assert lines[1].startswith("**layer_norm bf16**") and "loses in no cell" in lines[1]
     assert any("16 warps would win this cell" in ln for ln in lines)
@@ -117,7 +128,41 @@ def test_no_records_no_crash(allrec):
     st, copies = ana.stream_records(e)
     assert len(st) == 0 and ana.stream_figure(st, copies) is None
     assert len(ana.group_records(e)) == 0 and ana.group_runs(e) is None
-    assert set(ana.targets(e).measured) == {"missing"} and ana.takeaways(e) == []
+    assert all(m.startswith("missing: ") for m in ana.targets(e).measured) and ana.takeaways(e) == []
+    assert ana.headline_numbers(e) == [("gluon-chunked vs best baseline", "missing: no bf16 RMSNorm / LayerNorm grid with "
+                                        "gluon-chunked and a baseline in the current records")]
+    assert ana.sweep_view(e) == [] and ana.group_view(e) == []
+
+
+def test_headline_numbers_computed_from_the_grid(allrec):
+    heads = ana.headline(allrec)
+    import pandas as pd
+    allt = pd.concat({op: t for op, (_, t) in heads.items()}, names=["op"])
+    nums = dict(ana.headline_numbers(allrec))
+    r = allt["speedup vs best"]  # every N of the grid is not a power of two
+    assert nums["gluon-chunked vs best baseline, non-power-of-2 N"].startswith(
+        f"{plots.geomean(r):.2f}× geomean over {len(r)} cells (RMSNorm + LayerNorm bf16")
+    assert f"wins or ties (≥ 0.98×) in {int((r >= 0.98).sum())} of them (run 20261129T171347Z)" in \
+        nums["gluon-chunked vs best baseline, non-power-of-2 N"]
+    b = allt["gluon-chunked SOL%"].idxmax()
+    assert nums["best SOL"].startswith(f"{allt.loc[b, 'gluon-chunked SOL%']:.0f}% of datasheet bandwidth at {b[1]}×{b[2]}")
+    assert nums["vs torch.compile"] == f"{plots.geomean(allt['vs torch.compile']):.2f}× geomean over the same cells"
+
+
+def test_tables_say_why_a_cell_is_empty(allrec):
+    sw = ana.chunk_sweep(allrec)
+    t, legend = ana.sweep_view(sw)
+    assert not t.isna().any().any() and "not swept" in legend
+    assert t.loc[("rms_norm", 2880), (16, 1)] == "not swept"  # the plan times 16 warps only for N >= 8192
+    st, _ = ana.stream_records(allrec)
+    sv = ana.stream_view(st)
+    assert not sv.isna().any().any()
+    assert sv.loc[("rms_norm", 131072), "cached"] == "cannot cache: smem"  # the configure hook refuses it
+    assert sv.loc[("rms_norm", 131072), "triton"] == "refused (error below)"  # an error record of the run
+    gv = ana.group_view(ana.group_records(allrec))
+    tabs = [x for x in gv if isinstance(x, pd.DataFrame)]
+    assert len(tabs) == 2 and not any(x.isna().any().any() for x in tabs)
+    assert "refused: no channels-last yet" in gv[-1] and "gluon-chunked SOL%" not in tabs[1].columns
 
 
 def test_plan_table_on_cpu():

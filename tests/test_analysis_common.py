@@ -88,3 +88,51 @@ def test_show_renders_in_order(monkeypatch):
     assert not plt.fignum_exists(fig.number)  # closed: the inline backend will not draw it twice
     assert cm.takeaways(["one.", None, "two."]) == "- one.\n- two."
     assert cm.takeaways([]).startswith("**Takeaways: missing**")
+
+
+def test_fill_reasons_leaves_no_nan():
+    import numpy as np
+    t = pd.DataFrame({"a": [1.0, np.nan], "b": [None, "x"], "c": pd.array([1, None], dtype="Int64")}, index=[10, 20])
+    f = cm.fill_reasons(t, lambda idx, col: f"why {idx}/{col}")
+    assert f.loc[20, "a"] == "why 20/a" and f.loc[10, "b"] == "why 10/b" and f.loc[20, "c"] == "why 20/c"
+    assert f.loc[10, "a"] == 1.0 and not f.isna().any().any()
+    assert cm.is_missing(cm.fill_reasons(t, "n/a", columns=["a"]).loc[10, "b"])  # only the named columns
+    assert cm.fill_reasons(pd.DataFrame(), "x").empty and cm.fill_reasons(None, "x") is None
+
+
+def test_target_list_and_met_grid_render_coloured_html():
+    t = pd.DataFrame({"target": ["RMSNorm: at least as fast as the fastest baseline", "geomean >= 1.05x"],
+                      "measured": ["8 of 12 cells", None], "met": [True, False]})
+    html = cm.target_list(t).to_html()
+    assert "✓ met" in html and "✗ missed" in html and "not computed (missing records)" in html
+    assert cm.MET_CSS["met"].split(";")[0].split(":")[1] in html and cm.MET_CSS["missed"].split(";")[0].split(":")[1] in html
+    assert cm.target_list(t.iloc[0:0]) is None
+    v = pd.DataFrame({4096: [1.02, 0.9], 5120: ["N ≠ 2ᵏ", 1.1]}, index=[256, 1024])
+    s = pd.DataFrame({4096: ["met", "MISSED"], 5120: ["n/a", "met"]}, index=[256, 1024])
+    g = cm.met_grid(v, s, legend={"green": "met"}).to_html()
+    assert "1.02" in g and "0.90" in g and "N ≠ 2ᵏ" in g and "green: met" in g and "NaN" not in g
+
+
+def test_compact_census_drops_all_zero_columns():
+    ct = pd.DataFrame({"tma_load": [2, 0], "wgmma": [0, 0], "st_global_by_bits": [{128: 2}, {}], "registers": [32, 40]},
+                      index=["a", "b"])
+    t, note = cm.compact_census(ct)
+    assert list(t.columns) == ["TMA loads", "st.global bits", "regs"] and t.loc["a", "st.global bits"] == "128b ×2"
+    assert t.loc["b", "st.global bits"] == "none" and note == "Zero in every kernel (not shown): wgmma."
+    wide = pd.DataFrame({f"c{k}": [k + 1, k + 2] for k in range(12)}, index=["a", "b"])
+    tt, _ = cm.compact_census(wide)  # more counters than kernels: kernels become the columns
+    assert tt.shape == (12, 2) and list(tt.columns) == ["a", "b"] and tt.loc["c3", "b"] == 5
+
+
+def test_refusal_is_the_configure_hooks_reason():
+    r = cm.refusal("rms_norm", "gluon-tma", {"M": 4096, "N": 5120}, "bfloat16")
+    assert r.startswith("refused: ") and "power-of-2 N" in r
+    assert cm.refusal("rms_norm", "gluon-tma", {"M": 4096, "N": 4096}, "bfloat16") is None
+
+
+def test_headline_bundle_carries_reasons_not_nan():
+    h = cm.headline([("copy ceiling", "4270 GB/s"), ("SM clock", "not recorded"), ("", "dropped")])
+    b = h._repr_mimebundle_()
+    assert b[cm.HEADLINE_MIME]["numbers"] == [{"label": "copy ceiling", "value": "4270 GB/s"},
+                                              {"label": "SM clock", "value": "not recorded"}]
+    assert b["text/markdown"].startswith("- **copy ceiling**: 4270 GB/s")

@@ -144,8 +144,16 @@ def test_target_cells_recomputed_for_one_cell(grids, ctx):
     assert t.loc[(8192, 8192), "met: >= 1.10x one-row (M <= 4096)"] == "n/a"
     assert t.loc[(8192, 4096), "met: >= 97% ceiling (M*N >= 64Mi)"] == "n/a"  # 32 Mi elements
     s = P.target_summary({"rms_norm": t})
-    assert list(s.target) == [">= gluon-tma", ">= best baseline", ">= 1.10x one-row (M <= 4096)", ">= 97% ceiling (M*N >= 64Mi)"]
-    assert s.set_index("target").loc[">= best baseline", "cells met"] == f"{int((t['vs best baseline'] >= 1).sum())}/6"
+    assert list(s.target) == [f"gluon-pipelined {P.TARGET_WORDS[c][0]}" for c, _, _ in P.TARGETS]  # in words
+    assert s.target.iloc[1].startswith("gluon-pipelined at least as fast as the fastest baseline of the cell (eager")
+    assert s.iloc[1]["cells met"] == f"{int((t['vs best baseline'] >= 1).sum())}/6"
+    # the coloured grid: the measured ratio in each cell, green met / red missed / grey with a reason
+    html = P.target_grid(t).to_html()
+    assert f">{t.loc[(8192, 8192), 'vs best baseline']:.3f}<" in html and ">N ≠ 2ᵏ<" not in html  # no N=5120 in the fixture
+    assert ">n/a<" in html and "M ≤ 4K only" in html  # grey cells: the condition is in the column header
+    assert "#f0f0f0" in html and "#c7e9c0" in html and "#fcbba1" in html and "NaN" not in html  # grey, green, red cells
+    details = P.target_details({"rms_norm": P.norm_grids(P.keep(cm.load(ctx), "flag"))["rms_norm"]}, {"rms_norm": t})
+    assert not details[1].isna().any().any() and "/ best base" in details[1]
 
 
 def test_timeline_stats_from_the_trimmed_timeline(TL):
@@ -206,9 +214,20 @@ def test_timeline_figures(TL):
 
 def test_headline_and_variant_maps(grids):
     fig = P.headline_figure(grids, "h200")
-    assert len(fig.axes) == 2 * 3 * 2  # 2 ops x 3 heatmaps, each with its colorbar
-    assert fig.axes[0].get_title() == "rms_norm: gluon-pipelined, % of ceiling"
-    assert "run 20261129T182939Z-0611c1e9" in fig._suptitle.get_text()
+    assert len(fig.axes) == 2 * 2  # RMSNorm and LayerNorm ratio maps, each with its colour bar
+    assert [a.get_title() for a in fig.axes[:2]] == ["RMSNorm bf16", "LayerNorm bf16"]
+    assert "run 20261129T182939Z" in fig._suptitle.get_text()
+    im = fig.axes[0].images[0]
+    assert im.norm.vcenter == 1.0  # a diverging map centred on 1.0
+    t = P.vs_best_frame(grids["rms_norm"])
+    slow = t.loc[t.ratio.idxmin()]
+    if slow.ratio < 1:  # a loss is painted on the red side, whatever the range of the other cells
+        rgb = im.cmap(im.norm(slow.ratio))
+        assert rgb[0] > rgb[1]
+    assert "faster" in fig.axes[2].get_ylabel()
+    full = P.grid_figure(grids, "h200")
+    assert len(full.axes) == 2 * 3 * 2 and full.axes[0].get_title() == "rms_norm: gluon-pipelined, % of ceiling"
+    assert full.axes[2].images[0].norm.vcenter == 1.0
     out = P.variant_maps(grids)
     figs = [o for o in out if isinstance(o, plt.Figure)]
     tabs = [o for o in out if isinstance(o, pd.DataFrame)]
@@ -260,6 +279,8 @@ def test_others_gemm_and_sweeps(ctx, use):
     assert len(gt) == 6 and gt.iloc[0].measured == f"{sq['gluon-pipelined'] / sq['torch']:.3f}x"
     fig = P.gemm_bars(gm)
     assert len(fig.axes[0].patches) == 3 * 3  # triton, gluon-pipelined, gluon-ws at 3 shapes
+    fig.canvas.draw()
+    assert fig.axes[0].get_legend().get_window_extent().y0 >= fig.axes[0].get_window_extent().y1 - 1  # legend above the bars
     views = P.gemm_views(gm, tab)
     assert views[2] == "configs the gluon records ran with:" and views[3].shape == (3, 3)
     gs = P.gemm_sweep_records(use)
@@ -273,13 +294,19 @@ def test_others_gemm_and_sweeps(ctx, use):
 def test_roofline_correctness_and_sanitizer(ctx, use, grids):
     gm = P.gemm_records(use)
     fig, lines = P.roofline_figure(use, grids, gm, ctx.spec, "h200")
-    assert f"GEMMs from run: {GEMM_RUN}" in lines[0] and len(fig.axes[0].collections) > 5
+    assert f"GEMMs from run: {GEMM_RUN}" in lines[0]
+    assert [a.get_title() for a in fig.axes if a.get_title()] == ["rms_norm", "layer_norm", "matmul"]  # a panel per op
+    slot = [a for a in fig.axes if not a.get_title()]  # the fourth slot of the 2x2 grid holds the legend
+    labels = [t.get_text() for t in slot[0].get_legend().get_texts()]
+    assert "gluon-pipelined" in labels and "cuBLAS ceiling" in labels and len(labels) == len(set(labels))
     corr = P.correctness_table([*grids.values(), gm])
     assert corr.loc[(GEMM_RUN, "matmul", "gluon-ws"), "records"] == 3
     san, n_old = P.load_sanitizer(P.sanitizer_path(ctx))
     assert (len(san), n_old) == (7, 1)  # ws-gemm / racecheck twice: the newer line wins
     assert int(san.clean.sum()) == 4 and set(san[~san.clean].kernel) == {"ws-gemm", "ws-gemm-noinval", "ws-norm"}
     views = P.sanitizer_views(san, n_old, P.sanitizer_path(ctx))
+    assert "count" not in views[1] and not views[1].isna().any().any()  # the summary's count, no NaN
+    assert views[1].case.iloc[0] == "rms_norm gluon-pipelined 37x1000"
     assert views[0] == "8 lines in sanitizer.jsonl; 1 superseded by a later line for the same (kernel, tool)"
     assert "4/7 sanitizer runs clean" in views[2] and sum("NOT clean" in str(v) for v in views) == 3
     assert "pipelined-gemm / racecheck" in views[-1] and "ws-norm / racecheck" not in views[-1]
@@ -340,3 +367,31 @@ def test_codegen_census_on_cpu():
     g, errors = P.gemm_census()
     assert not errors and len(g) == 3
     assert (g["HGMMA (SASS)"] > 0).all() and (g["UTMALDG"] > 0).all()
+
+
+def test_headline_numbers(use, grids):
+    nums = dict(P.headline_numbers(grids, use))
+    t = pd.concat([P.vs_best_frame(grids[op]) for op in ("rms_norm", "layer_norm")])
+    r = t["ratio"].dropna()
+    assert nums["gluon-pipelined vs best baseline"] == (
+        f"{plots.geomean(r):.2f}× geomean over {len(r)} cells (RMSNorm + LayerNorm bf16); at least as fast in "
+        f"{int((r >= 1).sum())} of them (run {GRID_RUN.split('-')[0]})")
+    assert nums["% of the copy ceiling"].startswith(f"{t['mine'].min():.0f}–{t['mine'].max():.0f}% (gluon-pipelined")
+    sq = {d["variant"]: d["tflops"] for d in rec(raw(), run_id=GEMM_RUN, op="matmul", M=8192, N=8192, K=8192)}
+    assert nums["GEMM vs cuBLAS at 8192³"] == (f"{round(sq['gluon-pipelined'] / sq['torch'], 3):.2f}× cuBLAS, "
+                                               f"{round(sq['gluon-pipelined'], 1):.0f} TFLOP/s bf16 (run {GEMM_RUN.split('-')[0]})")
+    assert dict(P.headline_numbers({}, P.EMPTY)) == {
+        "gluon-pipelined vs best baseline": "missing: no RMSNorm / LayerNorm grid with gluon-pipelined",
+        "GEMM vs cuBLAS at 8192³": "missing: no GEMM grid with gluon-pipelined and cuBLAS"}
+    assert P.headline_figure({}, "h200") is None and P.grid_figure({}, "h200") is None
+
+
+def test_other_views_say_why_a_variant_is_absent(ctx, use):
+    import numpy as np
+    others = P.other_grids(use, ops=("l2_norm", ))
+    t = P.other_table(others["l2_norm"])
+    why = P.variant_reason("l2_norm", others["l2_norm"])
+    assert why((16384, 5120), "gluon-tma") == "refused: N not 2^k"  # the configure hook refuses, not 'not measured'
+    assert why((16384, 4096), "liger").startswith(("refused", "not measured in run"))
+    v = P.other_views(ctx, others, ops=("l2_norm", ))
+    assert not v[-1].isna().any().any() and not np.isnan(t.select_dtypes("number").to_numpy()).all()

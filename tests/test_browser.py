@@ -33,16 +33,13 @@ class _Site:
     """The replay build and its browser check, made once per module on first use (inside a test, so
     that a missing browser or a failing build is a test failure, not a fixture error)."""
 
-    def __init__(self, base: Path):
-        self.base = base
+    def __init__(self, replay_site):
+        self.replay_site = replay_site
         self.result = None
 
     def get(self):
         if self.result is None:
-            from gluon_lab.report import build
-            out = self.base / "site"
-            t0 = time.monotonic()
-            build(mode="replay", out_dir=out)
+            out = self.replay_site.get()  # the session's replay build (tests/conftest.py)
             t1 = time.monotonic()
             shots = out / "screenshots"
             problems = browser.check_site(out, screenshots_dir=shots)
@@ -52,15 +49,15 @@ class _Site:
                 Path(dest).mkdir(parents=True, exist_ok=True)
                 for png in shots.glob("*.png"):
                     shutil.copy2(png, Path(dest) / png.name)
-            print(f"\nreplay build {t1 - t0:.0f}s, browser check {t2 - t1:.0f}s, screenshots in {shots}"
+            print(f"\nreplay build {self.replay_site.seconds or 0:.0f}s, browser check {t2 - t1:.0f}s, screenshots in {shots}"
                   + (f" and {dest}" if dest else ""))
             self.result = (out, shots, problems)
         return self.result
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    return _Site(tmp_path_factory.mktemp("browser"))
+def site(replay_site):
+    return _Site(replay_site)
 
 
 @pytest.mark.slow

@@ -152,10 +152,10 @@ def test_over_100_percent_of_datasheet_fails_the_build(tmp_path):
 
 
 @pytest.mark.slow
-def test_ceilings_notebook_renders_from_committed_records(tmp_path):
+def test_ceilings_notebook_renders_from_committed_records(replay_site):
     """What `make report` does for 00-ceilings, from results/ as committed."""
-    index = report.build(["00-ceilings"], out_dir=tmp_path / "site", mode="replay")
-    page = (tmp_path / "site" / "00-ceilings.html").read_text()
+    index = replay_site.get() / "index.html"
+    page = (replay_site.get() / "00-ceilings.html").read_text()
     assert "No records for" not in page, "results/h200/00-ceilings.jsonl is missing"
     assert page.count("data:image/png;base64,") >= 3
     assert "Copy ceiling" in page and "Fastest baseline per cell" in page
@@ -183,12 +183,11 @@ PATTERN_PAGES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", sorted(PATTERN_PAGES))
-def test_pattern_notebook_renders_from_committed_records(tmp_path, nb):
-    """Each pattern page, rendered in replay mode from results/ as committed: no missing data, its
-    plots, and the sections the issues ask for."""
+def test_pattern_notebook_renders_from_committed_records(replay_site, nb):
+    """Each pattern page, rendered in replay mode from results/ as committed (the session's replay
+    build of every notebook): no missing data, its plots, and the sections the issues ask for."""
     forbidden, min_plots, texts = PATTERN_PAGES[nb]
-    report.build([nb], out_dir=tmp_path / "site", mode="replay")
-    page = (tmp_path / "site" / f"{nb}.html").read_text()
+    page = (replay_site.get() / f"{nb}.html").read_text()
     for text in forbidden:
         assert text not in page, text
     assert page.count("data:image/png;base64,") >= min_plots

@@ -40,6 +40,11 @@ def census_table(Ns=(4096, 5120, 16384), dtype: str = "bfloat16"):
     return codegen.census_table(rows)
 
 
+def census_view(ct) -> list:
+    """[census table without its all-zero columns, short names; the note naming the dropped columns]."""
+    return cm.compact_census(ct)
+
+
 # ---- ceilings ------------------------------------------------------------------------------------
 def ceilings_table(df, spec):
     """Datasheet vs measured copy GB/s and bf16 matmul TFLOP/s of the newest run; None if missing."""
@@ -71,8 +76,51 @@ def baseline_grid(df):
     return grid
 
 
+def best_baseline_cells(grid):
+    """Per (M, N): the fastest baseline's record (variant kept), and the same-shape copy's, as two frames."""
+    g = grid[grid["variant"] != "copy"] if len(grid) else grid
+    g = cm.passed(g)
+    if not len(g):
+        return g, g
+    best = g.loc[g.groupby(["M", "N"])["ms_median"].idxmin()]
+    return best, grid[grid["variant"] == "copy"]
+
+
+def headline_figure(grid, spec, slug: str):
+    """Headline (read at ~900 px): the fastest baseline per cell in % of datasheet bandwidth, its name in
+    the cell, next to a device copy of the same shape. None without a grid."""
+    import matplotlib.pyplot as plt
+    best, copies = best_baseline_cells(grid)
+    if not len(best):
+        return None
+    rows = sorted(best["M"].unique())
+    cols = sorted(best["N"].unique())
+    short = {"inductor": "compile", "torch": "eager", "triton": "triton"}
+    fig, axes = plt.subplots(1, 2 if len(copies) else 1, figsize=(13, 4.8), squeeze=False)
+    ax = axes[0, 0]
+    plots.sol_heatmap(best, rows=rows, cols=cols, ax=ax, title="fastest baseline per cell", colorbar=False)
+    who = {(r.M, r.N): r.variant for r in best.itertuples()}
+    k = 0
+    for i in rows:
+        for j in cols:
+            t = ax.texts[k]
+            k += 1
+            if (i, j) in who:
+                t.set_text(f"{t.get_text()}%\n{short.get(who[(i, j)], who[(i, j)])}")
+    if len(copies):
+        plots.sol_heatmap(copies, rows=rows, cols=cols, ax=axes[0, 1], title="y.copy_(x), same shape", colorbar=False)
+        for t in axes[0, 1].texts:
+            if t.get_text() != "missing":
+                t.set_text(t.get_text() + "%")
+    tb = f"{spec.hbm_gbps / 1000:.1f} TB/s" if spec else "the datasheet"
+    fig.suptitle(f"RMSNorm bf16 on {slug}: % of {tb} (eager = torch, compile = torch.compile)")
+    cm.headline_fonts(fig, cells=11)
+    fig.tight_layout()
+    return fig
+
+
 def grid_heatmaps(grid, spec, slug: str):
-    """Headline: % of datasheet bandwidth per baseline and the same-shape copy (None if no grid)."""
+    """% of datasheet bandwidth per baseline and the same-shape copy (None if no grid)."""
     tb = f"{spec.hbm_gbps / 1000}" if spec else "?"
     return cm.heatmaps(grid, list(BASELINES) + ["copy"],
                        suptitle=f"RMSNorm bf16 on {slug}: % of datasheet bandwidth ({tb} TB/s); "
@@ -91,7 +139,7 @@ def roofline(df, spec, slug: str):
     if not len(df):
         return None
     return plots.roofline(df[(df["config_key"] == "{}") | (df["pattern"] == "ceiling")], spec, cm.ceilings(df),
-                          title=f"Roofline on {slug}: RMSNorm baselines (bf16) and ceilings")
+                          title=f"Roofline on {slug}: RMSNorm baselines (bf16) under the datasheet and measured roofs")
 
 
 def delta_tables(grid) -> list:
@@ -129,6 +177,39 @@ def timer_study(df):
     versus = pd.DataFrame({"do_bench / graph (x)": piv["do_bench-l2flush"] / piv["cudagraph"],
                            "SOL% do_bench": sol["do_bench-l2flush"], "SOL% graph": sol["cudagraph"]})
     return summ.round(2), versus.round(2)
+
+
+# ---- headline numbers ----------------------------------------------------------------------------
+#: record fields that would carry the SM clock, if a run recorded it (none does yet)
+CLOCK_FIELDS = ("sm_clock_mhz", "clock_mhz", "sm_clock")
+
+
+def headline_numbers(df, spec) -> list:
+    """2-4 (label, value) pairs for the page's headline block, computed from the records; a value that
+    cannot be computed says why."""
+    out = []
+    ceil = cm.ceilings(df) if len(df) else None
+    if ceil:
+        copy = f"{ceil['copy_gbps']:.0f} GB/s"
+        mm = f"{ceil['matmul_tflops']:.0f} TFLOP/s"
+        if spec:
+            copy += f" = {100 * ceil['copy_gbps'] / spec.hbm_gbps:.0f}% of the {spec.hbm_gbps:.0f} GB/s datasheet"
+            mm += f" = {100 * ceil['matmul_tflops'] / spec.bf16_tflops:.0f}% of the {spec.bf16_tflops:.0f} TFLOP/s datasheet"
+        out.append(("copy ceiling", f"{copy} ({ceil['copy_bytes'] / 2**30:.0f} GiB device copy, run {cm.run_short(ceil['run_id'])})"))
+        out.append(("bf16 matmul ceiling", f"{mm} (cuBLAS {ceil['matmul_shape'].replace('x', '×')})"))
+    else:
+        out.append(("ceilings", "missing: no copy / matmul ceiling record for this GPU"))
+    best, _ = best_baseline_cells(baseline_grid(df))
+    if len(best):
+        s = best["sol_datasheet_pct"].astype(float)
+        out.append(("best RMSNorm baseline", f"{s.min():.0f}–{s.max():.0f}% of datasheet bandwidth over {len(best)} "
+                                             "M×N cells (bf16; the fastest of eager, torch.compile, Triton per cell)"))
+    else:
+        out.append(("best RMSNorm baseline", "missing: no RMSNorm baseline grid in the records"))
+    clock = next((c for c in CLOCK_FIELDS if c in df and df[c].notna().any()), None) if len(df) else None
+    out.append(("SM clock", f"{df[clock].dropna().median():.0f} MHz (median over the records)" if clock else
+                "not recorded: the records carry no SM clock field"))
+    return out
 
 
 # ---- takeaways -----------------------------------------------------------------------------------

@@ -55,21 +55,25 @@ class Context:
     slug: str
     spec: object
     results_dir: Path
+    run: str | None = None  # replay: show only this run (None: each section picks its newest run)
 
     def path(self, suffix: str = ".jsonl") -> Path:
         """results/<gpu>/<notebook><suffix>, e.g. '.inductor-kernels.json' or '.timeline.json'."""
         return self.results_dir / self.slug / f"{self.notebook}{suffix}"
 
     def describe(self) -> str:
-        return f"mode={self.run_mode}  gpu={self.slug}  datasheet={self.spec}  results={self.results_dir}"
+        return (f"mode={self.run_mode}  gpu={self.slug}  datasheet={self.spec}  results={self.results_dir}"
+                + (f"  run={self.run}" if self.run else ""))
 
 
-def setup(notebook: str, mode: str = "auto", gpu: str | None = None, results_dir=None,
-          width: int = 220, max_columns: int = 30, max_rows: int | None = None,
+def setup(notebook: str, mode: str = "auto", gpu: str | None = None, results_dir=None, run: str | None = None,
+          quick: bool = False, width: int = 220, max_columns: int = 30, max_rows: int | None = None,
           max_colwidth: int | None = None) -> Context:
     """Resolve the parameters cell into a Context and set the pandas display options.
 
-    In measure mode results_dir may not exist yet (the plan creates it); in replay it must."""
+    In measure mode results_dir may not exist yet (the plan creates it); in replay it must. `run`
+    (replay) restricts every section to one run: an id, a unique prefix or "newest"; `quick` only
+    shapes a measure run, so replay with quick=True says so instead of ignoring it silently."""
     import pandas as pd
     pd.set_option("display.width", width)
     pd.set_option("display.max_columns", max_columns)
@@ -80,12 +84,38 @@ def setup(notebook: str, mode: str = "auto", gpu: str | None = None, results_dir
     run_mode = resolve_mode(mode)
     slug = _gpu_slug(gpu, run_mode)
     root = results_root(results_dir, must_exist=run_mode != "measure")
-    return Context(notebook, run_mode, slug, device.DATASHEET.get(slug), root)
+    if run is not None and run_mode == "measure":
+        raise ValueError("run: a measure run makes a new run; `run` selects a recorded run in replay (mode='replay')")
+    if quick and run_mode == "replay":
+        import warnings
+        warnings.warn("quick=True has no effect in replay: it shapes what a measure run measures; "
+                      "the records are shown as recorded", stacklevel=2)
+    ctx = Context(notebook, run_mode, slug, device.DATASHEET.get(slug), root)
+    if run is not None:  # resolve now: a run that does not exist fails in the setup cell, naming the runs there are
+        from ..compare import resolve_run
+        ctx = Context(notebook, run_mode, slug, ctx.spec, root, resolve_run(_load(root, slug, notebook, newest_only=False), run))
+    return ctx
 
 
 def load(ctx: Context, newest_only: bool = False):
-    """Every record of ctx.notebook on ctx.slug (stale-marked); newest per case with newest_only."""
-    return _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=newest_only)
+    """Every record of ctx.notebook on ctx.slug (stale-marked), only ctx.run's when the notebook shows
+    one run; newest per case with newest_only."""
+    from .. import results
+    df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False)
+    if ctx.run is not None and len(df):
+        df = df[df["run_id"] == ctx.run].reset_index(drop=True)
+    return results.latest(df) if newest_only and len(df) else df
+
+
+def compare_runs(ctx: Context, compare_to: str | None = None) -> list:
+    """The outputs of the "Compare runs" section: run B = ctx.run (default the newest run), run A =
+    compare_to (default: the newest earlier run that shares cases with B). See gluon_lab.compare."""
+    from .. import compare
+    df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False)
+    if not len(df):
+        return [missing_note(df, f"{ctx.notebook} on {ctx.slug}")]
+    b = ctx.run or compare.runs_table(df[df["pattern"] != "ceiling"])["run_id"].iloc[-1]
+    return compare.section(df, compare_to or "previous", b)
 
 
 def current(df):
@@ -152,6 +182,186 @@ def sol_range(s) -> str:
     return f"{s.min():.1f}-{s.max():.1f}" if len(s) else "?"
 
 
+# ---- tables a reader can read: reasons instead of NaN, coloured targets ---------------------------
+def is_missing(v) -> bool:
+    """NaN, None, pd.NA, NaT."""
+    import pandas as pd
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):  # lists, tuples, dicts
+        return False
+
+
+def fill_reasons(t, reason, columns=None):
+    """A copy of the table with every missing cell (NaN, None, <NA>) replaced by the reason it is empty:
+    a str, or reason(index, column) -> str. columns: only those columns (default all). Numbers stay
+    numbers (the columns that get a reason become object columns). None / empty stay as they are."""
+    if t is None or not len(t):
+        return t
+    out = t.copy()
+    cols = [c for c in (out.columns if columns is None else columns) if c in out.columns]
+    for c in cols:
+        col = out[c]
+        miss = [is_missing(v) for v in col]
+        if not any(miss):
+            continue
+        vals = col.astype(object).tolist()
+        for k, (idx, m) in enumerate(zip(out.index, miss)):
+            if m:
+                vals[k] = reason(idx, c) if callable(reason) else reason
+        out[c] = pd_series(vals, out.index)
+    return out
+
+
+def pd_series(values, index):
+    import pandas as pd
+    return pd.Series(values, index=index, dtype=object)
+
+
+def refusal(op: str, variant: str, shape: dict, dtype: str = "bfloat16", knobs: dict | None = None) -> str | None:
+    """Why the variant's configure hook refuses this case now (its ValueError, shortened), None if it takes it.
+
+    Kernel-facing (the registry imports the kernel modules): gluon_lab.registry.get_variant(op, variant)
+    .resolve(shape, dtype, knobs)."""
+    from .. import registry
+    try:
+        registry.get_variant(op, variant).resolve(shape, dtype, dict(knobs or {}))
+    except Exception as e:  # ValueError from configure; an unknown variant / op too
+        msg = str(e).split(". Use ")[0].split("; use ")[0]
+        return f"refused: {msg}"
+    return None
+
+
+MET_CSS = {"met": "background-color:#c7e9c0;color:#00441b;font-weight:600",
+           "missed": "background-color:#fcbba1;color:#67000d;font-weight:600",
+           "near": "background-color:#fee6ce;color:#7f2704;font-weight:600",
+           "n/a": "background-color:#f0f0f0;color:#777777"}
+
+
+def _status(v) -> str:
+    """'met' / 'missed' / 'n/a' of a met cell (bool, or a text starting with met / MISSED / n/a)."""
+    if v is True or (isinstance(v, str) and v.lower().startswith("met")):
+        return "met"
+    if v is False or (isinstance(v, str) and v.lower().startswith("missed")):
+        return "missed"
+    if isinstance(v, (bool,)) or type(v).__name__ == "bool_":
+        return "met" if bool(v) else "missed"
+    return "n/a"
+
+
+def target_list(t, met: str = "met", result: str = "result"):
+    """A (target, measured, met) table as a coloured Styler: `met` becomes a `result` column reading
+    '✓ met' (green) or '✗ missed' (red); text left-aligned, no index. None when t is empty."""
+    if t is None or not len(t):
+        return None
+    d = t.copy()
+    status = [_status(v) for v in d[met]]
+    d[met] = ["✓ met" if s == "met" else "✗ missed" if s == "missed" else str(v) for s, v in zip(status, d[met])]
+    d = d.rename(columns={met: result})
+    d = fill_reasons(d, "not computed (missing records)")
+    css = {result: [MET_CSS[s] + ";white-space:nowrap" for s in status]}
+
+    def paint(col):
+        return css.get(col.name, [""] * len(col))
+
+    text = [c for c in d.columns if c != result]
+    return (d.style.hide(axis="index").apply(paint, axis=0)
+            .set_properties(subset=text, **{"text-align": "left", "white-space": "normal"})
+            .set_properties(subset=[result], **{"text-align": "left"})
+            .set_table_styles([{"selector": "th", "props": "text-align:left"}]))
+
+
+def met_grid(values, status, fmt: str = "{:.2f}", legend: dict | None = None):
+    """A grid (rows: M, columns: [(target, N)] or N) of numbers coloured by whether each meets its target.
+
+    values: the numbers (or reason strings) per cell; status: same shape, 'met' / 'missed' / 'near' /
+    'n/a' (or the met/MISSED/n/a texts of a target table). Numbers are formatted with fmt; a missing
+    number reads 'n/a'. Returns a pandas Styler (inline CSS: it renders in nbconvert HTML)."""
+    if values is None or not len(values):
+        return None
+    st = status.reindex(index=values.index, columns=values.columns)
+    norm = st.map(lambda v: v if v in MET_CSS else _status(v))
+    shown = values.astype(object).copy()
+    for c in shown.columns:
+        shown[c] = [fmt.format(v) if isinstance(v, (int, float)) and not is_missing(v) else
+                    ("n/a" if is_missing(v) else str(v)) for v in values[c]]
+    sty = shown.style.apply(lambda _: norm.map(lambda s: MET_CSS.get(s, "")), axis=None)
+    sty = sty.set_properties(**{"text-align": "center", "min-width": "3.2em", "white-space": "nowrap"})
+    sty = sty.set_table_styles([{"selector": "th.col_heading", "props": "text-align:center"}])
+    if legend:
+        sty = sty.set_caption(" · ".join(f"{k}: {v}" for k, v in legend.items()))
+    return sty
+
+
+CENSUS_NAMES = {"tma_load": "TMA loads", "tma_store": "TMA stores", "ld_global": "ld.global",
+                "ld_global_by_bits": "ld.global bits", "st_global": "st.global", "st_global_by_bits": "st.global bits",
+                "ld_shared": "ld.shared", "st_shared": "st.shared", "mbarrier_wait": "mbar waits",
+                "mbarrier_arrive": "mbar arrives", "bar_sync": "bar.sync", "wgmma": "wgmma", "setmaxnreg": "setmaxnreg",
+                "smem_bytes": "smem B", "registers": "regs", "spill_bytes": "spill B", "num_warps": "warps"}
+
+
+def _bits(v):
+    """{128: 4} -> '128b x4' (a census 'by bits' cell); anything else unchanged."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k}b ×{n}" for k, n in sorted(v.items())) or "none"
+    return v
+
+
+def _zero(v) -> bool:
+    return v is None or (isinstance(v, (dict, list, tuple, str)) and v in ({}, [], (), "", "-")) or \
+        (not isinstance(v, (dict, list, tuple, str)) and not is_missing(v) and v == 0)
+
+
+def compact_census(ct, keep=(), names: dict | None = None, transpose: bool | None = None) -> list:
+    """[table, note] of a codegen census: the columns that are zero in every row dropped (the note lists
+    them), the others renamed short (CENSUS_NAMES) and the 'by bits' dicts written as '128b ×4'.
+    transpose (default: when there are more counters than kernels) puts the kernels in the columns and
+    the counters in the rows, so the table stays as narrow as the page."""
+    if ct is None or not len(ct):
+        return [ct, None]
+    zero = [c for c in ct.columns if c not in keep and all(_zero(v) for v in ct[c])]
+    t = ct.drop(columns=zero)
+    for c in t.columns:
+        if any(isinstance(v, dict) for v in t[c]):
+            t[c] = [_bits(v) for v in t[c]]
+    nm = {**CENSUS_NAMES, **(names or {})}
+    t = t.rename(columns=nm)
+    if transpose if transpose is not None else t.shape[1] > max(8, t.shape[0]):
+        t = t.astype(object).T
+        t.columns.names = [n or "kernel" for n in t.columns.names] if t.columns.nlevels > 1 else ["kernel"]
+    note = (f"Zero in every kernel (not shown): {', '.join(nm.get(c, c) for c in zero)}." if zero else None)
+    return [t, note]
+
+
+def short_columns(t, names: dict):
+    """t with columns renamed (names: old -> new); columns not in names keep their name."""
+    return t.rename(columns={k: v for k, v in names.items() if k in t.columns}) if t is not None and len(t) else t
+
+
+def run_short(run_id) -> str:
+    """'20261201T094335Z' of a run id (its timestamp part)."""
+    return str(run_id).split("-")[0] if run_id else "?"
+
+
+def headline_fonts(fig, title: float = 14, label: float = 13, tick: float = 12, cells: float | None = 12,
+                   suptitle: float = 14):
+    """Big fonts for a headline figure (read at ~900 px on the index card): axes titles, labels, tick
+    labels, colour-bar labels and, with cells, the in-cell annotations. (Not rc_context: leaving one
+    resets pyplot's interactive flag when the backend was resolved inside it, and the inline backend
+    then stops drawing the figures of later cells.)"""
+    for a in fig.axes:
+        a.title.set_fontsize(title)
+        a.xaxis.label.set_fontsize(label)
+        a.yaxis.label.set_fontsize(label)
+        a.tick_params(labelsize=tick)
+        if cells:
+            for t in a.texts:
+                t.set_fontsize(cells)
+    if fig._suptitle is not None:
+        fig._suptitle.set_fontsize(suptitle)
+    return fig
+
+
 def show(*items) -> None:
     """Display a cell's outputs in order, skipping None: a str is rendered as Markdown, a list or tuple
     is shown item by item, a matplotlib figure is displayed and closed (so the inline backend does not
@@ -179,3 +389,28 @@ def takeaways(lines) -> str:
     if not lines:
         return "**Takeaways: missing** (no records to draw them from)."
     return "\n".join(f"- {ln}" for ln in lines)
+
+
+#: MIME type of a notebook's headline numbers: the report builder reads them from the executed
+#: notebook for the page's headline block and the index card (text/markdown is what Jupyter shows).
+HEADLINE_MIME = "application/vnd.gluonlab.headline+json"
+
+
+class Headline:
+    """A notebook's headline numbers, computed from its records: [(label, value), ...].
+
+    Displayed (``cm.show(cm.headline(...))`` in the cell tagged ``headline-numbers``) as a Markdown
+    list for Jupyter and as HEADLINE_MIME JSON for `gluon_lab.report`. A value that could not be
+    computed is a reason ("missing: no RMSNorm grid in this run"), never NaN."""
+
+    def __init__(self, items):
+        self.items = [(str(k), str(v)) for k, v in items if k]
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        md = "\n".join(f"- **{k}**: {v}" for k, v in self.items) or "**Headline: missing** (no records)."
+        return {"text/markdown": md,
+                HEADLINE_MIME: {"numbers": [{"label": k, "value": v} for k, v in self.items]}}
+
+
+def headline(items) -> Headline:
+    return Headline(items)
