@@ -235,8 +235,16 @@ def to_html(executed: Path, html_path: Path, banner: str = "", meta: dict | None
     nb = nbformat.read(str(executed), as_version=4)
     _coalesce_streams(nb)
     _fold_long_outputs(nb)
-    if meta is not None:
-        at = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
+    if meta is not None:  # "At a glance" right under the page title
+        at = 0
+        if nb.cells and nb.cells[0].cell_type == "markdown":
+            at = 1
+            lines = nb.cells[0].source.splitlines()
+            if lines and lines[0].startswith("# ") and any(ln.strip() for ln in lines[1:]):
+                import nbformat
+                rest = nbformat.v4.new_markdown_cell("\n".join(lines[1:]).strip("\n"))
+                nb.cells[0].source = lines[0]
+                nb.cells.insert(1, rest)
         nb.cells[at:at] = _headline_cells(nb, meta, list(missing))
     exp = HTMLExporter(template_name="gluonlab", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exp.from_notebook_node(nb, resources={"gl_banner": banner, "gl_prev": prev, "gl_next": nxt,

@@ -165,17 +165,17 @@ def test_ceilings_notebook_renders_from_committed_records(replay_site):
 # notebook -> (text that must not appear, min number of plots, texts that must appear)
 PATTERN_PAGES = {
     "01-tma-caching": (("No records for", "missing</td>"), 6,
-                       ("inductor -&gt; gluon-tma", "Targets (issue #3)", "global reads of the reused row", "UTMALDG")),
+                       ("inductor -&gt; gluon-tma", "Targets, checked against the records above", "At a glance", "global reads of the reused row", "UTMALDG")),
     "02-chunked-reductions": (("No records for", "missing</strong>"), 5,
-                              ("Targets (issue #4)", "torch.compile -&gt; gluon-chunked", "gluon vs eager", "stream S=4")),
+                              ("Targets, checked against the records above", "At a glance", "torch.compile -&gt; gluon-chunked", "gluon vs eager", "stream S=4")),
     "03-multibuffer-pipelining": (("<strong>No records for", "Traceback"), 6,
-                                  ("Targets (issue #5)", "MEASURED with", "%globaltimer", "HGMMA", "UTMALDG",
+                                  ("Targets, cell by cell", "At a glance", "MEASURED with", "%globaltimer", "HGMMA", "UTMALDG",
                                    "gluon-pipelined / cuBLAS", "NUM_STAGES study", "pipe-sweep", "GEMM targets",
                                    "compute-sanitizer", "Every CTA traced", "Takeaways")),
     "04-warp-specialization": (("<strong>No records for", "Traceback"), 7,
                                ("MEASURED with", "%globaltimer", "run-ahead", "tail: max / median - 1 (%)",
                                 "setmaxnreg consumer", "HGMMA", "UTMALDG", "gluon-ws / gluon-pipelined",
-                                "met: &gt;= 0.98x gluon-pipelined", "norm-sweep", "STALE", "gluon-ws / cuBLAS", "moonshot",
+                                "within 2% of gluon-pipelined", "At a glance", "norm-sweep", "STALE", "gluon-ws / cuBLAS", "moonshot",
                                 "ws-sweep", "does not fit", "ping-pong", "compute-sanitizer", "LDS.U8", "Unresolved",
                                 "Takeaways")),
 }
@@ -193,3 +193,5 @@ def test_pattern_notebook_renders_from_committed_records(replay_site, nb):
     assert page.count("data:image/png;base64,") >= min_plots
     for text in texts:
         assert text in page, text
+    assert "issue #" not in page  # targets are described in words, not by issue number
+    assert not re.search(r"<td[^>]*>\s*(NaN|nan|&lt;NA&gt;|None)\s*</td>", page)  # a reason, never NaN
