@@ -50,6 +50,8 @@ def main(argv=None) -> int:
     ad = sub.add_parser("adopt", help="append a measure build's records (runs/<run>) to results/ for commit")
     ad.add_argument("run_folder")
     ad.add_argument("--results-dir", default=None)
+    ad.add_argument("--replace-artifacts", action="store_true",
+                    help="also replace existing timeline / Inductor-code JSON files (default: keep them)")
     i = sub.add_parser("inspect", help="compile a variant for sm_90 (no GPU needed) and print its census",
                        description="Compile a registered variant for sm_90 on this CPU exactly as it would launch "
                                    "(its checks, configure and codegen hooks) and print the kernel, its config and "
@@ -104,12 +106,15 @@ def main(argv=None) -> int:
     if a.cmd == "adopt":
         from .report import adopt
         try:
-            done = adopt(a.run_folder, a.results_dir)
+            skipped = []
+            done = adopt(a.run_folder, a.results_dir, replace_artifacts=a.replace_artifacts, skipped=skipped)
         except (FileNotFoundError, ValueError) as e:
             print(f"adopt: {e}", file=sys.stderr)
             return 2
         for path, n in done:
             print(f"{path}: {'+' + str(n) + ' records' if n else 'artifact copied'}")
+        for path in skipped:
+            print(f"{path}: kept (exists; --replace-artifacts to replace it)")
         print("now review `git diff --stat results/`, run `python -m gluon_lab select`, and commit")
         return 0
     if a.cmd == "inspect":

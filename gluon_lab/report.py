@@ -91,6 +91,10 @@ def execute(nb_path: Path, out_path: Path, parameters: dict, kernel_name: str = 
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    # the kernel imports the gluon_lab this build runs (also where the package is not pip-installed)
+    old_pp = os.environ.get("PYTHONPATH")
+    pkg_root = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = pkg_root + (os.pathsep + old_pp if old_pp else "")
     try:
         pm.execute_notebook(str(nb_path), str(out_path), parameters=parameters, kernel_name=kernel_name,
                             cwd=str(nb_path.parent), progress_bar=False, log_output=False,
@@ -102,6 +106,11 @@ def execute(nb_path: Path, out_path: Path, parameters: dict, kernel_name: str = 
             f"{nb_path.name}: cell {e.cell_index} (execution count {e.exec_count}"
             f"{', starts ' + repr(first[0][:80]) if first else ''}) raised {e.ename}: {e.evalue}\n"
             f"executed notebook kept at {out_path}") from None
+    finally:
+        if old_pp is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_pp
 
 
 # ----------------------------------------------------------------------------------------------
@@ -499,9 +508,13 @@ def _render_page(nb: Path, executed: Path, stage: Path, res: Path, order: list[s
     (stage / "pages" / f"{nb.stem}.json").write_text(json.dumps(card, indent=1))
 
 
-def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None = None) -> list[tuple[Path, int]]:
+def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None = None,
+          replace_artifacts: bool = False, skipped: list | None = None) -> list[tuple[Path, int]]:
     """Append the records of a measure build (`runs/<run>/results`, or the run folder itself) to the
-    committed results/ after validating every line; returns [(store, records appended)]."""
+    committed results/ after validating every line; returns [(store, records appended)]. Artifacts
+    (`*.json`: timelines, Inductor code) are copied only where results/ has none, unless
+    replace_artifacts; the ones left alone are appended to `skipped`."""
+    skipped = [] if skipped is None else skipped
     from . import results
     src = Path(run_folder)
     src = src / "results" if (src / "results").is_dir() else src
@@ -520,8 +533,11 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
         recs, _ = results.read_records(f, on_error="raise")
         target = dst / f.relative_to(src)
         done.append((target, results.append_records(target, recs)))
-    for f in sorted(src.rglob("*.json")):  # artifacts of the run (timelines, Inductor code): the newest wins
+    for f in sorted(src.rglob("*.json")):  # artifacts (timelines, Inductor code): whole files, not appended
         target = dst / f.relative_to(src)
+        if target.exists() and not replace_artifacts:
+            skipped.append(target)  # a quick run's artifact must not replace a full run's
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, target)
         done.append((target, 0))
