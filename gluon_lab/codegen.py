@@ -28,6 +28,16 @@ from pathlib import Path
 from typing import Any
 
 def _tool(name: str) -> str | None:
+    """The ptxas / cuobjdump triton itself uses (`triton.knobs.nvidia`: TRITON_PTXAS_PATH, a CUDA
+    toolkit it prefers, else the wheel's bin/): the PTX version triton emits follows that ptxas, so
+    a different one can refuse the PTX (seen on the H200 image: wheel PTX 9.0, an older ptxas 8.7)."""
+    try:
+        from triton import knobs
+        p = getattr(knobs.nvidia, name).path
+        if p and Path(p).exists():
+            return str(p)
+    except Exception:  # noqa: BLE001 - older triton: fall back to the wheel's copy
+        pass
     import triton
     p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
     return str(p) if p.exists() else None
