@@ -425,7 +425,12 @@ def build(notebooks=None, out_dir: str | os.PathLike = "reports", mode: str = "a
             params = {"mode": page_mode, "quick": quick if page_mode == "measure" else False,
                       "results_dir": str(res), **extra}
             execute(nb, executed, params, kernel_name=kernel_name)
-            _render_page(nb, executed, stage, res, order, titles, built, run_mode, partial)
+            try:
+                _render_page(nb, executed, stage, res, order, titles, built, run_mode, partial)
+            except ReportBuildError:
+                raise
+            except Exception as e:  # a page that cannot be rendered names its notebook, no bare traceback
+                raise ReportBuildError(f"{nb.name}: rendering the page failed: {type(e).__name__}: {e}") from e
             timings[nb.stem] = round(time.time() - t0, 1)
             _say(f"[{i}/{len(paths)}] {nb.stem}: done in {timings[nb.stem]:.1f} s")
         for k in kept:  # a subset build keeps the other pages of the site
