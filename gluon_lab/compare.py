@@ -205,12 +205,15 @@ def section(df, run_a: str | None = None, run_b: str | None = None, top: int = 1
 
 def main(notebook: str, run_a: str | None, run_b: str | None, results_dir=None, gpu: str = "h200",
          show_all: bool = False, list_runs: bool = False) -> int:
+    from pathlib import Path
+
     import pandas as pd
-    from .analysis.common import results_root
+
     from .notebook import load
-    df = load(results_root(results_dir), gpu, notebook, newest_only=False)
+    root = Path(results_dir).resolve() if results_dir else Path(__file__).resolve().parent.parent / "results"
+    df = load(root, gpu, notebook, newest_only=False)
     if not len(df):
-        print(f"no records for {notebook} on {gpu} in {results_root(results_dir)}")
+        print(f"no records for {notebook} on {gpu} in {root}")
         return 2
     with pd.option_context("display.width", 220, "display.max_rows", 10000, "display.max_columns", 30,
                            "display.float_format", "{:.4g}".format):
