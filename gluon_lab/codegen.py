@@ -276,8 +276,7 @@ def no_codegen_reason(v) -> str:
     if "torch.compile" in d:
         return "torch.compile: Inductor generates its kernel at call time, on the GPU"
     if v.name == "torch" or d.startswith("eager torch"):
-        return ("a library call: eager PyTorch (ATen kernels" + ("; torch.matmul is cuBLAS" if v.op == "matmul" else "")
-                + ")")
+        return "a library call: eager PyTorch (ATen kernels: cuBLAS for matmuls)"
     if "liger" in d or v.name == "liger":
         return "a library call: Liger-Kernel's own Triton kernel, JIT-compiled by the library at call time"
     kind = "a baseline kernel" if not v.ours else "a kernel"

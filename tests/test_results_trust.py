@@ -373,4 +373,4 @@ def test_fault_matrix_setups_are_listed():
         del sys.modules["fault_matrix"]
     rows = [(f.name, str(f.command)) for f in fm.FAULTS]
     assert len(rows) == len(set(rows)) and len({f.name for f in fm.FAULTS}) >= 9
-    assert all(callable(f.setup) and f.command and f.expect in ("error", "ok", "warn") for f in fm.FAULTS)
+    assert all(callable(f.setup) and f.command and f.expect in ("error", "refuse", "ok", "warn") for f in fm.FAULTS)
