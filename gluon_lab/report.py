@@ -45,7 +45,8 @@ RUNS = REPO / "runs"
 HEADLINE_MIME = "application/vnd.gluonlab.headline+json"
 STALE_LEGEND = ("a case is stale when its newest record was measured with kernel code that has changed since (the "
                 "hash of the code the variant compiles and launches differs): the page shows it flagged STALE, "
-                "and a re-measure replaces it; older runs kept as history are not counted")
+                "and a re-measure replaces it. Older runs kept as history are not counted, nor retired cases "
+                "(stale cases a newer current run of the same study no longer measures)")
 #: outputs longer than this many text lines / table rows are folded on the page
 FOLD_LINES = 40
 
@@ -283,15 +284,35 @@ def data_summary(results_dir: Path, notebook: str) -> dict:
     files = sorted(results_dir.glob(f"*/{notebook}.jsonl"))
     where = f"{results_dir}/<gpu>/{notebook}.jsonl"
     if not files:
-        return {"gpus": "no records", "date": "", "n": 0, "stale": 0, "cases": 0, "runs": 0, "where": where}
+        return {"gpus": "no records", "date": "", "n": 0, "stale": 0, "cases": 0, "retired": 0, "runs": 0,
+                "where": where}
     df = results.load(files, on_error="raise")
     plots.check_physical(df)
     df = results.mark_stale(df, registry.current_hash)
     gpus = ", ".join(sorted(df["gpu_name"].dropna().unique())) or "?"
     date = str(df["timestamp"].dropna().max())[:10] if len(df) else ""
     newest = results.latest(df)  # the record of each case a page shows; older runs are history
-    return {"gpus": gpus, "date": date, "n": len(df), "cases": len(newest), "stale": int(newest["stale"].sum()),
-            "runs": int(df["run_id"].nunique()), "where": where}
+    stale, retired = _stale_and_retired(newest)
+    return {"gpus": gpus, "date": date, "n": len(df), "cases": len(newest) - retired, "stale": stale,
+            "retired": retired, "runs": int(df["run_id"].nunique()), "where": where}
+
+
+def _stale_and_retired(newest) -> tuple[int, int]:
+    """(stale, retired) among the newest record of each case. A stale case is retired when a newer,
+    current record of the same study (op, variant, dtype, config 'study') exists: a later run of
+    that study no longer measures the case (its knobs changed), so no re-measure will replace it."""
+    if not len(newest):
+        return 0, 0
+    study = newest["config_key"].map(lambda c: json.loads(c).get("study", "grid") if c else "grid")
+    d = newest.assign(_study=study)
+    key = ["op", "variant", "dtype", "_study"]
+    cur = d[~d["stale"].astype(bool)].groupby(key)["timestamp"].max()
+    retired = 0
+    for _, r in d[d["stale"].astype(bool)].iterrows():
+        k = tuple(r[c] for c in key)
+        if k in cur.index and cur.loc[k] > r["timestamp"]:
+            retired += 1
+    return int(d["stale"].sum()) - retired, retired
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,7 +354,7 @@ def _card(c: dict) -> str:
     img = (f'<img src="{e(c["image"])}" alt="headline figure of {e(c["notebook"])}">' if c.get("image")
            else '<p class="summary">no headline figure</p>')
     stale = (f'<span class="stale">{c["stale"]} of {c.get("cases", "?")} cases stale</span>' if c.get("stale")
-             else f'{c.get("cases", "?")} cases, none stale')
+             else f'{c.get("cases", "?")} cases, none stale') + (f' ({c["retired"]} retired)' if c.get("retired") else "")
     partial = (f' · <span class="partial">PARTIAL</span> {e("; ".join(c["missing"]))}' if c.get("missing") else "")
     return (f'<a class="gl-card" href="{e(c["notebook"])}.html"><h2>{e(c["title"])}</h2>'
             f'<p class="summary">{e(c.get("summary", ""))}</p><ul>{nums}</ul>{img}'
@@ -495,7 +516,8 @@ def _render_page(nb: Path, executed: Path, stage: Path, res: Path, order: list[s
     prev = link(order[i - 1]) if i > 0 else None
     nxt = link(order[i + 1]) if i + 1 < len(order) else None
     stale = (f'<span class="gl-stale" title="{html.escape(STALE_LEGEND)}">{summ["stale"]} of {summ["cases"]} cases '
-             f'stale</span>' if summ["stale"] else f"{summ['cases']} cases, none stale")
+             f'stale</span>' if summ["stale"] else f"{summ['cases']} cases, none stale") + \
+        (f" ({summ['retired']} retired)" if summ.get("retired") else "")
     part = ' <span class="gl-partial">PARTIAL</span>' if missing else ""
     banner = (f"data: {html.escape(summ['gpus'])} · {summ['date'] or 'no date'} · {summ['n']} records in "
               f"{summ.get('runs', 0)} run(s) · {stale}{part}")
@@ -509,7 +531,7 @@ def _render_page(nb: Path, executed: Path, stage: Path, res: Path, order: list[s
         image = f"img/{nb.stem}-headline.png"
     card = {"notebook": nb.stem, "title": meta["title"], "pattern": meta["pattern"], "summary": meta["summary"],
             "numbers": headline_numbers(enb), "image": image, "missing": missing, "built": built, "mode": run_mode,
-            **{k: summ[k] for k in ("gpus", "date", "n", "cases", "stale", "runs")}}
+            **{k: summ[k] for k in ("gpus", "date", "n", "cases", "stale", "retired", "runs")}}
     (stage / "pages" / f"{nb.stem}.json").write_text(json.dumps(card, indent=1))
 
 

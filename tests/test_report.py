@@ -195,3 +195,15 @@ def test_pattern_notebook_renders_from_committed_records(replay_site, nb):
         assert text in page, text
     assert "issue #" not in page  # targets are described in words, not by issue number
     assert not re.search(r"<td[^>]*>\s*(NaN|nan|&lt;NA&gt;|None)\s*</td>", page)  # a reason, never NaN
+
+
+def test_stale_cases_a_newer_run_of_the_study_no_longer_measures_are_retired():
+    import pandas as pd
+    rows = [  # (variant, study config, timestamp, stale)
+        ("gluon-tma", '{"study": "sweep", "num_warps": 4}', "2026-11-01", True),   # re-measured study, old knob
+        ("gluon-tma", '{"study": "sweep", "num_warps": 8}', "2026-12-01", False),  # the newer current run
+        ("inductor", "{}", "2026-11-01", True),                                     # grid, never re-measured
+    ]
+    df = pd.DataFrame([{"op": "rms_norm", "variant": v, "dtype": "bfloat16", "config_key": c, "timestamp": t,
+                        "stale": s} for v, c, t, s in rows])
+    assert report._stale_and_retired(df) == (1, 1)
