@@ -177,7 +177,7 @@ def _keyset(df, run):
             for row in d[keys].itertuples(index=False)]
 
 
-def section(df, run_a: str | None = None, run_b: str | None = None, top: int = 12) -> list:
+def section(df, run_a: str | None = None, run_b: str | None = None, top: int = 12, notebook: str = "NOTEBOOK") -> list:
     """The outputs of a notebook's "Compare runs" section: a Markdown line, the per-variant summary
     and the cases that moved most (|log B/A| largest). run_a/run_b None -> default_pair."""
     if run_a is None or run_b is None:
@@ -190,7 +190,7 @@ def section(df, run_a: str | None = None, run_b: str | None = None, top: int = 1
     except RunNotFoundError as e:
         return [f"**Compare runs:** {e}"]
     line = (f"**Run A** `{c.run_a}` vs **run B** `{c.run_b}`: {c.headline()}. Per case: "
-            f"`python -m gluon_lab compare NOTEBOOK {c.run_a} {c.run_b} --all`.")
+            f"`python -m gluon_lab compare {notebook} {c.run_a} {c.run_b} --all`.")
     if not len(c.cases):
         return [line]
     import numpy as np

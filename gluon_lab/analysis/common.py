@@ -115,7 +115,7 @@ def compare_runs(ctx: Context, compare_to: str | None = None) -> list:
     if not len(df):
         return [missing_note(df, f"{ctx.notebook} on {ctx.slug}")]
     b = ctx.run or compare.runs_table(df[df["pattern"] != "ceiling"])["run_id"].iloc[-1]
-    return compare.section(df, compare_to or "previous", b)
+    return compare.section(df, compare_to or "previous", b, notebook=ctx.notebook)
 
 
 def current(df):
