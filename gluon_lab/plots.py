@@ -199,6 +199,17 @@ def roofline(df, spec, ceilings: dict | None = None, ax=None, title: str = "Roof
     return fig
 
 
+def _grid(df, value: str, row: str, col: str, rows: list, cols: list):
+    """rows x cols array of df[value] (NaN where a cell has no finite value)."""
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for r in df.itertuples():
+        i, j = getattr(r, row), getattr(r, col)
+        v = getattr(r, value)
+        if i in rows and j in cols and v is not None and v == v:
+            grid[rows.index(i), cols.index(j)] = float(v)
+    return grid
+
+
 def sol_heatmap(df, value: str = "sol_datasheet_pct", row: str = "M", col: str = "N", rows=None, cols=None,
                 ax=None, title: str = "", vmax: float = 100.0, fmt: str = "{:.0f}", cmap: str = "viridis",
                 colorbar: bool = True):
@@ -207,12 +218,7 @@ def sol_heatmap(df, value: str = "sol_datasheet_pct", row: str = "M", col: str =
     rows = list(rows if rows is not None else sorted(df[row].dropna().unique()))
     cols = list(cols if cols is not None else sorted(df[col].dropna().unique()))
     ax = ax or plt.subplots(figsize=(max(4.0, 0.6 * len(cols) + 1.8), max(2.6, 0.42 * len(rows) + 1.2)))[1]
-    grid = np.full((len(rows), len(cols)), np.nan)
-    for r in df.itertuples():
-        i, j = getattr(r, row), getattr(r, col)
-        v = getattr(r, value)
-        if i in rows and j in cols and v is not None and v == v:
-            grid[rows.index(i), cols.index(j)] = float(v)
+    grid = _grid(df, value, row, col, rows, cols)
     im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0, vmax=vmax, aspect="auto")
     ax.set_facecolor("#eeeeee")
     fs = _cell_fontsize(len(cols))
@@ -260,12 +266,7 @@ def ratio_heatmap(df, value: str = "ratio", row: str = "M", col: str = "N", rows
     rows = list(rows if rows is not None else sorted(df[row].dropna().unique()))
     cols = list(cols if cols is not None else sorted(df[col].dropna().unique()))
     ax = ax or plt.subplots(figsize=(max(4.5, 0.7 * len(cols) + 2.6), max(2.8, 0.45 * len(rows) + 1.3)))[1]
-    grid = np.full((len(rows), len(cols)), np.nan)
-    for r in df.itertuples():
-        i, j = getattr(r, row), getattr(r, col)
-        v = getattr(r, value)
-        if i in rows and j in cols and v is not None and v == v:
-            grid[rows.index(i), cols.index(j)] = float(v)
+    grid = _grid(df, value, row, col, rows, cols)
     span = span or ratio_span(grid)
     norm = ratio_norm(span)
     cm_ = plt.get_cmap(RATIO_CMAP)
