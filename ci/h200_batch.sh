@@ -16,9 +16,11 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 rc=0
 if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
   timeout "${GPU_TEST_TIMEOUT:-900}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider ${PYTEST_ARGS:--x} 2>&1 | tail -n 60 | tee "$OUT/gpu-tests.log" || rc=1
-  # a GPU run passes only if GPU tests really ran: pytest's summary must count passed tests, and no skips
-  if ! grep -Eq "[0-9]+ passed" "$OUT/gpu-tests.log" || grep -Eq "[0-9]+ skipped" "$OUT/gpu-tests.log"; then
-    echo "GPU tests: no test passed or some were skipped on the GPU machine (see gpu-tests.log)"; rc=1
+  # a GPU run passes only if GPU tests really ran: pytest's summary must count passed tests (a few
+  # documented skips, e.g. configs that do not fit in shared memory, are expected; tests/conftest.py
+  # makes "-m gpu" without a usable GPU an error of its own)
+  if ! grep -Eq "[1-9][0-9]* passed" "$OUT/gpu-tests.log"; then
+    echo "GPU tests: no test passed on the GPU machine (see gpu-tests.log)"; rc=1
   fi
 fi
 if [ "${COMPARE:-0}" = 1 ]; then

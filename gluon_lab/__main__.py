@@ -112,7 +112,7 @@ def main(argv=None) -> int:
             print(f"adopt: {e}", file=sys.stderr)
             return 2
         for path, n in done:
-            print(f"{path}: {'+' + str(n) + ' records' if n else 'artifact copied'}")
+            print(f"{path}: " + (f"+{n} lines" if path.suffix == ".jsonl" else "artifact copied"))
         for path in skipped:
             print(f"{path}: kept (exists; --replace-artifacts to replace it)")
         print("now review `git diff --stat results/`, run `python -m gluon_lab select`, and commit")

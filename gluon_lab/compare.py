@@ -4,9 +4,13 @@
     python -m gluon_lab compare 03-multibuffer-pipelining 20261129T1526 20261201T0943 --all
     python -m gluon_lab compare 01-tma-caching --list
 
-A run is named by its id, a unique prefix of it, ``newest`` or ``previous`` (as run A: the newest
-run before B that shares a case with it; as run B: the run before the newest). A case is what `results.latest` calls a case (op, variant, dtype, shape, the knobs a plan
-sets); each run contributes its newest record of the case. The ratio is time B / time A: below 1.0
+A run is named by its id, a unique prefix of it, ``newest`` or ``previous`` (as run A: the earlier
+run sharing the most cases with B, the newest of those on a tie; as run B: the run before the newest).
+Runs that hold only ceilings are not runs of the notebook's cases and are not named.
+
+A case is what `results.latest` calls a case (op, variant, dtype, shape, the knobs a plan sets)
+plus the timer (a do_bench and a graph-timed record of a cell are not compared); each run
+contributes its newest record of the case. The ratio is time B / time A: below 1.0
 run B is faster. `code` says whether the variant's kernel-source hash differs between the two
 records ("changed": the kernel or its launcher changed between the runs; "same": the difference is
 the machine, the clock or noise). Only records that passed their float64 check are timed against
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 
 from . import results
 
-CASE_COLS = ("op", "variant", "dtype") + results.SHAPE_COLUMNS
+CASE_COLS = ("op", "variant", "dtype") + results.SHAPE_COLUMNS + ("timer",)  # another timer is another case
 
 
 class RunNotFoundError(ValueError):
@@ -33,15 +37,15 @@ def runs_table(df):
     g = df.groupby("run_id", dropna=False)
     t = pd.DataFrame({"first": g["timestamp"].min(), "records": g.size(),
                       "variants": g["variant"].nunique(), "git_commit": g["git_commit"].first().astype(str).str[:10],
-                      "failed": g["passed"].apply(lambda s: int((~s.fillna(False).astype(bool)).sum()))})
+                      "failed": g["passed"].apply(lambda s: int((~s.eq(True)).sum()))})
     if "stale" in df:
         t["stale"] = g["stale"].sum().astype(int)
     return t.sort_values("first").reset_index()
 
 
 def resolve_run(df, token: str) -> str:
-    """A run id from an id, a unique prefix, 'newest' or 'previous'."""
-    t = runs_table(df)
+    """A run id from an id, a unique prefix, 'newest' or 'previous' (runs holding more than ceilings)."""
+    t = runs_table(df[df["pattern"] != "ceiling"] if len(df) else df)
     ids = list(t["run_id"])
     if not ids:
         raise RunNotFoundError("no runs: the records are empty")
@@ -115,13 +119,13 @@ def compare(df, run_a: str, run_b: str) -> Comparison:
     empty_cols = ["op", "variant", "dtype", "shape", "knobs", "case", "ms A", "ms B", "B/A time", "code", "note"]
     if not len(a) or not len(b):
         return Comparison(a_id, b_id, pd.DataFrame(columns=empty_cols), pd.DataFrame(), len(a), len(b))
-    cols = keys + ["ms_median", "passed", "kernel_source_hash", "timer"]
+    cols = keys + ["ms_median", "passed", "kernel_source_hash"]
     m = a[cols].merge(b[cols], on=keys, how="outer", suffixes=(" A", " B"), indicator=True)
     both = m[m["_merge"] == "both"].copy()
-    ok = both["passed A"].fillna(False).astype(bool) & both["passed B"].fillna(False).astype(bool)
+    ok = both["passed A"].eq(True) & both["passed B"].eq(True)
     both["B/A time"] = np.where(ok, both["ms_median B"] / both["ms_median A"], np.nan)
     both["note"] = np.select(
-        [~both["passed A"].fillna(False).astype(bool), ~both["passed B"].fillna(False).astype(bool)],
+        [~both["passed A"].eq(True), ~both["passed B"].eq(True)],
         ["failed in A", "failed in B"], default="")
     same = both["kernel_source_hash A"].fillna("-") == both["kernel_source_hash B"].fillna("-")
     both["code"] = np.where(same, "same", "changed")
@@ -148,13 +152,17 @@ def compare(df, run_a: str, run_b: str) -> Comparison:
 
 
 def _previous_sharing(df, b: str) -> str:
-    """The newest run before b that shares a (non-ceiling) case with it."""
-    ids = list(runs_table(df)["run_id"])
+    """The earlier run sharing the most (non-ceiling) cases with b; the newest of those on a tie."""
+    ids = list(runs_table(df[df["pattern"] != "ceiling"])["run_id"])
     keys_b = set(_keyset(df, b))
-    for a in reversed(ids[:ids.index(b)]):
-        if keys_b & set(_keyset(df, a)):
-            return a
-    raise RunNotFoundError(f"run 'previous': no run before {b} shares a case with it")
+    best, most = None, 0
+    for a in reversed(ids[:ids.index(b)] if b in ids else ids):
+        n = len(keys_b & set(_keyset(df, a)))
+        if n > most:
+            best, most = a, n
+    if best is None:
+        raise RunNotFoundError(f"run 'previous': no run before {b} shares a case with it")
+    return best
 
 
 def default_pair(df) -> tuple[str, str] | None:

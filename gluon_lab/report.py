@@ -76,16 +76,27 @@ def _notebook_paths(names, notebooks_dir: Path) -> list[Path]:
     return out
 
 
+_KERNEL_DIRS: list[str] = []
+
+
 def _ipc_kernel_manager():
-    """The notebook kernels talk over local IPC sockets (not TCP on localhost), in a private folder."""
+    """The notebook kernels talk over local IPC sockets (not TCP on localhost), in a private folder
+    (removed at the end of the build)."""
     from jupyter_client.manager import AsyncKernelManager
 
     class IPCKernelManager(AsyncKernelManager):
         def __init__(self, **kw):
             super().__init__(**kw)
             self.transport = "ipc"
-            self.ip = str(Path(tempfile.mkdtemp(prefix="gluon-lab-kernel-")) / "kernel")
+            d = tempfile.mkdtemp(prefix="gluon-lab-kernel-")
+            _KERNEL_DIRS.append(d)
+            self.ip = str(Path(d) / "kernel")
     return IPCKernelManager
+
+
+def _cleanup_kernel_dirs() -> None:
+    while _KERNEL_DIRS:
+        shutil.rmtree(_KERNEL_DIRS.pop(), ignore_errors=True)
 
 
 def execute(nb_path: Path, out_path: Path, parameters: dict, kernel_name: str = "python3", timeout: int = 3600):
@@ -156,9 +167,14 @@ def missing_parts(nb, summ: dict) -> list[str]:
         miss.append(f"no records ({summ.get('where', 'results')})")
     if headline_png(nb) is None:
         miss.append("no headline figure (the cell tagged 'headline' drew nothing)")
+    if not _tagged(nb, "headline-numbers"):
+        miss.append("no cell tagged 'headline-numbers'")
+    elif not headline_numbers(nb):
+        miss.append("no headline numbers (the cell tagged 'headline-numbers' computed none)")
     for d in headline_numbers(nb):
-        if str(d.get("value", "")).lower().startswith("missing"):
-            miss.append(f"headline number {d.get('label')!r}: {d.get('value')}")
+        v = str(d.get("value", ""))
+        if v.lower().startswith("missing") or re.search(r"\b(nan|inf)\b", v, re.I):
+            miss.append(f"headline number {d.get('label')!r}: {v}")
     return miss
 
 
@@ -227,6 +243,26 @@ def _headline_cells(nb, meta: dict, missing: list[str]) -> list:
     return cells
 
 
+def nav_html(prev: dict | None, nxt: dict | None) -> str:
+    """The previous / next links of a page's bar and footer (between <!--GL-NAV--> markers)."""
+    e = html.escape
+    out = []
+    if prev:
+        out.append(f'<a class="gl-prev" href="{e(prev["href"])}">&larr; {e(prev["label"])}</a>')
+    if nxt:
+        out.append(f'<a class="gl-next" href="{e(nxt["href"])}">{e(nxt["label"])} &rarr;</a>')
+    return " ".join(out)
+
+
+_NAV = re.compile(r"<!--GL-NAV-->.*?<!--/GL-NAV-->", re.S)
+
+
+def relink(page: Path, prev: dict | None, nxt: dict | None) -> None:
+    """Rewrite a kept page's previous / next links for the site's current page order."""
+    text = page.read_text(encoding="utf-8")
+    page.write_text(_NAV.sub(lambda m: f"<!--GL-NAV-->{nav_html(prev, nxt)}<!--/GL-NAV-->", text), encoding="utf-8")
+
+
 _HEADING = re.compile(r'<h([23]) id="([^"]+)">(.*?)<a class="anchor-link"', re.S)
 
 
@@ -257,7 +293,7 @@ def to_html(executed: Path, html_path: Path, banner: str = "", meta: dict | None
                 nb.cells.insert(1, rest)
         nb.cells[at:at] = _headline_cells(nb, meta, list(missing))
     exp = HTMLExporter(template_name="gluonlab", extra_template_basedirs=[str(TEMPLATES)])
-    body, _ = exp.from_notebook_node(nb, resources={"gl_banner": banner, "gl_prev": prev, "gl_next": nxt,
+    body, _ = exp.from_notebook_node(nb, resources={"gl_banner": banner, "gl_nav": nav_html(prev, nxt),
                                                     "gl_footer": footer})
     body = body.replace("<!--GL-TOC-->", _toc(body), 1)
     html_path.write_text(body, encoding="utf-8")
@@ -299,14 +335,17 @@ def data_summary(results_dir: Path, notebook: str) -> dict:
 
 def _stale_and_retired(newest) -> tuple[int, int]:
     """(stale, retired) among the newest record of each case. A stale case is retired when a newer,
-    current record of the same study (op, variant, dtype, config 'study') exists: a later run of
-    that study no longer measures the case (its knobs changed), so no re-measure will replace it."""
+    current record of the same study (op, variant, dtype, config 'study') at the same shape exists:
+    a later run of that study measured this shape with other knobs and no longer measures this
+    case, so no re-measure will replace it. A quick run at other shapes retires nothing."""
     if not len(newest):
         return 0, 0
     study = newest["config_key"].map(lambda c: json.loads(c).get("study", "grid") if c else "grid")
     d = newest.assign(_study=study)
-    key = ["op", "variant", "dtype", "_study"]
-    cur = d[~d["stale"].astype(bool)].groupby(key)["timestamp"].max()
+    from . import results
+    key = ["op", "variant", "dtype", "_study"] + [c for c in results.SHAPE_COLUMNS if c in d.columns]
+    d = d.assign(**{c: d[c].astype(object).where(d[c].notna(), None) for c in key[4:]})
+    cur = d[~d["stale"].astype(bool)].groupby(key, dropna=False)["timestamp"].max()
     retired = 0
     for _, r in d[d["stale"].astype(bool)].iterrows():
         k = tuple(r[c] for c in key)
@@ -374,11 +413,14 @@ def write_index(site: Path, built: str, mode: str) -> Path:
 # ----------------------------------------------------------------------------------------------
 # the build
 
-def _kept_pages(out: Path, building: set[str]) -> list[str]:
-    if not (out / "pages").is_dir():
+def _kept_pages(out: Path, building: set[str], nbdir: Path, subset: bool) -> list[str]:
+    """Pages of the existing site a build keeps: on a subset build, those of other notebooks that
+    still exist; a full build keeps none (a removed or renamed notebook's page goes)."""
+    if not subset or not (out / "pages").is_dir():
         return []
     return sorted(p.stem for p in (out / "pages").glob("*.json")
-                  if p.stem not in building and (out / f"{p.stem}.html").exists())
+                  if p.stem not in building and (out / f"{p.stem}.html").exists()
+                  and (nbdir / f"{p.stem}.ipynb").exists())
 
 
 def _measure_folder(full: bool) -> Path:
@@ -386,13 +428,52 @@ def _measure_folder(full: bool) -> Path:
     return RUNS / (results.new_run_id() + ("" if full else "-quick")) / "results"
 
 
+#: what a site folder holds (build output); anything else in out_dir stops the build
+SITE_ENTRIES = {"index.html", "build.json", "pages", "img", "executed", "screenshots"}
+
+
+def _check_out_dir(out: Path, res: Path) -> None:
+    """out_dir is replaced whole: it must be a site an earlier build made (or absent / empty), and
+    must not hold the repository, the records or the measure runs."""
+    for what, p in (("the repository", REPO), ("the records folder", res), ("the measure runs", RUNS)):
+        if out == p or out in p.parents:
+            raise ReportBuildError(f"out_dir {out} holds {what} ({p}): the site folder is replaced whole; "
+                                   "pick a folder of its own, e.g. reports/")
+    if out.exists() and not out.is_dir():
+        raise ReportBuildError(f"out_dir {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / "build.json").exists():
+        raise ReportBuildError(f"out_dir {out} is not empty and is not a site built by gluon-lab (no build.json): "
+                               "refusing to replace it; empty it or pick another folder")
+    if out.is_dir() and (out / "build.json").exists():
+        foreign = sorted(p.name for p in out.iterdir()
+                         if p.name not in SITE_ENTRIES and not re.fullmatch(r"\d\d-[\w.-]+\.html", p.name))
+        if foreign:
+            raise ReportBuildError(f"out_dir {out} holds files a build does not own ({', '.join(foreign[:5])}): "
+                                   "move them out first (the site folder is replaced whole)")
+
+
 def _swap_in(stage: Path, out: Path) -> None:
+    """Replace out by stage; on failure the previous site is put back."""
     old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists():
+    had = out.exists()
+    if had:
         os.replace(out, old)
-    os.replace(stage, out)
-    if old.exists():
+    try:
+        os.replace(stage, out)
+    except BaseException:
+        if had and not out.exists():
+            os.replace(old, out)
+        raise
+    if had:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _lock(out: Path):
+    """An exclusive lock per site folder: two builds of one site run one after the other."""
+    import fcntl
+    fh = open(out.with_name(f".{out.name}.lock"), "w")
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
 
 
 def build(notebooks=None, out_dir: str | os.PathLike = "reports", mode: str = "auto", quick: bool = False,
@@ -402,25 +483,40 @@ def build(notebooks=None, out_dir: str | os.PathLike = "reports", mode: str = "a
     from .notebook import resolve_mode
     if mode not in ("auto", "measure", "replay"):
         raise ValueError(f"mode must be 'auto', 'measure' or 'replay', got {mode!r}")
+    if quick and full:
+        raise ValueError("quick and full: pick one (full = the full plans in measure mode)")
     run_mode = resolve_mode(mode)
-    if run_mode == "replay" and quick:
-        _say("note: --quick only shapes what a measure run measures; replay shows the records as they are")
+    if run_mode == "replay" and (quick or full):
+        _say("note: --quick / --full only shape what a measure run measures; replay shows the records as they are")
+    if not str(out_dir).strip():
+        raise ReportBuildError("out_dir is empty: name the site folder, e.g. reports/")
     out = Path(out_dir).resolve()
     nbdir = Path(notebooks_dir).resolve() if notebooks_dir else NOTEBOOKS
     paths = _notebook_paths(notebooks, nbdir)
     if not paths:
         raise ReportBuildError(f"no notebooks found in {nbdir}")
+    if run_mode == "measure":
+        quick = not full
     if results_dir:
         res = Path(results_dir).resolve()
+        if run_mode == "measure" and res == (REPO / "results").resolve():
+            _say(f"note: measuring straight into the committed {res} (asked for with results_dir)")
     elif run_mode == "measure":  # never silently into the committed results/
         res = _measure_folder(full)
-        quick = quick or not full
         _say(f"GPU found: measuring the {'full' if full else 'quick'} plans into {res} (the committed results/ are "
              f"not touched). Review the pages, then `python -m gluon_lab adopt {res.parent}` and commit results/.")
     else:
         res = REPO / "results"
+    _check_out_dir(out, res)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(out):
+        return _build_locked(paths, out, nbdir, res, run_mode, quick, partial, kernel_name, subset=notebooks is not None)
+
+
+def _build_locked(paths, out: Path, nbdir: Path, res: Path, run_mode: str, quick: bool, partial: bool,
+                  kernel_name: str, subset: bool) -> Path:
     building = {p.stem for p in paths}
-    kept = _kept_pages(out, building)
+    kept = _kept_pages(out, building, nbdir, subset)
     order = sorted(building | set(kept))
     titles = {p.stem: notebook_meta(p)["title"] for p in paths}
     for k in kept:
@@ -429,10 +525,11 @@ def build(notebooks=None, out_dir: str | os.PathLike = "reports", mode: str = "a
     est = sum(last.get(p.stem, 60.0) for p in paths)
     _say(f"building {len(paths)} page(s) into {out} ({run_mode}, records from {res}); "
          f"{'last build took' if last else 'estimate'} ~{est:.0f} s" + (f"; keeping {len(kept)} other page(s)" if kept else ""))
-    out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=out.parent))
+    os.chmod(stage, 0o755)  # mkdtemp makes it 0700: the published site is world-readable like a mkdir
     built = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     timings = {}
+    link = lambda k: {"href": f"{k}.html", "label": titles.get(k, k)}  # noqa: E731
     try:
         (stage / "pages").mkdir()
         (stage / "img").mkdir()
@@ -443,8 +540,7 @@ def build(notebooks=None, out_dir: str | os.PathLike = "reports", mode: str = "a
             t0 = time.time()
             _say(f"[{i}/{len(paths)}] {nb.stem}: executing ({page_mode})...")
             executed = stage / "executed" / nb.name
-            params = {"mode": page_mode, "quick": quick if page_mode == "measure" else False,
-                      "results_dir": str(res), **extra}
+            params = {"mode": page_mode, "quick": False, "results_dir": str(res), **extra}
             execute(nb, executed, params, kernel_name=kernel_name)
             try:
                 _render_page(nb, executed, stage, res, order, titles, built, run_mode, partial)
@@ -454,27 +550,53 @@ def build(notebooks=None, out_dir: str | os.PathLike = "reports", mode: str = "a
                 raise ReportBuildError(f"{nb.name}: rendering the page failed: {type(e).__name__}: {e}") from e
             timings[nb.stem] = round(time.time() - t0, 1)
             _say(f"[{i}/{len(paths)}] {nb.stem}: done in {timings[nb.stem]:.1f} s")
-        for k in kept:  # a subset build keeps the other pages of the site
+        for k in kept:  # a subset build keeps the other pages of the site, linked into the new order
             for rel in (f"{k}.html", f"pages/{k}.json", f"img/{k}-headline.png", f"executed/{k}.ipynb"):
                 if (out / rel).exists():
                     (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(out / rel, stage / rel)
+            j = order.index(k)
+            relink(stage / f"{k}.html", link(order[j - 1]) if j > 0 else None,
+                   link(order[j + 1]) if j + 1 < len(order) else None)
+        if (out / "screenshots").is_dir():  # the browser check's shots of pages this build did not touch
+            for png in (out / "screenshots").glob("*.png"):
+                if png.stem in kept:
+                    (stage / "screenshots").mkdir(exist_ok=True)
+                    shutil.copy2(png, stage / "screenshots" / png.name)
         write_index(stage, built, run_mode)
-        prev_t = {**last, **timings}
         (stage / "build.json").write_text(json.dumps(
             {"built": built, "mode": run_mode, "results_dir": str(res), "notebooks": [p.stem for p in paths],
-             "kept": kept, "partial": partial, "seconds": prev_t}, indent=1))
+             "kept": kept, "partial": partial, "seconds": {**last, **timings}}, indent=1))
+        _swap_in(stage, out)
     except BaseException as e:
         failed = out.with_name(out.name + ".failed")
-        shutil.rmtree(failed, ignore_errors=True)
-        os.replace(stage, failed)
+        where = _keep_failed(stage, failed)
         if isinstance(e, ReportBuildError):
-            msg = str(e).replace(str(stage), str(failed))
-            raise ReportBuildError(f"{msg}\nbuild failed: {out} was left as it was; the failed build is in {failed}") from None
+            msg = str(e).replace(str(stage), str(where)) if where else str(e)
+            raise ReportBuildError(f"{msg}\nbuild failed: {out} was left as it was"
+                                   + (f"; the failed build is in {where}" if where else "")) from None
         raise
-    _swap_in(stage, out)
+    finally:
+        _cleanup_kernel_dirs()
     _say(f"wrote {out / 'index.html'}: {len(paths)} page(s) built, {len(kept)} kept")
     return out / "index.html"
+
+
+def _keep_failed(stage: Path, failed: Path) -> Path | None:
+    """Move a failed build's staging folder to `failed` (a previous failed build of this site is
+    replaced only if it is one: a staging copy with pages/); never raises."""
+    try:
+        if not stage.exists():
+            return None
+        if failed.exists():
+            if failed.is_dir() and (failed / "pages").is_dir():
+                shutil.rmtree(failed)
+            else:  # not ours: keep the failed build under its staging name
+                return stage
+        os.replace(stage, failed)
+        return failed
+    except OSError:
+        return stage if stage.exists() else None
 
 
 def _measure_plans(paths, res: Path, quick: bool) -> str:
@@ -538,28 +660,54 @@ def _render_page(nb: Path, executed: Path, stage: Path, res: Path, order: list[s
 def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None = None,
           replace_artifacts: bool = False, skipped: list | None = None) -> list[tuple[Path, int]]:
     """Append the records of a measure build (`runs/<run>/results`, or the run folder itself) to the
-    committed results/ after validating every line; returns [(store, records appended)]. Artifacts
-    (`*.json`: timelines, Inductor code) are copied only where results/ has none, unless
-    replace_artifacts; the ones left alone are appended to `skipped`."""
-    skipped = [] if skipped is None else skipped
+    committed results/; returns [(store, records appended)].
+
+    Every store is read and validated first (nothing is appended if one is bad); a run already in
+    its target store is refused (adopting twice would duplicate it), and so is a source that is the
+    target. Non-record stores (`results.NON_RECORD_STORES`, e.g. sanitizer.jsonl) are appended line
+    by line under the store's lock. Artifacts (`*.json`: timelines, Inductor code) are copied only
+    where results/ has none, unless replace_artifacts; the ones left alone go to `skipped`."""
+    import fcntl
+
     from . import results
+    skipped = [] if skipped is None else skipped
     src = Path(run_folder)
     src = src / "results" if (src / "results").is_dir() else src
     dst = Path(results_dir) if results_dir else REPO / "results"
     if not src.is_dir():
         raise FileNotFoundError(f"run_folder {str(run_folder)!r}: no such folder (expected runs/<run>/results)")
-    done = []
+    if src.resolve() == dst.resolve():
+        raise ValueError(f"run_folder {src} is the results folder itself: nothing to adopt")
+    plan = []  # (source, target, records or None for a non-record store)
     for f in sorted(src.rglob("*.jsonl")):
-        if f.name in results.NON_RECORD_STORES:  # e.g. sanitizer.jsonl: appended as it is
-            target = dst / f.relative_to(src)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "a", encoding="utf-8") as fh:
-                fh.write(f.read_text(encoding="utf-8"))
-            done.append((target, 0))
+        target = dst / f.relative_to(src)
+        if f.name in results.NON_RECORD_STORES:
+            plan.append((f, target, None))
             continue
         recs, _ = results.read_records(f, on_error="raise")
-        target = dst / f.relative_to(src)
-        done.append((target, results.append_records(target, recs)))
+        if target.exists():
+            have = {r.run_id for r in results.read_records(target, on_error="raise")[0]}
+            again = sorted({r.run_id for r in recs} & have)
+            if again:
+                raise ValueError(f"{target} already holds run(s) {', '.join(again)}: adopting {f} again would "
+                                 "duplicate its records")
+        plan.append((f, target, recs))
+    done = []
+    for f, target, recs in plan:
+        if recs is not None:
+            done.append((target, results.append_records(target, recs)))
+            continue
+        lines = [ln if ln.endswith("\n") else ln + "\n" for ln in f.read_text(encoding="utf-8").splitlines(True) if ln.strip()]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "a+", encoding="utf-8") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            fh.seek(0, os.SEEK_END)
+            if fh.tell():
+                fh.seek(fh.tell() - 1)
+                if fh.read(1) != "\n":
+                    fh.write("\n")
+            fh.writelines(lines)
+        done.append((target, len(lines)))
     for f in sorted(src.rglob("*.json")):  # artifacts (timelines, Inductor code): whole files, not appended
         target = dst / f.relative_to(src)
         if target.exists() and not replace_artifacts:
@@ -568,6 +716,6 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, target)
         done.append((target, 0))
-    if not done:
+    if not done and not skipped:
         raise FileNotFoundError(f"{src}: no records (*.jsonl) to adopt")
     return done

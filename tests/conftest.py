@@ -1,4 +1,5 @@
 import os
+import re
 
 import pytest
 
@@ -24,7 +25,8 @@ HAS_GPU, WHY_NO_GPU = _has_hopper()
 def pytest_configure(config):
     """A GPU run must fail loudly when it cannot see the GPU: `-m gpu` (the device batch) or
     GLUON_LAB_REQUIRE_GPU=1 without an sm_90+ GPU is an error, not a run of skipped tests."""
-    wants_gpu = "gpu" in (config.option.markexpr or "").replace("not gpu", "") or \
+    expr = " ".join((config.option.markexpr or "").split())  # "not  gpu" is "not gpu"
+    wants_gpu = bool(re.search(r"\bgpu\b", re.sub(r"\bnot gpu\b", "", expr))) or \
         os.environ.get("GLUON_LAB_REQUIRE_GPU") == "1"
     if wants_gpu and not HAS_GPU:
         raise pytest.UsageError("GPU tests were asked for (-m gpu / GLUON_LAB_REQUIRE_GPU=1) but no usable NVIDIA "

@@ -98,5 +98,21 @@ def test_adopt_appends_a_measure_build_to_results(tmp_path, capsys):
     assert main(["adopt", str(run), "--results-dir", str(dst)]) == 0
     assert len(notebook.load(dst, "h200", "97-compare", newest_only=False)) == 6
     assert (dst / "h200" / "97-compare.timeline.json").exists()
-    assert "+6 records" in capsys.readouterr().out
+    assert "+6 lines" in capsys.readouterr().out
+    assert main(["adopt", str(run), "--results-dir", str(dst)]) == 2  # twice: refused, nothing duplicated
+    assert "already holds run(s) 20261201T000000Z-dddddddd" in capsys.readouterr().err
+    assert len(notebook.load(dst, "h200", "97-compare", newest_only=False)) == 6
+    assert main(["adopt", str(dst), "--results-dir", str(dst)]) == 2  # the results folder itself
     assert main(["adopt", str(tmp_path / "nothing"), "--results-dir", str(dst)]) == 2
+
+
+def test_timers_are_separate_cases(store):
+    from gluon_lab.results import append_records as add
+    path = store / "h200" / "97-compare.jsonl"
+    recs = _recs("20261104T000000Z-eeeeeeee", "2026-11-04T00:00:00+00:00", 1.0)
+    for r in recs:
+        r.timer = "do_bench-l2flush"
+    add(path, recs)
+    df = notebook.load(store, "h200", "97-compare", newest_only=False)
+    c = compare.compare(df, "20261101", "20261104")
+    assert len(c.cases) == 0 and c.only_a == 6 and c.only_b == 6  # a do_bench record is not a graph-timed one

@@ -75,15 +75,36 @@ def test_subset_build_keeps_the_other_pages_and_links_neighbours(tmp_path):
     fixture_records(res)
     shutil.copy(res / "h200" / "98-fixture.jsonl", res / "h200" / "97-fixture.jsonl")
     nbdir, out = _second_fixture_notebook(tmp_path), tmp_path / "site"
-    report.build(None, out_dir=out, mode="replay", results_dir=res, notebooks_dir=nbdir)
-    first = (out / "97-fixture.html").stat().st_mtime_ns
     report.build(["98-fixture"], out_dir=out, mode="replay", results_dir=res, notebooks_dir=nbdir)
+    assert 'class="gl-prev"' not in (out / "98-fixture.html").read_text()  # alone: no neighbour
+    first = (out / "executed" / "98-fixture.ipynb").stat().st_mtime_ns
+    report.build(["97-fixture"], out_dir=out, mode="replay", results_dir=res, notebooks_dir=nbdir)
     idx = (out / "index.html").read_text()
     assert 'href="97-fixture.html"' in idx and 'href="98-fixture.html"' in idx  # both cards survive
-    assert (out / "97-fixture.html").stat().st_mtime_ns == first  # kept, not rebuilt
-    page98 = (out / "98-fixture.html").read_text()
-    assert '<a class="gl-prev" href="97-fixture.html">' in page98 and 'class="gl-next"' not in page98
-    assert '<a class="gl-next" href="98-fixture.html">' in (out / "97-fixture.html").read_text()
+    assert (out / "executed" / "98-fixture.ipynb").stat().st_mtime_ns == first  # kept, not re-executed
+    page97, page98 = (out / "97-fixture.html").read_text(), (out / "98-fixture.html").read_text()
+    assert '<a class="gl-next" href="98-fixture.html">' in page97 and 'class="gl-prev"' not in page97
+    assert '<a class="gl-prev" href="97-fixture.html">' in page98  # the kept page is relinked
+    # a full build keeps nothing that is not built: a notebook removed from the folder loses its page
+    (nbdir / "97-fixture.ipynb").unlink()
+    report.build(None, out_dir=out, mode="replay", results_dir=res, notebooks_dir=nbdir)
+    assert not (out / "97-fixture.html").exists() and 'href="97-fixture.html"' not in (out / "index.html").read_text()
+    assert oct((out).stat().st_mode & 0o777) == "0o755"
+
+
+def test_out_dir_that_is_not_a_site_is_refused(tmp_path):
+    res = tmp_path / "results"
+    fixture_records(res)
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "precious.txt").write_text("keep me")
+    with pytest.raises(report.ReportBuildError, match="not a site built by gluon-lab"):
+        report.build(["98-fixture"], out_dir=own, mode="replay", results_dir=res, notebooks_dir=FIX / "notebooks")
+    assert (own / "precious.txt").read_text() == "keep me"
+    with pytest.raises(report.ReportBuildError, match="holds the repository"):
+        report.build(["98-fixture"], out_dir=ROOT, mode="replay", results_dir=res, notebooks_dir=FIX / "notebooks")
+    with pytest.raises(report.ReportBuildError, match="holds the records folder"):
+        report.build(["98-fixture"], out_dir=tmp_path, mode="replay", results_dir=res, notebooks_dir=FIX / "notebooks")
 
 
 def test_failed_build_leaves_the_site_as_it_was(tmp_path):
@@ -199,11 +220,13 @@ def test_pattern_notebook_renders_from_committed_records(replay_site, nb):
 
 def test_stale_cases_a_newer_run_of_the_study_no_longer_measures_are_retired():
     import pandas as pd
-    rows = [  # (variant, study config, timestamp, stale)
-        ("gluon-tma", '{"study": "sweep", "num_warps": 4}', "2026-11-01", True),   # re-measured study, old knob
-        ("gluon-tma", '{"study": "sweep", "num_warps": 8}', "2026-12-01", False),  # the newer current run
-        ("inductor", "{}", "2026-11-01", True),                                     # grid, never re-measured
+    rows = [  # (variant, config, M, timestamp, stale)
+        ("gluon-tma", '{"study": "sweep", "num_warps": 4}', 4096, "2026-11-01", True),   # the study re-measured
+        ("gluon-tma", '{"study": "sweep", "num_warps": 8}', 4096, "2026-12-01", False),  # this shape, other knobs
+        ("inductor", "{}", 4096, "2026-11-01", True),                                     # grid, never re-measured
+        ("torch", "{}", 8192, "2026-11-01", True),                                        # grid at 8192 ...
+        ("torch", "{}", 1024, "2026-12-01", False),  # ... a newer quick run at another shape retires nothing
     ]
-    df = pd.DataFrame([{"op": "rms_norm", "variant": v, "dtype": "bfloat16", "config_key": c, "timestamp": t,
-                        "stale": s} for v, c, t, s in rows])
-    assert report._stale_and_retired(df) == (1, 1)
+    df = pd.DataFrame([{"op": "rms_norm", "variant": v, "dtype": "bfloat16", "config_key": c, "M": m, "N": 4096,
+                        "timestamp": t, "stale": s} for v, c, m, t, s in rows])
+    assert report._stale_and_retired(df) == (2, 1)

@@ -114,7 +114,10 @@ def compare_runs(ctx: Context, compare_to: str | None = None) -> list:
     df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False)
     if not len(df):
         return [missing_note(df, f"{ctx.notebook} on {ctx.slug}")]
-    b = ctx.run or compare.runs_table(df[df["pattern"] != "ceiling"])["run_id"].iloc[-1]
+    runs = compare.runs_table(df[df["pattern"] != "ceiling"])
+    if not len(runs):
+        return ["**Compare runs:** these records hold only ceilings; nothing to compare."]
+    b = ctx.run or runs["run_id"].iloc[-1]
     return compare.section(df, compare_to or "previous", b, notebook=ctx.notebook)
 
 
