@@ -22,12 +22,29 @@ def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
         if variant != "auto":
             get_variant(spec.name, variant)  # an unknown variant is an error even for empty input
         return empty
+    grad = _needs_grad(spec, inputs)
     if variant == "auto":
-        from .selection import choose
-        variant = choose(spec, inputs)
+        from .selection import FALLBACK, choose
+        variant = FALLBACK if grad else choose(spec, inputs)  # auto never detaches: torch when grad is needed
     v = get_variant(spec.name, variant)
+    if grad and not v.differentiable:
+        raise RuntimeError(
+            f"gluon_lab.{spec.name}(variant={variant!r}) has no backward yet, and {grad} requires grad: its output "
+            "would be silently detached from the autograd graph. Call it under torch.no_grad() / on detached "
+            "inputs, or use variant='torch' (or 'auto', which takes torch when grad is needed)")
     check_runnable(v, inputs)
     return v.fn(*inputs, **scalars)
+
+
+def _needs_grad(spec, inputs) -> str | None:
+    """The first input that requires grad while grad mode is on (None when no backward is needed)."""
+    import torch
+    if not torch.is_grad_enabled():
+        return None
+    for o, t in zip(spec.inputs, inputs):
+        if getattr(t, "requires_grad", False):
+            return o.name
+    return None
 
 
 def make_public(spec):

@@ -42,6 +42,10 @@ class Variant:
     roots: tuple = ()  # extra objects whose code decides what launches (fn is always a root)
     available: Callable[[], bool] = lambda: True
     description: str = ""
+    # differentiable: fn is built from torch ops autograd records (eager torch, torch.compile of the
+    # formula). The gluon-lab kernels have no backward yet: api.call refuses inputs that require
+    # grad for them; a backward kernel plugs in here (and in the custom op's registration).
+    differentiable: bool = False
 
     @property
     def spec(self):

@@ -195,7 +195,7 @@ def _register_torch(spec):
     def fn(*inputs, out=None, **scalars):
         return spec.eager(*inputs, **scalars)
     fn.__name__ = fn.__qualname__ = f"{spec.name}_torch"
-    register(spec.name, "torch", pattern="baseline", needs_cuda=False, roots=(spec.eager, ),
+    register(spec.name, "torch", pattern="baseline", needs_cuda=False, roots=(spec.eager, ), differentiable=True,
              description=f"eager torch ({spec.eager.__name__})")(fn)
 
 
@@ -214,7 +214,7 @@ def _register_inductor(spec, name="inductor", mode=None):
     def fn(*inputs, out=None, **scalars):
         return compiled_formula(spec.name, mode)(*inputs, *scalars.values())
     fn.__name__ = fn.__qualname__ = f"{spec.name}_{name.replace('-', '_')}"
-    register(spec.name, name, pattern="baseline", roots=(spec.formula, ),
+    register(spec.name, name, pattern="baseline", roots=(spec.formula, ), differentiable=True,
              description=f"torch.compile({'default' if mode is None else repr(mode)}) of the eager fp32 formula")(fn)
 
 
