@@ -7,7 +7,10 @@ validation) so an op is declared once.
 
 Every call validates its inputs with the spec's rules (a clear error naming the argument and the
 rule), returns empty outputs for empty input, and dispatches to the variant (``"auto"``: the
-selection table, ``gluon_lab.selection``).
+selection table, ``gluon_lab.selection``). While torch.compile traces a call
+(`torch.compiler.is_compiling()`), the function emits the op's custom op instead
+(`torch.ops.gluon_lab.<op>`, gluon_lab.library): one graph node, no graph break; its kernel is
+this same `call`.
 """
 from __future__ import annotations
 
@@ -53,9 +56,15 @@ def make_public(spec):
     params += [f"{k}={v!r}" for k, v in spec.scalars.items()]
     inputs = "".join(f"{o.name}, " for o in spec.inputs)
     scalars = ", ".join(f"{k!r}: {k}" for k in spec.scalars)
+    args = ", ".join([o.name for o in spec.inputs] + list(spec.scalars) + ["variant"])
     src = (f"def {spec.name}({', '.join(params)}, *, variant='auto'):\n"
+           f"    if _compiling():\n"
+           f"        return _op({args})\n"
            f"    return _call(_spec, ({inputs}), {{{scalars}}}, variant)\n")
-    ns = {"_call": call, "_spec": spec}
+    import torch
+
+    from .library import op
+    ns = {"_call": call, "_spec": spec, "_op": op(spec.name, call), "_compiling": torch.compiler.is_compiling}
     exec(compile(src, f"<gluon_lab.api.{spec.name}>", "exec"), ns)
     fn = ns[spec.name]
     fn.__doc__ = spec.doc
