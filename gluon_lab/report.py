@@ -344,7 +344,7 @@ def _stale_and_retired(newest) -> tuple[int, int]:
     d = newest.assign(_study=study)
     from . import results
     key = ["op", "variant", "dtype", "_study"] + [c for c in results.SHAPE_COLUMNS if c in d.columns]
-    d = d.assign(**{c: d[c].astype(object).where(d[c].notna(), None) for c in key[4:]})
+    d = d.assign(**{c: d[c].astype(object).where(d[c].notna(), "-").astype(str) for c in key[4:]})
     cur = d[~d["stale"].astype(bool)].groupby(key, dropna=False)["timestamp"].max()
     retired = 0
     for _, r in d[d["stale"].astype(bool)].iterrows():

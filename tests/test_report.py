@@ -228,5 +228,5 @@ def test_stale_cases_a_newer_run_of_the_study_no_longer_measures_are_retired():
         ("torch", "{}", 1024, "2026-12-01", False),  # ... a newer quick run at another shape retires nothing
     ]
     df = pd.DataFrame([{"op": "rms_norm", "variant": v, "dtype": "bfloat16", "config_key": c, "M": m, "N": 4096,
-                        "timestamp": t, "stale": s} for v, c, m, t, s in rows])
+                        "K": pd.NA, "timestamp": t, "stale": s} for v, c, m, t, s in rows])  # K: <NA> as loaded
     assert report._stale_and_retired(df) == (2, 1)
