@@ -14,6 +14,8 @@ this same `call`.
 """
 from __future__ import annotations
 
+import torch
+
 from . import specs
 from .registry import check_runnable, get_variant
 
@@ -41,7 +43,6 @@ def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
 
 def _needs_grad(spec, inputs) -> str | None:
     """The first input that requires grad while grad mode is on (None when no backward is needed)."""
-    import torch
     if not torch.is_grad_enabled():
         return None
     for o, t in zip(spec.inputs, inputs):
@@ -61,8 +62,6 @@ def make_public(spec):
            f"    if _compiling():\n"
            f"        return _op({args})\n"
            f"    return _call(_spec, ({inputs}), {{{scalars}}}, variant)\n")
-    import torch
-
     from .library import op
     ns = {"_call": call, "_spec": spec, "_op": op(spec.name, call), "_compiling": torch.compiler.is_compiling}
     exec(compile(src, f"<gluon_lab.api.{spec.name}>", "exec"), ns)

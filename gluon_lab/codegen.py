@@ -19,6 +19,7 @@ SASS opcodes from the wheel's cuobjdump. No CUDA driver needed.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import subprocess
@@ -74,20 +75,19 @@ def compile_sm90(fn, signature: dict, constexprs: dict | None = None, num_warps:
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
-@__import__("functools").lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _ptx_version() -> int | None:
     """The PTX ISA version the census's ptxas accepts (triton's own rule, from `ptxas --version`).
     Pinned in the compile options so the PTX and the ptxas that counts its registers always agree:
     on the H200 image a notebook kernel emitted PTX 9.0 (a CUDA 13 toolchain in its environment)
     that the wheel's ptxas 12.8 refused."""
-    import re as _re
     ptxas = _tool("ptxas")
     if ptxas is None:
         return None
     try:
         out = subprocess.run([ptxas, "--version"], capture_output=True, text=True, timeout=30).stdout
         from triton.backends.nvidia.compiler import ptx_get_version
-        m = _re.search(r"release (\d+\.\d+)", out)
+        m = re.search(r"release (\d+\.\d+)", out)
         return ptx_get_version(m.group(1)) if m else None
     except Exception:  # noqa: BLE001 - leave the choice to triton
         return None

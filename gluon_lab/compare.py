@@ -181,8 +181,14 @@ def _keyset(df, run):
     if not len(d):
         return []
     keys = [k for k in CASE_COLS if k in d.columns] + ["case"]
-    return [tuple("" if v is None or v is __import__("pandas").NA else str(v) for v in row)
-            for row in d[keys].itertuples(index=False)]
+    return [tuple(map(str, row)) for row in d[keys].itertuples(index=False)]
+
+
+def _moved_most(cases, top: int):
+    """The `top` cases with the largest |log(B/A)| (untimed cases last)."""
+    import numpy as np
+    d = np.abs(np.log(cases["B/A time"].astype(float)))
+    return cases.assign(_d=d).sort_values("_d", ascending=False).drop(columns="_d").head(top)
 
 
 def section(df, run_a: str | None = None, run_b: str | None = None, top: int = 12, notebook: str = "NOTEBOOK") -> list:
@@ -201,9 +207,7 @@ def section(df, run_a: str | None = None, run_b: str | None = None, top: int = 1
             f"`python -m gluon_lab compare {notebook} {c.run_a} {c.run_b} --all`.")
     if not len(c.cases):
         return [line]
-    import numpy as np
-    moved = c.cases.assign(_d=np.abs(np.log(c.cases["B/A time"].astype(float)))).sort_values("_d", ascending=False)
-    moved = moved.drop(columns=["_d", "case"]).head(top)
+    moved = _moved_most(c.cases, top).drop(columns="case")
     fmt = {"ms A": "{:.4f}", "ms B": "{:.4f}", "B/A time": "{:.3f}", "geomean B/A": "{:.3f}", "min B/A": "{:.3f}",
            "max B/A": "{:.3f}"}
     return [line, c.summary.style.format({k: v for k, v in fmt.items() if k in c.summary}, na_rep="not timed").hide(axis="index"),
@@ -238,9 +242,7 @@ def main(notebook: str, run_a: str | None, run_b: str | None, results_dir=None, 
         if len(c.cases):
             cases = c.cases.drop(columns="case")
             if not show_all:
-                import numpy as np
-                cases = cases.assign(_d=np.abs(np.log(cases["B/A time"].astype(float)))).sort_values(
-                    "_d", ascending=False).drop(columns="_d").head(20)
+                cases = _moved_most(cases, 20)
                 print("\nthe 20 cases that moved most (--all for every case):")
             print(cases.to_string(index=False))
     return 0

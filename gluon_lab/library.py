@@ -54,9 +54,7 @@ def _register(spec, call) -> None:
 
     def real(*args):
         inputs, scalars, variant = _split(spec, args)
-        out = call(spec, inputs, scalars, variant)
-        # a custom op's outputs may not alias its inputs (the empty-input rule returns fresh tensors)
-        return out
+        return call(spec, inputs, scalars, variant)
 
     def fake(*args):
         inputs, scalars, variant = _split(spec, args)

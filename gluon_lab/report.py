@@ -142,13 +142,6 @@ def headline_png(nb) -> str | None:
     return None
 
 
-def headline_image(executed: Path) -> str | None:
-    """data: URI of the headline figure of an executed notebook (else None)."""
-    import nbformat
-    png = headline_png(nbformat.read(str(executed), as_version=4))
-    return "data:image/png;base64," + png if png else None
-
-
 def headline_numbers(nb) -> list[dict]:
     """[{'label', 'value'}] from the HEADLINE_MIME outputs of the cell tagged 'headline-numbers'."""
     out = []
@@ -219,7 +212,7 @@ def _headline_cells(nb, meta: dict, missing: list[str]) -> list:
     import nbformat
     v4 = nbformat.v4
     cells = []
-    intro = [f"## At a glance", "", meta.get("summary") or ""]
+    intro = ["## At a glance", "", meta.get("summary") or ""]
     if missing:
         intro += ["", "**PARTIAL page: " + "; ".join(html.escape(m) for m in missing) + ".**"]
     cells.append(v4.new_markdown_cell("\n".join(intro)))
@@ -316,14 +309,13 @@ def notebook_meta(nb_path: Path) -> dict:
 
 def data_summary(results_dir: Path, notebook: str) -> dict:
     """GPU(s), newest timestamp, record count, stale count and runs of notebook's records."""
-    from . import plots, registry, results
+    from . import registry, results
     files = sorted(results_dir.glob(f"*/{notebook}.jsonl"))
     where = f"{results_dir}/<gpu>/{notebook}.jsonl"
     if not files:
         return {"gpus": "no records", "date": "", "n": 0, "stale": 0, "cases": 0, "retired": 0, "runs": 0,
                 "where": where}
-    df = results.load(files, on_error="raise")
-    plots.check_physical(df)
+    df = results.load(files, on_error="raise")  # validates every record, physics recomputed (PhysicsError)
     df = results.mark_stale(df, registry.current_hash)
     gpus = ", ".join(sorted(df["gpu_name"].dropna().unique())) or "?"
     date = str(df["timestamp"].dropna().max())[:10] if len(df) else ""

@@ -417,3 +417,22 @@ class Headline:
 
 def headline(items) -> Headline:
     return Headline(items)
+
+
+def sweep_best_vs_heuristic(sweep, heuristic, knobs: tuple):
+    """Per (op, M, N) of a knob sweep's passing records: (op, M, N, records, best record, the
+    heuristic's knob values, the heuristic's GB/s in the sweep). heuristic(op, N, M) returns the
+    config the current code picks; its GB/s is NaN when that config was not swept, and its knobs are
+    the exception's name when the heuristic refuses the shape."""
+    import numpy as np
+    ok = sweep[sweep.passed.astype(bool)]
+    for (op, M, N), sub in ok.groupby(["op", "M", "N"]):
+        best = sub.loc[sub.gbps.idxmax()]
+        try:
+            h = heuristic(op, int(N), int(M))
+            hk = tuple(getattr(h, k) for k in knobs)
+            hs = sub[np.logical_and.reduce([sub[k] == v for k, v in zip(knobs, hk)])]
+            hg = float(hs.gbps.max()) if len(hs) else np.nan
+        except Exception as e:  # noqa: BLE001 - a refused shape is a table cell, not a crash
+            hk, hg = f"{type(e).__name__}", np.nan
+        yield op, M, N, sub, best, hk, hg

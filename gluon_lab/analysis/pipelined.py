@@ -1012,17 +1012,9 @@ def pipe_sweep_best(ps, dtype: str = "bfloat16"):
     in the same sweep (NaN when the heuristic's config was not swept)."""
     if not len(ps):
         return EMPTY
-    ok = ps[ps.passed.astype(bool)]
     out = []
-    for (op, M, N), sub in ok.groupby(["op", "M", "N"]):
-        b = sub.loc[sub.gbps.idxmax()]
-        try:
-            h = pipe_heuristic(op, int(N), dtype, int(M))
-            hk = (h.ctas_per_sm, h.num_stages, h.rows)
-            hs = sub[(sub.ctas_per_sm == h.ctas_per_sm) & (sub.num_stages == h.num_stages) & (sub.rows == h.rows)]
-            hg = float(hs.gbps.max()) if len(hs) else np.nan
-        except Exception as e:
-            hk, hg = f"{type(e).__name__}", np.nan
+    for op, M, N, sub, b, hk, hg in cm.sweep_best_vs_heuristic(
+            ps, lambda op, N, M: pipe_heuristic(op, N, dtype, M), ("ctas_per_sm", "num_stages", "rows")):
         out.append({"op": op, "M": int(M), "N": int(N), "configs": len(sub),
                     "best (ctas/SM, stages, rows)": (int(b.ctas_per_sm), int(b.num_stages), int(b.rows)), "best GB/s": round(b.gbps),
                     "best % of datasheet": round(b.sol_datasheet_pct, 1),

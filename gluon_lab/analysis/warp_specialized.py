@@ -933,22 +933,14 @@ def sweep_vs_heuristic(sw, grids: dict, dtype: str = "bfloat16"):
     """Best config per shape of the sweep vs what the current heuristic picks (its GB/s in the sweep)."""
     if not len(sw):
         return EMPTY
-    ok = sw[sw.passed.astype(bool)]
     hv = []
-    for (op, M, N), sub in ok.groupby(["op", "M", "N"]):
-        b = sub.loc[sub.gbps.idxmax()]
-        try:
-            h = ws_norm_heuristic(op, int(N), dtype, int(M))
-            hs = sub[(sub.num_stages == h.num_stages) & (sub.num_warps == h.num_warps) & (sub.producer_regs == h.producer_regs)
-                     & (sub.rows == h.rows) & (sub.ctas_per_sm == h.ctas_per_sm)]
-            hk, hg = (h.num_stages, h.num_warps, h.producer_regs, h.rows, h.ctas_per_sm), (float(hs.gbps.max()) if len(hs) else np.nan)
-        except Exception as e:
-            hk, hg = f"{type(e).__name__}", np.nan
+    knobs = ("num_stages", "num_warps", "producer_regs", "rows", "ctas_per_sm")
+    for op, M, N, sub, b, hk, hg in cm.sweep_best_vs_heuristic(
+            sw, lambda op, N, M: ws_norm_heuristic(op, N, dtype, M), knobs):
         gr = grids.get(op)
         gws = gr[(gr.variant == "gluon-ws") & P.mask(gr.M == M) & P.mask(gr.N == N)] if gr is not None else EMPTY
         hv.append({"op": op, "M": int(M), "N": int(N),
-                   "best (stages, warps, regs, rows, ctas/SM)": tuple(int(b[k]) for k in ("num_stages", "num_warps", "producer_regs",
-                                                                                         "rows", "ctas_per_sm")),
+                   "best (stages, warps, regs, rows, ctas/SM)": tuple(int(b[k]) for k in knobs),
                    "best GB/s": round(b.gbps), "heuristic now": hk, "heuristic GB/s in the sweep": hg,
                    "heuristic / best": hg / b.gbps if hg == hg else np.nan,
                    "gluon-ws GB/s in the norms grid (later run)": round(float(gws.gbps.iloc[0])) if len(gws) else None})
