@@ -16,17 +16,33 @@ from __future__ import annotations
 
 import torch
 
-from . import specs
+from . import fastpath, specs
 from .registry import check_runnable, get_variant
 
 
 def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
+    """Run the op: through the call signature's plan when one is kept (gluon_lab.fastpath), else
+    the full path below (validate, resolve, check, run), which also records the plan."""
+    if fastpath.enabled:
+        return fastpath.call(spec, inputs, scalars, variant)
+    return slow_call(spec, inputs, scalars, variant)
+
+
+def slow_call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
+    """The full path, every check every time (what the fast path replays)."""
+    v, scalars = prepare(spec, inputs, scalars, variant)
+    return scalars if v is None else v.fn(*inputs, **scalars)
+
+
+def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
+    """Validate a call and resolve its variant: (Variant, normalized scalars), or (None, the empty
+    outputs) for an input with no elements. Raises the clear error of a bad call."""
     scalars = spec.validate(*inputs, **scalars)
     empty = spec.empty_outputs(inputs)
     if empty is not None:
         if variant != "auto":
             get_variant(spec.name, variant)  # an unknown variant is an error even for empty input
-        return empty
+        return None, empty
     grad = _needs_grad(spec, inputs)
     if variant == "auto":
         from .selection import FALLBACK, choose
@@ -38,7 +54,7 @@ def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
             "would be silently detached from the autograd graph. Call it under torch.no_grad() / on detached "
             "inputs, or use variant='torch' (or 'auto', which takes torch when grad is needed)")
     check_runnable(v, inputs)
-    return v.fn(*inputs, **scalars)
+    return v, scalars
 
 
 def _needs_grad(spec, inputs) -> str | None:

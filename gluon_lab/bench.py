@@ -121,17 +121,28 @@ def reference_outputs(op: str, inputs, scalars: dict | None = None, row_chunk: i
     return res if len(res) > 1 else res[0]
 
 
-def check_correctness(op: str, variant: str, inputs, scalars: dict | None = None, tol=None, config=None) -> dict:
+def check_correctness(op: str, variant: str, inputs, scalars: dict | None = None, tol=None, config=None,
+                      call: str = "fn") -> dict:
     """Run the variant once on poisoned outputs and compare with float64. Includes 'error' when
-    the variant raised (recorded as a failed case, never skipped)."""
+    the variant raised (recorded as a failed case, never skipped). call="api": through the public
+    function (gll.<op>(..., variant=...)) twice, the second call replaying the fast path's plan,
+    its outputs allocated where a NaN-filled block of their size was just freed."""
     v = registry.get_variant(op, variant)
     spec = specs.get(op)
     kw = spec.default_scalars(**(scalars or {}))
-    if v.supports_out:
-        kw["out"] = spec.alloc_outputs(inputs, fill=float("nan"))
-    if config is not None:
-        kw["config"] = config
-    got = v.fn(*inputs, **kw)
+    if call == "api":
+        import gluon_lab as gll
+        fn = getattr(gll, op)
+        fn(*inputs, variant=variant, **kw)
+        poison = spec.alloc_outputs(inputs, fill=float("nan"))
+        del poison  # the caching allocator hands these NaN blocks to the replay's outputs
+        got = fn(*inputs, variant=variant, **kw)
+    else:
+        if v.supports_out:
+            kw["out"] = spec.alloc_outputs(inputs, fill=float("nan"))
+        if config is not None:
+            kw["config"] = config
+        got = v.fn(*inputs, **kw)
     _torch().cuda.synchronize()
     ref = reference_outputs(op, inputs, scalars)
     dt = ops_dtype(inputs[0])
@@ -343,7 +354,10 @@ class Session:
         return self._seed
 
     def measure(self, op: str, variant: str, shape: dict, dtype: str, *, timer: str = "auto", config=None,
-                eps=None, scale: float = 1.0) -> Record:
+                eps=None, scale: float = 1.0, call: str = "fn") -> Record:
+        """One case: correctness on poisoned outputs, then the timer. call="fn" times the variant's
+        function on pre-allocated outputs (the kernel study's path); call="api" times the public
+        function (fast-path plan replay, outputs allocated per call; heuristic config only)."""
         torch = _torch()
         spec = specs.get(op)
         v = registry.get_variant(op, variant)
@@ -358,7 +372,11 @@ class Session:
             cfg_obj = v.resolve(shape, dtype, rec_config) if v.configure is not None else None
             if cfg_obj is not None:  # the record carries the full config the kernel ran with
                 base["config"] = {**rec_config, **dataclasses.asdict(cfg_obj)}  # resolved knobs win; extras stay
-            corr = check_correctness(op, variant, inputs, scalars, config=cfg_obj)
+            if call == "api":
+                if set(rec_config) - {"study"}:
+                    raise ValueError(f"call='api' runs the heuristic config: no knob overrides, got {sorted(rec_config)}")
+                base["config"]["call"] = "api"
+            corr = check_correctness(op, variant, inputs, scalars, config=cfg_obj, call=call)
         except Exception as e:  # a crashing variant is a failed record, not a silent skip
             torch.cuda.synchronize()
             rec = Record(**base, passed=False, notes=f"error: {type(e).__name__}: {e}"[:500])
@@ -367,9 +385,10 @@ class Session:
         kw = dict(scalars)
         if cfg_obj is not None:
             kw["config"] = cfg_obj
-        call = self._make_call(v, spec, inputs, kw)
-        t = self._time(call, lambda: self._make_call(v, spec, clone_inputs(inputs), kw), nbytes, nfl, timer)
-        del inputs, call
+        mk = self._make_api_call if call == "api" else self._make_call
+        fn = mk(v, spec, inputs, kw)
+        t = self._time(fn, lambda: mk(v, spec, clone_inputs(inputs), kw), nbytes, nfl, timer)
+        del inputs, fn
         rec = Record(**base, **dataclasses.asdict(t), **corr, **self.metrics(nbytes, nfl, t.ms_median, spec))
         if rec.sol_datasheet_pct and rec.sol_datasheet_pct > 100:
             rec.notes = "over 100% of the datasheet: cache reuse leaked into the timing"
@@ -428,6 +447,13 @@ class Session:
         else:
             est = quick_estimate_ms(call)
         return "cudagraph" if est < GRAPH_THRESHOLD_MS else "do_bench-l2flush"
+
+    @staticmethod
+    def _make_api_call(v, spec, inputs, kw):
+        import gluon_lab as gll
+        fn = getattr(gll, spec.name)
+        scalars = {k: val for k, val in kw.items() if k != "config"}
+        return lambda: fn(*inputs, variant=v.name, **scalars)
 
     @staticmethod
     def _make_call(v, spec, inputs, kw):

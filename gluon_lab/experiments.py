@@ -46,10 +46,15 @@ class CeilingsPlan:
     timer_cells: tuple = ((4096, 4096), (8192, 4096), (4096, 16384), (32768, 16384))
     timer_variants: tuple = ("torch", "triton")
     timer_repeats: int = 3  # consecutive measurements per timer: do_bench's spread shows up here
+    # Kernel time through the fast path vs the variant's own launcher, graph-timed side by side in
+    # one run: the 01 grid (M x N), pattern 1's gluon-tma and pattern 2's two-output gluon-chunked.
+    fastpath_cells: tuple = tuple((M, N) for M in (4096, 8192, 16384, 32768) for N in (4096, 8192, 16384))
+    fastpath_variants: tuple = (("rms_norm", "gluon-tma"), ("add_rms_norm", "gluon-chunked"))
 
     @classmethod
     def quick(cls):
-        return cls(Ms=(1024, 2048), Ns=(1024, 1536), timer_cells=((1024, 1024), ), timer_repeats=2)
+        return cls(Ms=(1024, 2048), Ns=(1024, 1536), timer_cells=((1024, 1024), ), timer_repeats=2,
+                   fastpath_cells=((1024, 1024), (2048, 4096)))
 
 
 def plan_cases(plan: CeilingsPlan) -> list[dict]:
@@ -68,58 +73,135 @@ def plan_cases(plan: CeilingsPlan) -> list[dict]:
     return cases
 
 
-def measure_dispatch(session, op: str = "rms_norm", Ms=(1, 32, 256, 4096), N: int = 4096, dtype: str = "bfloat16",
-                     variants=None, calls: int = 200, repeats: int = 7) -> list:
-    """Host cost of a call: a plain Python loop of `calls` calls through the public API, wall time
-    per call (median of `repeats` loops, after warm-up), for variant="auto", the variant auto chose,
-    and every gluon-lab variant and torch. At these sizes the kernel takes a few us, so the loop
-    measures the host path (timer "host-loop"). Records carry config.study = "dispatch" and, for
-    auto, config.chosen; auto's hash is None (it is a rule over the others, never stale)."""
+DISPATCH_MS = (1, 32, 256, 4096)  # the issue's M grid: decode (1), small batch, prefill tiles, a full prefill
+DISPATCH_SKIP = ("inductor-max-autotune", )  # minutes of autotuning per shape; its host path is inductor's
+DISPATCH_INDUCTOR_OPS = ("rms_norm", )  # a compile per shape: one op shows torch.compile's host path
+
+
+def dispatch_shapes(op: str, Ms=DISPATCH_MS, N: int = 4096) -> list[dict]:
+    """The shapes of the dispatch study: row norms (M, N), matmul (M, N, N), group/instance norm
+    with batch B in place of M (C = 256, 16x16, 32 groups)."""
+    from . import specs
+    fam = specs.get(op).family
+    if fam == "matmul":
+        return [{"M": M, "N": N, "K": N} for M in Ms]
+    if fam == "group_norm":
+        return [{"B": B, "C": 256, "H": 16, "W": 16, **({"G": 32} if op == "group_norm" else {})}
+                for B in (1, 2, 8, 32)]
+    return [{"M": M, "N": N} for M in Ms]
+
+
+def host_loop_ms(fn, calls: int = 200, repeats: int = 7, warmup: int = 20) -> tuple:
+    """Host wall time per call of a plain loop of `calls` calls (ms): (median, min, max) over
+    `repeats` loops, each after a synchronize, none synchronizing inside (200 launches stay far
+    below the launch queue's depth, so the loop runs at the host's pace even when the kernel is
+    longer)."""
     import time
     import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per.append((time.perf_counter() - t0) / calls * 1e3)
+        torch.cuda.synchronize()
+    return statistics.median(per), min(per), max(per)
+
+
+def _quack_rmsnorm():
+    """QuACK's RMSNorm front door when quack-kernels is installed (a peer, not a registered variant)."""
+    try:
+        from quack.rmsnorm import rmsnorm
+    except Exception:  # noqa: BLE001 - not installed (or its CUTLASS DSL is not): no column
+        return None
+    return rmsnorm
+
+
+def fastpath_grid_cases(plan: CeilingsPlan) -> list[dict]:
+    """Each cell and variant twice in one run, graph-timed: call="fn" (the launcher the kernel
+    studies time, pre-allocated outputs) and call="api" (the public function's plan replay)."""
+    return [{"op": op, "variant": v, "shape": {"M": M, "N": N}, "dtype": plan.dtype, "call": call,
+             "timer": "cudagraph", "config": {"study": "fastpath"}}
+            for (M, N) in plan.fastpath_cells for op, v in plan.fastpath_variants for call in ("fn", "api")]
+
+
+def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: str = "bfloat16", variants=None,
+                     calls: int = 200, repeats: int = 7, slow_ops=("rms_norm", )) -> list:
+    """Host cost of a call through the public API: a plain Python loop of `calls` calls, wall time
+    per call (median of `repeats` loops, after warm-up; timer "host-loop"), for variant="auto", every
+    available variant of every op (torch, Triton, Liger, Inductor, the gluon-lab kernels) and
+    QuACK's rmsnorm when installed. For the ops in `slow_ops` the gluon-lab variants are also timed
+    with the fast path off (config.fastpath = False: every check, config and descriptor rebuilt per
+    call), which is what the plan cache saves. Records carry config.study = "dispatch",
+    config.fastpath and, for auto, config.chosen; auto's hash is None (a rule over the others)."""
+    import torch
     import gluon_lab as gll
-    from . import bench, registry, selection, specs
+    from . import bench, fastpath, registry, selection, specs
     from .results import Record
-    spec = specs.get(op)
-    fn = getattr(gll, op)
     recs = []
-    for M in Ms:
-        shape = {"M": M, "N": N}
-        inputs = bench.make_inputs(op, shape, dtype, seed=session.next_seed())
-        chosen = selection.choose(spec, inputs)
-        names = ["auto"] + [v for v in (variants or registry.variants(op))
-                            if v == "torch" or (registry.get_variant(op, v).ours
-                                                and registry.eligible(registry.get_variant(op, v), inputs))]
-        for name in names:
-            for _ in range(20):
-                fn(*inputs, variant=name)
+    ops = ops or [s.name for s in specs.all_specs()]
+    quack = _quack_rmsnorm()
+    for op in ops:
+        spec = specs.get(op)
+        fn = getattr(gll, op)
+        for shape in dispatch_shapes(op, Ms, N):
+            inputs = bench.make_inputs(op, shape, dtype, seed=session.next_seed())
+            shape = spec.shape_of(*inputs)
+            chosen = selection.choose(spec, inputs)
+            names = ["auto"] + [v for v in (variants or registry.variants(op)) if v not in DISPATCH_SKIP
+                                and (v != "inductor" or op in DISPATCH_INDUCTOR_OPS)
+                                and registry.eligible(registry.get_variant(op, v), inputs)]
+            runs = [(n, True) for n in names]
+            runs += [(n, False) for n in names if op in slow_ops and n != "auto" and registry.get_variant(op, n).ours]
+            if quack is not None and op == "rms_norm":
+                runs.append(("quack", None))
+            for name, fast in runs:
+                if name == "quack":
+                    x, w = inputs
+                    call = lambda: quack(x, w, eps=1e-6)  # noqa: E731
+                else:
+                    call = lambda name=name: fn(*inputs, variant=name)  # noqa: E731
+                fastpath.enabled = fast is not False
+                try:
+                    med, lo, hi = host_loop_ms(call, calls, repeats)
+                    err = None
+                except Exception as e:  # noqa: BLE001 - a variant that fails is a failed record, named
+                    med = lo = hi = None
+                    err = f"error: {type(e).__name__}: {e}"[:300]
+                finally:
+                    fastpath.enabled = True
+                v = None if name in ("auto", "quack") else registry.get_variant(op, name)
+                cfg = {"study": "dispatch", "calls": calls, "fastpath": fast is not False}
+                if name == "auto":
+                    cfg["chosen"] = chosen
+                plan = fastpath.plan_of(op, *inputs, variant=name) if name != "quack" else None
+                if plan is not None:
+                    cfg["plan"] = plan.kind
+                pattern = "dispatch" if name == "auto" else "peer" if name == "quack" else v.pattern
+                recs.append(Record(op=op, variant=name, pattern=pattern, shape=shape, dtype=dtype, config=cfg,
+                                   ms_median=med, ms_min=lo, ms_max=hi, n_reps=repeats, timer="host-loop",
+                                   bytes=spec.bytes(shape, dtype), flops=spec.flops(shape), passed=err is None,
+                                   kernel_source_hash=None if v is None else session._hash(v),
+                                   notes=err or ("host wall time per call (ms) of a Python loop through the public "
+                                                 "API" if name != "quack" else "host wall time per call (ms) of "
+                                                 "quack.rmsnorm.rmsnorm in a Python loop"), **session.prov))
+            del inputs
             torch.cuda.synchronize()
-            per = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                for _ in range(calls):
-                    fn(*inputs, variant=name)
-                per.append((time.perf_counter() - t0) / calls * 1e3)
-                torch.cuda.synchronize()
-            v = None if name == "auto" else registry.get_variant(op, name)
-            recs.append(Record(op=op, variant=name, pattern="dispatch" if v is None else v.pattern, shape=shape,
-                               dtype=dtype, config={"study": "dispatch", "calls": calls,
-                                                    **({"chosen": chosen} if v is None else {})},
-                               ms_median=statistics.median(per), ms_min=min(per), ms_max=max(per), n_reps=repeats,
-                               timer="host-loop", bytes=spec.bytes(shape, dtype), flops=spec.flops(shape),
-                               passed=True, kernel_source_hash=None if v is None else session._hash(v),
-                               notes="host wall time per call (ms) of a Python loop through the public API",
-                               **session.prov))
     session.records.extend(recs)
     return recs
 
 
 def run_ceilings(results_dir: str = "results", quick: bool = False, plan: CeilingsPlan | None = None,
-                 parts=("grid", "dispatch")):
+                 parts=("grid", "dispatch", "fastpath-grid")):
     plan = plan or (CeilingsPlan.quick() if quick else CeilingsPlan())
     recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan) if "grid" in parts else [])
     if "dispatch" in parts:
         recs += measure_dispatch(s)
+    if "fastpath-grid" in parts:
+        recs += s.sweep(fastpath_grid_cases(plan), desc="00-ceilings fastpath-grid")
     return recs, s.save()
 
 
