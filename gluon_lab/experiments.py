@@ -177,7 +177,7 @@ def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: st
                 cfg = {"study": "dispatch", "calls": calls, "fastpath": fast is not False}
                 if name == "auto":
                     cfg["chosen"] = chosen
-                plan = fastpath.plan_of(op, *inputs, variant=name) if name != "quack" else None
+                plan = fastpath.plan_of(op, *inputs, variant=name) if name != "quack" and fast else None
                 if plan is not None:
                     cfg["plan"] = plan.kind
                 pattern = "dispatch" if name == "auto" else "peer" if name == "quack" else v.pattern
@@ -194,14 +194,73 @@ def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: st
     return recs
 
 
+BLOCK_SHAPES = ((1, 4096), (4, 1024), (16, 128), (64, 16))  # (batch, sequence): prefill down to decode-sized T
+
+
+def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden: int = 4096, heads: int = 32,
+                          mlp: int = 11008) -> list:
+    """A Llama-style decoder block (gluon_lab.blocks.LlamaBlock, bf16, random weights) compiled twice
+    — plain torch.compile and torch.compile with the gluon-lab rewrite (gluon_lab.inductor.options())
+    — and graph-timed side by side in one run, alternating `repeats` times per shape (inputs rotated,
+    weights shared, as a model's are). Each record: op "llama_block", variant "compiled" or
+    "compiled+gluon-lab", the outputs' max error vs the uncompiled block, the custom-op calls
+    counted in the generated code (config.custom_ops)."""
+    import re
+    import torch
+    from torch._inductor.utils import run_and_get_code
+    from . import bench, inductor
+    from .blocks import LlamaBlock
+    from .results import Record
+    blk = LlamaBlock(hidden, heads, mlp, device="cuda").requires_grad_(False)
+    variants = {"compiled": torch.compile(blk, dynamic=False),
+                "compiled+gluon-lab": torch.compile(blk, dynamic=False, options=inductor.options())}
+    recs = []
+    for B, S in shapes:
+        shape = {"B": B, "S": S, "H": hidden}
+        g = torch.Generator(device="cuda").manual_seed(session.next_seed())
+        x = torch.randn(B, S, hidden, device="cuda", dtype=torch.bfloat16, generator=g)
+        with torch.no_grad():
+            ref = blk(x)
+            info = {}
+            for name, fn in variants.items():
+                inductor.reset_stats()
+                out, code = run_and_get_code(fn, x)  # compiles (first call per shape) and keeps the code
+                ops = re.findall(r"torch\.ops\.gluon_lab\.(\w+)\.default\(", "\n".join(code))
+                err = (out.float() - ref.float()).abs().max().item()
+                scale = ref.float().abs().max().item()
+                info[name] = {"custom_ops": {o: ops.count(o) for o in sorted(set(ops))}, "max_abs_err": err,
+                              "passed": bool(err <= 2e-2 * max(scale, 1.0))}
+            k = bench.rotation_copies(x.numel() * x.element_size() * 4)
+            xs = [x] + [x.clone() for _ in range(k - 1)]
+            for r in range(repeats):
+                for name, fn in variants.items():
+                    t = bench.time_cudagraph([lambda xi=xi, fn=fn: fn(xi) for xi in xs])
+                    fl = blk.flops(B, S)
+                    recs.append(Record(
+                        op="llama_block", variant=name, pattern="compiled-model", shape=shape, dtype="bfloat16",
+                        config={"study": "inductor-rewrite", "repeat": r, "custom_ops": info[name]["custom_ops"],
+                                "hidden": hidden, "heads": heads, "mlp": mlp},
+                        ms_median=t.ms_median, ms_min=t.ms_min, ms_max=t.ms_max, n_reps=t.n_reps, timer=t.timer,
+                        bytes=None, flops=fl, tflops=fl / (t.ms_median * 1e-3) / 1e12, passed=info[name]["passed"],
+                        max_abs_err=info[name]["max_abs_err"], kernel_source_hash=None,
+                        notes="whole-block time; hash None: it rests on Inductor, cuBLAS and the variants auto "
+                              "chose, whose own records carry their hashes", **session.prov))
+        del xs, x, ref
+        torch.cuda.synchronize()
+    session.records.extend(recs)
+    return recs
+
+
 def run_ceilings(results_dir: str = "results", quick: bool = False, plan: CeilingsPlan | None = None,
-                 parts=("grid", "dispatch", "fastpath-grid")):
+                 parts=("grid", "dispatch", "fastpath-grid", "block")):
     plan = plan or (CeilingsPlan.quick() if quick else CeilingsPlan())
     recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan) if "grid" in parts else [])
     if "dispatch" in parts:
         recs += measure_dispatch(s)
     if "fastpath-grid" in parts:
         recs += s.sweep(fastpath_grid_cases(plan), desc="00-ceilings fastpath-grid")
+    if "block" in parts:
+        recs += measure_decoder_block(s, shapes=((1, 1024), ) if quick else BLOCK_SHAPES)
     return recs, s.save()
 
 

@@ -206,9 +206,7 @@ def headline_numbers(df, spec) -> list:
                                              "M×N cells (bf16; the fastest of eager, torch.compile, Triton per cell)"))
     else:
         out.append(("best RMSNorm baseline", "missing: no RMSNorm baseline grid in the records"))
-    clock = next((c for c in CLOCK_FIELDS if c in df and df[c].notna().any()), None) if len(df) else None
-    out.append(("SM clock", f"{df[clock].dropna().median():.0f} MHz (median over the records)" if clock else
-                "not recorded: the records carry no SM clock field"))
+    out.append(host_headline(df))
     return out
 
 
@@ -257,6 +255,175 @@ def takeaways(df, spec) -> list[str]:
         lines.append(f"Timer study: do_bench reads {r.min():.2f}-{r.max():.2f}x the graph-timed latency on the same "
                      f"cells: {r[hi]:.2f}x at {hi[0]} {hi[1]} ({graph_us[hi]:.0f} µs graph-timed), {r[lo]:.2f}x at "
                      f"{lo[0]} {lo[1]} ({graph_us[lo]:.0f} µs); {trend}.")
+    lines += dispatch_takeaways(df)
+    clock = next((c for c in CLOCK_FIELDS if c in df and df[c].notna().any()), None) if len(df) else None
+    lines.append(f"SM clock: {df[clock].dropna().median():.0f} MHz (median over the records)." if clock else
+                 "SM clock: not recorded (the records carry no SM clock field), so the matmul ceiling is not tied to a clock.")
     stale = int(df["stale"].sum()) if len(df) else 0
     lines.append(f"{len(df)} records shown, {stale} stale (kernel source changed since they were measured).")
     return lines
+
+
+# ---- host cost of a call (the dispatch study) ----------------------------------------------------
+DISPATCH_ORDER = ("auto", "torch", "inductor", "triton", "liger", "quack", "gluon-tma", "gluon-chunked",
+                  "gluon-pipelined", "gluon-ws")
+HOST_TARGET_US = 20.0  # every gluon-lab variant, per call (QuACK's level; eager torch's is 10-16 us)
+HOST_VS_TORCH_M1 = 1.5  # at M = 1 (decode): at most 1.5x eager torch's host path
+AUTO_OVERHEAD_US = 5.0  # auto on top of the variant it chose
+
+
+def dispatch_records(df):
+    """The dispatch study's host-loop records, with `size` (M, or B for group/instance norm), `us`
+    and `fastpath` (True: the plan cache on) columns."""
+    if not len(df) or "timer" not in df:
+        return df.iloc[0:0].copy() if len(df) else df.copy()
+    d = df[(df["timer"] == "host-loop") & df["config_key"].str.contains('"study": "dispatch"', regex=False)].copy()
+    if not len(d):
+        return d
+    d["fastpath"] = [bool((c or {}).get("fastpath", False)) for c in d["config"]]
+    size = d["M"] if "M" in d else None
+    if "B" in d:
+        size = d["B"] if size is None else size.fillna(d["B"])
+    d["size"] = size.astype("Int64")
+    d["us"] = 1000 * d["ms_median"].astype(float)
+    return d
+
+
+def _row_label(r) -> str:
+    return f"{r['op']} {'B' if r['op'] in ('group_norm', 'instance_norm') else 'M'}={r['size']}"
+
+
+def dispatch_table(df, fastpath: bool = True):
+    """µs per call (host-loop median) per (op, M or B) × variant; a failed variant says so."""
+    d = dispatch_records(df)
+    d = d[d["fastpath"] == fastpath] if len(d) else d
+    if not len(d):
+        return None
+    d = d.assign(row=d.apply(_row_label, axis=1), cell=[round(u, 1) if p else "failed" for u, p in
+                                                         zip(d["us"], d["passed"].astype(bool))])
+    piv = d.pivot_table(index=["op", "size", "row"], columns="variant", values="cell", aggfunc="first")
+    piv = piv.droplevel([0, 1]) if len(piv) else piv
+    cols = [c for c in DISPATCH_ORDER if c in piv.columns] + [c for c in piv.columns if c not in DISPATCH_ORDER]
+    piv = piv[cols]
+    piv.index.name = "µs per call" + ("" if fastpath else " (fast path off)")
+    return piv
+
+
+def dispatch_saving(df):
+    """rms_norm: the gluon-lab variants with the fast path off vs on (µs), and what the plan saves."""
+    d = dispatch_records(df)
+    if not len(d) or not (~d["fastpath"]).any():
+        return None
+    d = cm.passed(d)
+    if not d["fastpath"].any() or d["fastpath"].all():
+        return None
+    off = d[~d["fastpath"]].pivot_table(index=["op", "size"], columns="variant", values="us")
+    on = d[d["fastpath"]].pivot_table(index=["op", "size"], columns="variant", values="us")
+    import pandas as pd
+    cols = [c for c in off.columns if c in on.columns]
+    out = pd.concat({"off (µs)": off[cols], "on (µs)": on.reindex(off.index)[cols],
+                     "off / on (x)": off[cols] / on.reindex(off.index)[cols]}, axis=1)
+    return out.round(1)
+
+
+def dispatch_targets(df):
+    """Met/missed grid: each gluon-lab variant ≤ HOST_TARGET_US per call, ≤ HOST_VS_TORCH_M1 × torch at
+    M = 1, and auto ≤ its chosen variant + AUTO_OVERHEAD_US, per (op, M or B)."""
+    import pandas as pd
+    d = dispatch_records(df)
+    d = d[d["fastpath"]] if len(d) else d
+    if not len(d):
+        return None
+    vals, stat = {}, {}
+    for key, g in d.groupby(["op", "size"]):
+        r = {row["variant"]: row for _, row in g.iterrows()}
+        label = _row_label(next(iter(r.values())))
+        torch_us = r["torch"]["us"] if "torch" in r and r["torch"]["passed"] else None
+        for v, row in r.items():
+            if v in ("auto", "torch", "inductor", "triton", "liger", "quack"):
+                continue
+            if not row["passed"]:
+                vals[(label, f"≤ {HOST_TARGET_US:.0f} µs", v)] = "failed"
+                stat[(label, f"≤ {HOST_TARGET_US:.0f} µs", v)] = "missed"
+                continue
+            vals[(label, f"≤ {HOST_TARGET_US:.0f} µs", v)] = row["us"]
+            stat[(label, f"≤ {HOST_TARGET_US:.0f} µs", v)] = "met" if row["us"] <= HOST_TARGET_US else "missed"
+            if key[1] == 1 and key[0] not in ("group_norm", "instance_norm") and torch_us:
+                ratio = row["us"] / torch_us
+                vals[(label, f"≤ {HOST_VS_TORCH_M1}× torch at M=1", v)] = ratio
+                stat[(label, f"≤ {HOST_VS_TORCH_M1}× torch at M=1", v)] = "met" if ratio <= HOST_VS_TORCH_M1 else "missed"
+        if "auto" in r and r["auto"]["passed"]:
+            chosen = (r["auto"]["config"] or {}).get("chosen")
+            if chosen in r and r[chosen]["passed"]:
+                over = r["auto"]["us"] - r[chosen]["us"]
+                k = (label, f"auto − chosen ≤ {AUTO_OVERHEAD_US:.0f} µs", f"auto → {chosen}")
+                vals[k], stat[k] = over, "met" if over <= AUTO_OVERHEAD_US else "missed"
+    if not vals:
+        return None
+    s_v = pd.Series(vals)
+    s_s = pd.Series(stat)
+    V = s_v.unstack([1, 2])
+    S = s_s.unstack([1, 2])
+    V = V.reindex(sorted(V.index, key=lambda lab: (lab.split()[0], int(lab.split("=")[1]))))
+    return cm.met_grid(V, S.reindex(index=V.index, columns=V.columns).fillna("n/a"), fmt="{:.1f}",
+                       legend={"met": "within the target", "missed": "over it",
+                               "values": "µs per call, or the ratio to torch (x)"})
+
+
+def fastpath_grid(df):
+    """Kernel time through the public API (plan replay) vs the variant's launcher (pre-allocated outputs),
+    graph-timed in one run: per cell, both µs and the api / fn ratio."""
+    if not len(df):
+        return None
+    d = df[df["config_key"].str.contains('"study": "fastpath"', regex=False)].copy()
+    d = cm.passed(d)
+    if not len(d):
+        return None
+    d["call"] = [(c or {}).get("call", "fn") for c in d["config"]]
+    d["us"] = 1000 * d["ms_median"].astype(float)
+    piv = d.pivot_table(index=["op", "variant", "M", "N"], columns="call", values="us")
+    if not {"api", "fn"} <= set(piv.columns):
+        return None
+    piv["api / fn (x)"] = piv["api"] / piv["fn"]
+    piv = piv.rename(columns={"api": "µs via gll.<op> (fast path)", "fn": "µs via the launcher"})
+    return piv.round(3)
+
+
+def dispatch_takeaways(df) -> list[str]:
+    lines = []
+    d = dispatch_records(df)
+    d = cm.passed(d[d["fastpath"]]) if len(d) else d
+    if len(d):
+        ours = d[d["variant"].isin([v for v in DISPATCH_ORDER if v.startswith("gluon-")])]
+        tor = d[d["variant"] == "torch"]
+        if len(ours):
+            worst = ours.loc[ours["us"].idxmax()]
+            lines.append(f"Host path through the fast path: gluon-lab variants {ours['us'].min():.1f}–{ours['us'].max():.1f} µs "
+                         f"per call over {ours['op'].nunique()} ops (slowest: {worst['op']} {worst['variant']} at "
+                         f"{_row_label(worst).split()[1]}); eager torch {tor['us'].min():.1f}–{tor['us'].max():.1f} µs on the "
+                         "same shapes.")
+        sav = dispatch_saving(df)
+        if sav is not None:
+            r = sav["off / on (x)"].stack()
+            lines.append(f"The plan cache saves {r.min():.0f}–{r.max():.0f}× of rms_norm's host path "
+                         f"({sav['off (µs)'].stack().min():.0f}–{sav['off (µs)'].stack().max():.0f} µs with every check, config, "
+                         "descriptor and JIT lookup redone per call).")
+    fg = fastpath_grid(df)
+    if fg is not None:
+        r = fg["api / fn (x)"]
+        lines.append(f"Kernel time through the API vs the launcher (graph-timed, same run): geomean {plots.geomean(r):.3f}× "
+                     f"(range {r.min():.3f}–{r.max():.3f}×) over {len(r)} cells — the replay launches the same kernel.")
+    return lines
+
+
+def host_headline(df):
+    """(label, value) of the host path for the headline block."""
+    d = dispatch_records(df)
+    d = cm.passed(d[d["fastpath"]]) if len(d) else d
+    ours = d[d["variant"].str.startswith("gluon-")] if len(d) else d
+    if not len(ours):
+        return ("host path per call", "missing: no dispatch study in the records")
+    tor = d[d["variant"] == "torch"]
+    return ("host path per call", f"{ours['us'].min():.0f}–{ours['us'].max():.0f} µs for the gluon-lab variants "
+                                  f"(eager torch {tor['us'].min():.0f}–{tor['us'].max():.0f} µs; {ours['op'].nunique()} ops, "
+                                  f"M ∈ {{1, 32, 256, 4096}}, run {cm.run_short(ours['run_id'].iloc[0])})")
