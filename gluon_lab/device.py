@@ -126,3 +126,15 @@ def gpu_info(device_index: int = 0) -> dict | None:
         "driver": driver,
         "cuda": torch.version.cuda,
     }
+
+
+def sm_clock_mhz(index: int = 0) -> int | None:
+    """The GPU's current SM clock (MHz) as NVML reports it (nvidia-smi); None when unavailable. Read
+    right after a compute-bound timing: the clock ramps under load and throttles with power."""
+    import subprocess
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+        return int(out.stdout.strip().splitlines()[0])
+    except Exception:  # noqa: BLE001 - no nvidia-smi / no GPU: the record says None
+        return None

@@ -194,7 +194,7 @@ def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: st
     return recs
 
 
-BLOCK_SHAPES = ((1, 4096), (4, 1024), (16, 128), (64, 16))  # (batch, sequence): prefill down to decode-sized T
+BLOCK_SHAPES = ((1, 4096), (8, 256), (64, 8))  # (batch, sequence): prefill down to decode-sized T
 
 
 def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden: int = 4096, heads: int = 32,
@@ -208,7 +208,7 @@ def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden
     import re
     import torch
     from torch._inductor.utils import run_and_get_code
-    from . import bench, inductor
+    from . import bench, device, inductor
     from .blocks import LlamaBlock
     from .results import Record
     blk = LlamaBlock(hidden, heads, mlp, device="cuda").requires_grad_(False)
@@ -235,11 +235,13 @@ def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden
             for r in range(repeats):
                 for name, fn in variants.items():
                     t = bench.time_cudagraph([lambda xi=xi, fn=fn: fn(xi) for xi in xs])
+                    clock = device.sm_clock_mhz()
                     fl = blk.flops(B, S)
                     recs.append(Record(
                         op="llama_block", variant=name, pattern="compiled-model", shape=shape, dtype="bfloat16",
                         config={"study": "inductor-rewrite", "repeat": r, "custom_ops": info[name]["custom_ops"],
-                                "hidden": hidden, "heads": heads, "mlp": mlp},
+                                "hidden": hidden, "heads": heads, "mlp": mlp,
+                                "sm_clock_mhz": clock},
                         ms_median=t.ms_median, ms_min=t.ms_min, ms_max=t.ms_max, n_reps=t.n_reps, timer=t.timer,
                         bytes=None, flops=fl, tflops=fl / (t.ms_median * 1e-3) / 1e12, passed=info[name]["passed"],
                         max_abs_err=info[name]["max_abs_err"], kernel_source_hash=None,

@@ -190,7 +190,24 @@ cm.show(ana.dispatch_targets(df))
 cm.show(ana.fastpath_grid(df))
 
 # %% [markdown]
-# ## 7. Takeaways (computed from the records above)
+# ## 7. Inside a compiled model: the Inductor rewrite
+#
+# `gluon_lab.inductor` is an opt-in graph rewrite on torch's pattern matcher: while it is on
+# (`with gluon_lab.inductor.rewrite():`, `install()`, or one compile's
+# `torch.compile(model, options=gluon_lab.inductor.options())`), Inductor's post-grad graph has
+# every RMSNorm, LayerNorm and add + RMSNorm it can take — `F.rms_norm`, `nn.RMSNorm`, the fp32
+# formula `x.float() … .to(dtype)` (the Hugging Face Llama form included), `F.layer_norm`,
+# `nn.LayerNorm` — replaced by one `torch.ops.gluon_lab.*` custom op with `variant="auto"`. The block
+# below is Llama-2-7B-shaped (hidden 4096, 32 heads, SwiGLU 11008, `F.scaled_dot_product_attention`,
+# two RMSNorms and the residual adds), bf16, random weights, inference; compiled twice and
+# graph-timed side by side in one run, alternating, at four token counts. The counts are the custom
+# ops in the generated code.
+
+# %%
+cm.show(cm.missing_note(ana.block_records(df), "the compiled-block study"), ana.block_table(df), ana.block_targets(df))
+
+# %% [markdown]
+# ## 8. Takeaways (computed from the records above)
 
 # %% tags=["takeaways"]
 cm.show(cm.takeaways(ana.takeaways(df, spec)))
