@@ -258,8 +258,15 @@ def takeaways(df, spec) -> list[str]:
     lines += dispatch_takeaways(df)
     lines += block_takeaways(df)
     clock = next((c for c in CLOCK_FIELDS if c in df and df[c].notna().any()), None) if len(df) else None
-    lines.append(f"SM clock: {df[clock].dropna().median():.0f} MHz (median over the records)." if clock else
-                 "SM clock: not recorded (the records carry no SM clock field), so the matmul ceiling is not tied to a clock.")
+    blk = [c.get("sm_clock_mhz") for c in block_records(df)["config"]] if len(df) else []
+    blk = [c for c in blk if isinstance(c, (int, float))]
+    if clock:
+        lines.append(f"SM clock: {df[clock].dropna().median():.0f} MHz (median over the records).")
+    elif blk:
+        lines.append(f"SM clock right after the compiled-block timings: {min(blk):.0f}–{max(blk):.0f} MHz (NVML); the "
+                     "ceiling records carry none, so the matmul ceiling is not tied to a clock.")
+    else:
+        lines.append("SM clock: not recorded (no record carries one), so the matmul ceiling is not tied to a clock.")
     stale = int(df["stale"].sum()) if len(df) else 0
     lines.append(f"{len(df)} records shown, {stale} stale (kernel source changed since they were measured).")
     return lines
