@@ -96,18 +96,42 @@ def host_loop_ms(fn, calls: int = 200, repeats: int = 7, warmup: int = 20) -> tu
     `repeats` loops, each after a synchronize, none synchronizing inside (200 launches stay far
     below the launch queue's depth, so the loop runs at the host's pace even when the kernel is
     longer)."""
+    return _summary(host_loops({"fn": fn}, calls, repeats, warmup)["fn"])
+
+
+def host_loops(fns: dict, calls: int = 200, repeats: int = 7, warmup: int = 20) -> dict:
+    """{name: [ms per call of each loop]}: the callables timed in rounds — each round one loop of
+    `calls` calls of every callable in turn — so all of them see the same host state. The host's
+    speed drifts between loops (on the H200 host, eager torch read 14 or 22 us per call in
+    consecutive loops of one run, with the same shapes): timing one variant's loops back to back and
+    the next variant's later would turn that drift into a difference between variants. A callable
+    that raises is reported as its exception."""
     import time
     import torch
-    for _ in range(warmup):
-        fn()
+    out: dict = {}
+    for name, fn in fns.items():
+        try:
+            for _ in range(warmup):
+                fn()
+            out[name] = []
+        except Exception as e:  # noqa: BLE001 - reported by the caller as a failed record
+            out[name] = e
     torch.cuda.synchronize()
-    per = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per.append((time.perf_counter() - t0) / calls * 1e3)
-        torch.cuda.synchronize()
+        for name, fn in fns.items():
+            if isinstance(out[name], Exception):
+                continue
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out[name].append((time.perf_counter() - t0) / calls * 1e3)
+            torch.cuda.synchronize()
+    return out
+
+
+def _summary(per):
+    if isinstance(per, Exception):
+        raise per
     return statistics.median(per), min(per), max(per)
 
 
@@ -128,6 +152,15 @@ def fastpath_grid_cases(plan: CeilingsPlan) -> list[dict]:
             for (M, N) in plan.fastpath_cells for op, v in plan.fastpath_variants for call in ("fn", "api")]
 
 
+def _without_fastpath(fn, inputs, name):
+    from . import fastpath
+    fastpath.enabled = False
+    try:
+        return fn(*inputs, variant=name)
+    finally:
+        fastpath.enabled = True
+
+
 def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: str = "bfloat16", variants=None,
                      calls: int = 200, repeats: int = 7, slow_ops=("rms_norm", )) -> list:
     """Host cost of a call through the public API: a plain Python loop of `calls` calls, wall time
@@ -136,14 +169,31 @@ def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: st
     QuACK's rmsnorm when installed. For the ops in `slow_ops` the gluon-lab variants are also timed
     with the fast path off (config.fastpath = False: every check, config and descriptor rebuilt per
     call), which is what the plan cache saves. Records carry config.study = "dispatch",
-    config.fastpath and, for auto, config.chosen; auto's hash is None (a rule over the others)."""
+    config.fastpath and, for auto, config.chosen; auto's hash is None (a rule over the others).
+    Per shape, every variant's loops run in interleaved rounds (host_loops), the process pinned to
+    one core."""
+    import os
+    from . import specs
+    recs = []
+    ops = ops or [s.name for s in specs.all_specs()]
+    quack = _quack_rmsnorm()
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if affinity:  # one core for the whole study: no migrations between loops
+        os.sched_setaffinity(0, {max(affinity)})  # the last core: fewest interrupts
+    try:
+        _dispatch_ops(session, ops, Ms, N, dtype, variants, calls, repeats, slow_ops, quack, recs)
+    finally:
+        if affinity:
+            os.sched_setaffinity(0, affinity)
+    session.records.extend(recs)
+    return recs
+
+
+def _dispatch_ops(session, ops, Ms, N, dtype, variants, calls, repeats, slow_ops, quack, recs):
     import torch
     import gluon_lab as gll
     from . import bench, fastpath, registry, selection, specs
     from .results import Record
-    recs = []
-    ops = ops or [s.name for s in specs.all_specs()]
-    quack = _quack_rmsnorm()
     for op in ops:
         spec = specs.get(op)
         fn = getattr(gll, op)
@@ -158,23 +208,25 @@ def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: st
             runs += [(n, False) for n in names if op in slow_ops and n != "auto" and registry.get_variant(op, n).ours]
             if quack is not None and op == "rms_norm":
                 runs.append(("quack", None))
+            calls_of = {}
             for name, fast in runs:
                 if name == "quack":
                     x, w = inputs
-                    call = lambda: quack(x, w, eps=1e-6)  # noqa: E731
+                    calls_of[(name, fast)] = lambda x=x, w=w: quack(x, w, eps=1e-6)
+                elif fast is False:
+                    calls_of[(name, fast)] = lambda name=name, a=inputs: _without_fastpath(fn, a, name)
                 else:
-                    call = lambda name=name: fn(*inputs, variant=name)  # noqa: E731
-                fastpath.enabled = fast is not False
+                    calls_of[(name, fast)] = lambda name=name, a=inputs: fn(*a, variant=name)
+            timed = host_loops(calls_of, calls, repeats)
+            for name, fast in runs:
                 try:
-                    med, lo, hi = host_loop_ms(call, calls, repeats)
+                    med, lo, hi = _summary(timed[(name, fast)])
                     err = None
                 except Exception as e:  # noqa: BLE001 - a variant that fails is a failed record, named
                     med = lo = hi = None
                     err = f"error: {type(e).__name__}: {e}"[:300]
-                finally:
-                    fastpath.enabled = True
                 v = None if name in ("auto", "quack") else registry.get_variant(op, name)
-                cfg = {"study": "dispatch", "calls": calls, "fastpath": fast is not False}
+                cfg = {"study": "dispatch", "calls": calls, "fastpath": fast is not False, "rounds": "interleaved"}
                 if name == "auto":
                     cfg["chosen"] = chosen
                 plan = fastpath.plan_of(op, *inputs, variant=name) if name != "quack" and fast else None
@@ -190,8 +242,6 @@ def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: st
                                                  "quack.rmsnorm.rmsnorm in a Python loop"), **session.prov))
             del inputs
             torch.cuda.synchronize()
-    session.records.extend(recs)
-    return recs
 
 
 BLOCK_SHAPES = ((1, 4096), (8, 256), (64, 8))  # (batch, sequence): prefill down to decode-sized T
