@@ -152,6 +152,14 @@ def fastpath_grid_cases(plan: CeilingsPlan) -> list[dict]:
             for (M, N) in plan.fastpath_cells for op, v in plan.fastpath_variants for call in ("fn", "api")]
 
 
+def _spin(seconds: float) -> None:
+    import time
+    t_end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < t_end:
+        x += 1
+
+
 def _without_fastpath(fn, inputs, name):
     from . import fastpath
     fastpath.enabled = False
@@ -162,7 +170,7 @@ def _without_fastpath(fn, inputs, name):
 
 
 def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: str = "bfloat16", variants=None,
-                     calls: int = 200, repeats: int = 7, slow_ops=("rms_norm", )) -> list:
+                     calls: int = 200, repeats: int = 7, slow_ops=("rms_norm", ), warmup_s: float = 5.0) -> list:
     """Host cost of a call through the public API: a plain Python loop of `calls` calls, wall time
     per call (median of `repeats` loops, after warm-up; timer "host-loop"), for variant="auto", every
     available variant of every op (torch, Triton, Liger, Inductor, the gluon-lab kernels) and
@@ -170,21 +178,14 @@ def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: st
     with the fast path off (config.fastpath = False: every check, config and descriptor rebuilt per
     call), which is what the plan cache saves. Records carry config.study = "dispatch",
     config.fastpath and, for auto, config.chosen; auto's hash is None (a rule over the others).
-    Per shape, every variant's loops run in interleaved rounds (host_loops), the process pinned to
-    one core."""
-    import os
+    Per shape, every variant's loops run in interleaved rounds (host_loops), after `warmup_s` of busy
+    host work."""
     from . import specs
     recs = []
     ops = ops or [s.name for s in specs.all_specs()]
     quack = _quack_rmsnorm()
-    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    if affinity:  # one core for the whole study: no migrations between loops
-        os.sched_setaffinity(0, {max(affinity)})  # the last core: fewest interrupts
-    try:
-        _dispatch_ops(session, ops, Ms, N, dtype, variants, calls, repeats, slow_ops, quack, recs)
-    finally:
-        if affinity:
-            os.sched_setaffinity(0, affinity)
+    _spin(warmup_s)  # the host's clocks ramp under load as the GPU's do: the first op measured read ~1.7x slow
+    _dispatch_ops(session, ops, Ms, N, dtype, variants, calls, repeats, slow_ops, quack, recs)
     session.records.extend(recs)
     return recs
 

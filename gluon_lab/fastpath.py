@@ -310,10 +310,20 @@ class _Direct:
 
 
 class _Alloc:
-    __slots__ = ("shape", "stride", "dtype", "device")
+    """How a replay allocates one output: like input `like` (torch.empty_like keeps its strides; the
+    cheapest allocation torch has), or torch.empty_strided with the recorded geometry."""
+    __slots__ = ("shape", "stride", "dtype", "device", "like")
 
-    def __init__(self, t):
+    def __init__(self, t, inputs):
         self.shape, self.stride, self.dtype, self.device = tuple(t.shape), tuple(t.stride()), t.dtype, t.device
+        self.like = next((i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and x.shape == t.shape
+                          and x.stride() == t.stride() and x.dtype == t.dtype and x.device == t.device
+                          and x.is_contiguous()), None)
+
+    def new(self, inputs):
+        if self.like is not None:
+            return torch.empty_like(inputs[self.like])
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
 
 
 def _build_launches(rec, inputs, outs, is_tuple):
@@ -326,7 +336,7 @@ def _build_launches(rec, inputs, outs, is_tuple):
         lo, hi = _extent(o)
         if any(r is not None and r[0] < hi and lo < r[1] for r in in_ranges):
             raise _Unplannable("an output overlaps an input")
-        allocs.append(_Alloc(o))
+        allocs.append(_Alloc(o, inputs))
     operands = _Operands(list(inputs) + list(outs))
     steps = tuple(_Step(launch, operands) for launch in rec.launches)
     return _Launches(steps, tuple(allocs), n_in, is_tuple)
@@ -339,7 +349,7 @@ class _Launches:
         self.steps, self.allocs, self.n_in, self.is_tuple = steps, allocs, n_in, is_tuple
 
     def run(self, inputs, ptrs):
-        outs = [torch.empty_strided(a.shape, a.stride, dtype=a.dtype, device=a.device) for a in self.allocs]
+        outs = [a.new(inputs) for a in self.allocs]
         ptrs = ptrs + [o.data_ptr() for o in outs]
         for s in self.steps:
             s.run(ptrs)
@@ -376,6 +386,9 @@ class _DescAt:
 
     def __init__(self, p, d):
         self.base, self.shape, self.strides, self.padding = _PtrAt(p), list(d.shape), list(d.strides), d.padding
+
+
+_raw_stream = torch._C._cuda_getCurrentRawStream if hasattr(torch._C, "_cuda_getCurrentRawStream") else None
 
 
 class _Step:
@@ -448,7 +461,7 @@ class _Step:
         for d in self.desc_slots:
             args[d.pos] = d.first(ptrs[d.operand] + d.offset)
         gx, gy, gz = self.grid
-        self.raw(gx, gy, gz, torch._C._cuda_getCurrentRawStream(self.device), self.function, self.coop, self.pdl,
+        self.raw(gx, gy, gz, _raw_stream(self.device), self.function, self.coop, self.pdl,
                  None, None, self.packed, None, None, None, *args)
 
 
