@@ -288,6 +288,7 @@ def dispatch_records(df):
     d = df[(df["timer"] == "host-loop") & df["config_key"].str.contains('"study": "dispatch"', regex=False)].copy()
     if not len(d):
         return d
+    d = d[d["run_id"] == _newest_run(d)]  # one run: its variants were timed side by side
     d["fastpath"] = [bool((c or {}).get("fastpath", False)) for c in d["config"]]
     size = d["M"] if "M" in d else None
     if "B" in d:
@@ -295,6 +296,10 @@ def dispatch_records(df):
     d["size"] = size.astype("Int64")
     d["us"] = 1000 * d["ms_median"].astype(float)
     return d
+
+
+def _newest_run(d):
+    return d.sort_values("timestamp")["run_id"].iloc[-1]
 
 
 def _row_label(r) -> str:
@@ -364,8 +369,8 @@ def dispatch_targets(df):
             chosen = (r["auto"]["config"] or {}).get("chosen")
             if chosen in r and r[chosen]["passed"]:
                 over = r["auto"]["us"] - r[chosen]["us"]
-                k = (label, f"auto − chosen ≤ {AUTO_OVERHEAD_US:.0f} µs", f"auto → {chosen}")
-                vals[k], stat[k] = over, "met" if over <= AUTO_OVERHEAD_US else "missed"
+                k = (label, f"auto − chosen ≤ {AUTO_OVERHEAD_US:.0f} µs", "auto")
+                vals[k], stat[k] = f"{over:+.1f} ({chosen})", "met" if over <= AUTO_OVERHEAD_US else "missed"
     if not vals:
         return None
     s_v = pd.Series(vals)
@@ -387,6 +392,7 @@ def fastpath_grid(df):
     d = cm.passed(d)
     if not len(d):
         return None
+    d = d[d["run_id"] == _newest_run(d)]  # both calls of a cell from one run
     d["call"] = [(c or {}).get("call", "fn") for c in d["config"]]
     d["us"] = 1000 * d["ms_median"].astype(float)
     piv = d.pivot_table(index=["op", "variant", "M", "N"], columns="call", values="us")
@@ -444,8 +450,13 @@ BLOCK_TARGET, BLOCK_MOONSHOT = 1.0, 1.05  # speed of the block compiled with the
 def block_records(df):
     if not len(df):
         return df.copy()
-    return df[(df["op"] == "llama_block") & df["config_key"].str.contains('"study": "inductor-rewrite"',
-                                                                          regex=False)].copy()
+    d = df[(df["op"] == "llama_block") & df["config_key"].str.contains('"study": "inductor-rewrite"', regex=False)].copy()
+    if not len(d):
+        return d
+    d = d[d["run_id"] == _newest_run(d)]
+    d["B"] = [s["B"] for s in d["shape"]]
+    d["S"] = [s["S"] for s in d["shape"]]
+    return d
 
 
 def block_table(df):
