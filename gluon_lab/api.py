@@ -24,7 +24,7 @@ def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
     """Run the op: through the call signature's plan when one is kept (gluon_lab.fastpath), else
     the full path below (validate, resolve, check, run), which also records the plan."""
     if fastpath.enabled:
-        return fastpath.call(spec, inputs, scalars, variant)
+        return fastpath.call(spec, inputs, scalars, variant, prepare)
     return slow_call(spec, inputs, scalars, variant)
 
 
@@ -38,6 +38,8 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
     """Validate a call and resolve its variant: (Variant, normalized scalars), or (None, the empty
     outputs) for an input with no elements. Raises the clear error of a bad call."""
     scalars = spec.validate(*inputs, **scalars)
+    if spec.data_check is not None:
+        spec.data_check(*inputs)
     empty = spec.empty_outputs(inputs)
     if empty is not None:
         if variant != "auto":
@@ -74,9 +76,10 @@ def make_public(spec):
     inputs = "".join(f"{o.name}, " for o in spec.inputs)
     scalars = ", ".join(f"{k!r}: {k}" for k in spec.scalars)
     args = ", ".join([o.name for o in spec.inputs] + list(spec.scalars) + ["variant"])
+    traced = f"        _op({args})\n        return {spec.inplace}\n" if spec.inplace else f"        return _op({args})\n"
     src = (f"def {spec.name}({', '.join(params)}, *, variant='auto'):\n"
            f"    if _compiling():\n"
-           f"        return _op({args})\n"
+           f"{traced}"
            f"    return _call(_spec, ({inputs}), {{{scalars}}}, variant)\n")
     from .library import op
     ns = {"_call": call, "_spec": spec, "_op": op(spec.name, call), "_compiling": torch.compiler.is_compiling}

@@ -130,6 +130,19 @@ def check_correctness(op: str, variant: str, inputs, scalars: dict | None = None
     v = registry.get_variant(op, variant)
     spec = specs.get(op)
     kw = spec.default_scalars(**(scalars or {}))
+    if spec.inplace is not None:
+        # in place: the reference from the untouched inputs, the variant on a copy of them (its
+        # result is the whole updated tensor: untouched parts, e.g. V of a packed QKV, included)
+        ref = reference_outputs(op, inputs, scalars)
+        work = clone_inputs(inputs)
+        if call == "api":
+            import gluon_lab as gll
+            got = getattr(gll, op)(*work, variant=variant, **kw)
+        else:
+            got = v.fn(*work, **kw, **({"config": config} if config is not None else {}))
+        _torch().cuda.synchronize()
+        dt = ops_dtype(inputs[0])
+        return compare(got, ref, dt, tol if tol is not None else (spec.tolerance or {}).get(dt))
     if call == "api":
         import gluon_lab as gll
         fn = getattr(gll, op)

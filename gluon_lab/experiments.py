@@ -836,3 +836,48 @@ def run_ws(results_dir: str = "results", quick: bool = False, plan: WarpSpeciali
 
 
 EXPERIMENTS["04-warp-specialization"] = run_ws
+
+
+# ----------------------------------------------------------------------------------------------
+# 05-fused-qk-norm-rope
+
+@dataclass(frozen=True)
+class QkNormRopePlan:
+    """Pattern 5. 'sweep': T in {1, 2, 4, ..., 8192} x (Hq, Hk) in {(16, 8), (32, 8), (64, 8)} at D = 128
+    (the 42-case sweep vLLM's Helion kernel was judged on), every variant; 'dims': D = 64 and 256 at
+    a few T, (32, 8). bf16, NeoX, full rotary, random positions; CUDA-graph timing over rotated copies
+    (each captured call updates its own copy in place)."""
+    Ts: tuple = tuple(2 ** i for i in range(14))
+    heads: tuple = ((16, 8), (32, 8), (64, 8))
+    D: int = 128
+    variants: tuple = ("torch", "inductor", "triton", "gluon-fused")
+    dtype: str = "bfloat16"
+    other_Ds: tuple = (64, 256)
+    other_Ts: tuple = (1, 16, 256, 4096, 8192)
+
+    @classmethod
+    def quick(cls):
+        return cls(Ts=(1, 64, 1024), heads=((32, 8), ), other_Ds=(64, ), other_Ts=(16, ))
+
+
+def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims")) -> list[dict]:
+    cases = []
+    shapes = []
+    if "sweep" in parts:
+        shapes += [{"T": T, "Hq": hq, "Hk": hk, "D": plan.D, "R": plan.D} for (hq, hk) in plan.heads for T in plan.Ts]
+    if "dims" in parts:
+        shapes += [{"T": T, "Hq": 32, "Hk": 8, "D": D, "R": D} for D in plan.other_Ds for T in plan.other_Ts]
+    for shape in shapes:
+        for v in plan.variants:
+            cases.append({"op": "qk_norm_rope", "variant": v, "shape": shape, "dtype": plan.dtype, "timer": "cudagraph"})
+    return cases
+
+
+def run_qk_norm_rope(results_dir: str = "results", quick: bool = False, plan: QkNormRopePlan | None = None,
+                     parts=("sweep", "dims")):
+    plan = plan or (QkNormRopePlan.quick() if quick else QkNormRopePlan())
+    recs, s = measure_plan("05-fused-qk-norm-rope", results_dir, quick, qk_norm_rope_cases(plan, parts))
+    return recs, s.save()
+
+
+EXPERIMENTS["05-fused-qk-norm-rope"] = run_qk_norm_rope

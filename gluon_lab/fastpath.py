@@ -101,21 +101,23 @@ def _ptrs(inputs):
 # ----------------------------------------------------------------------------------------------
 # the entry point api.call uses
 
-def call(spec, inputs: tuple, scalars: dict, variant: str):
-    """Run a public call through its signature's plan, or through the full path (api.prepare, then
-    the variant), keeping a plan when the signature is new and the call succeeded."""
-    api = _api()
+def call(spec, inputs: tuple, scalars: dict, variant: str, prepare):
+    """Run a public call through its signature's plan, or through the full path (`prepare` =
+    api.prepare, then the variant), keeping a plan when the signature is new and the call succeeded."""
     if not _hooks_idle():
-        return api.slow_call(spec, inputs, scalars, variant)
+        v, scalars = prepare(spec, inputs, scalars, variant)
+        return scalars if v is None else v.fn(*inputs, **scalars)
     key = signature(spec, inputs, scalars, variant)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         ptrs = _ptrs(inputs)
         if ptrs is not None:
+            if spec.data_check is not None:
+                spec.data_check(*inputs)  # rules on the data hold on every call
             _stats["hits"] += 1
             return plan.run(inputs, ptrs)
     _stats["slow"] += 1
-    v, scalars = api.prepare(spec, inputs, scalars, variant)  # the clear error of a bad call; nothing is planned
+    v, scalars = prepare(spec, inputs, scalars, variant)  # the clear error of a bad call; nothing is planned
     if v is None:
         return scalars  # empty input: its outputs (no kernel runs)
     ptrs = _ptrs(inputs)
@@ -146,17 +148,6 @@ def plan_of(op: str, *inputs, variant: str = "auto", **scalars):
     full = tuple(given.get(n) for n in spec.input_names)
     key = signature(spec, full, {**spec.scalars, **scalars}, variant)
     return _PLANS.get(key) if key is not None else None
-
-
-_API = None
-
-
-def _api():
-    global _API
-    if _API is None:
-        from . import api
-        _API = api
-    return _API
 
 
 _RT = None  # triton.knobs.runtime, looked up once (an import statement per call costs ~2 us)
@@ -329,17 +320,33 @@ class _Alloc:
 def _build_launches(rec, inputs, outs, is_tuple):
     n_in = len(inputs)
     in_ranges = _Operands(inputs).ranges
-    allocs = []
+    allocs, fresh = [], []
     for o in outs:
-        if o._base is not None or any(o is t for t in inputs):
-            raise _Unplannable("an output is a view or an input")
+        same = [i for i, t in enumerate(inputs) if o is t]
+        if same:  # an in-place op returns its input
+            allocs.append(_Same(same[0]))
+            continue
+        if o._base is not None:
+            raise _Unplannable("an output is a view")
         lo, hi = _extent(o)
         if any(r is not None and r[0] < hi and lo < r[1] for r in in_ranges):
             raise _Unplannable("an output overlaps an input")
         allocs.append(_Alloc(o, inputs))
-    operands = _Operands(list(inputs) + list(outs))
+        fresh.append(o)
+    operands = _Operands(list(inputs) + fresh)
     steps = tuple(_Step(launch, operands) for launch in rec.launches)
     return _Launches(steps, tuple(allocs), n_in, is_tuple)
+
+
+class _Same:
+    """An output that is input `i` itself (in-place ops): nothing to allocate, no pointer of its own."""
+    __slots__ = ("i", )
+
+    def __init__(self, i):
+        self.i = i
+
+    def new(self, inputs):
+        return inputs[self.i]
 
 
 class _Launches:
@@ -350,7 +357,7 @@ class _Launches:
 
     def run(self, inputs, ptrs):
         outs = [a.new(inputs) for a in self.allocs]
-        ptrs = ptrs + [o.data_ptr() for o in outs]
+        ptrs = ptrs + [o.data_ptr() for a, o in zip(self.allocs, outs) if a.__class__ is _Alloc]
         for s in self.steps:
             s.run(ptrs)
         return tuple(outs) if self.is_tuple else outs[0]

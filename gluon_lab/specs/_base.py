@@ -57,6 +57,12 @@ class OpSpec:
     compute_bound: bool = False  # SOL against tensor-core throughput instead of HBM bandwidth
     row_blocked_reference: bool = False  # the reference may be computed per block of rows (huge M)
     marker: str = "o"  # plot marker of the op
+    # inplace: the name of the input the op updates in place and returns (its only output); the
+    # custom op's schema marks it mutated (Tensor(a!)) and returns nothing.
+    inplace: str | None = None
+    # data_check(*inputs): a rule that reads the data (e.g. index ranges), run on every call, the
+    # fast path's replays included (validate only sees shapes, dtypes, devices, strides).
+    data_check: Callable | None = None
 
     # -- helpers every caller shares ---------------------------------------------------------
     @property
@@ -79,6 +85,8 @@ class OpSpec:
         x = inputs[0]
         if self.family == "matmul" or x.numel():
             return None
+        if self.inplace is not None:
+            return inputs[self.input_names.index(self.inplace)]
         import torch
         outs = tuple(torch.empty_like(x) for _ in self.outputs)
         return outs if len(outs) > 1 else outs[0]

@@ -1,0 +1,171 @@
+"""Pattern 5 on a CPU machine: the op's rules (clear errors), the float64 reference against the
+definition written out by hand, the eager formulation against it (NeoX, GPT-J, partial rotary),
+the custom op's in-place schema, and the structural facts of the Gluon kernel compiled for sm_90
+here: two qkv loads and two qkv stores of 128 bits per thread for NeoX (one word load and one word
+store for GPT-J), no bar.sync at all, no spills — the seed's "2 loads, 2 stores, no barrier" as a
+test that can fail. The Triton baseline's census is checked too (scalar accesses, a CTA barrier),
+so the comparison the notebook draws is the compiled code's."""
+import math
+
+import pytest
+import torch
+
+import gluon_lab as gll
+from gluon_lab import bench, codegen, library, specs
+from gluon_lab.kernels import qk_norm_rope as q
+
+SPEC = specs.get("qk_norm_rope")
+
+
+def _inputs(T=5, Hq=4, Hk=2, D=64, R=None, dtype="bfloat16", seed=0):
+    return bench.make_inputs("qk_norm_rope", {"T": T, "Hq": Hq, "Hk": Hk, "D": D, "R": R or D}, dtype, seed=seed,
+                             device_="cpu")
+
+
+def _by_hand(qkv, Hq, Hk, D, qw, kw, cache, pos, eps, neox):
+    """The definition, one head at a time, in float64."""
+    out = qkv.double().clone()
+    r = cache.shape[1]
+    for t in range(qkv.shape[0]):
+        cs = cache[pos[t]].double()
+        for h in range(Hq + Hk):
+            x = out[t, h * D:(h + 1) * D].clone()
+            w = (qw if h < Hq else kw).double()
+            y = x / math.sqrt(float((x * x).mean()) + eps) * w
+            z = y.clone()
+            for i in range(r // 2):
+                a, b = (i, i + r // 2) if neox else (2 * i, 2 * i + 1)
+                c, s = cs[i], cs[r // 2 + i]
+                z[a], z[b] = y[a] * c - y[b] * s, y[b] * c + y[a] * s
+            out[t, h * D:(h + 1) * D] = z
+    return out
+
+
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("D,R", [(64, 64), (128, 64)])
+def test_reference_is_the_definition(neox, D, R):
+    inp = _inputs(T=3, Hq=2, Hk=1, D=D, R=R)
+    ref = SPEC.reference(*inp, eps=1e-6, is_neox=neox)
+    torch.testing.assert_close(ref, _by_hand(*inp, 1e-6, neox), atol=1e-12, rtol=1e-12)
+    v0 = (2 + 1) * D  # V starts after the Hq + Hk = 3 Q/K heads
+    assert torch.equal(ref[:, v0:], inp[0].double()[:, v0:])  # V untouched
+
+
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("D,R", [(64, 64), (128, 128), (256, 128)])
+def test_torch_variant_in_place_matches_float64(neox, dtype, D, R):
+    inp = _inputs(T=17, Hq=4, Hk=2, D=D, R=R, dtype=dtype, seed=3)
+    ref = SPEC.reference(*inp, is_neox=neox)
+    qkv = inp[0]
+    v_before = qkv[:, (4 + 2) * D:].clone()
+    out = gll.qk_norm_rope(*inp, is_neox=neox)
+    assert out is qkv  # in place, returned
+    assert torch.equal(qkv[:, (4 + 2) * D:], v_before)
+    ok = bench.compare(out, ref, dtype, SPEC.tolerance[dtype])
+    assert ok["passed"], ok
+
+
+def test_nan_propagates():
+    inp = list(_inputs())
+    inp[0][2, 3] = float("nan")
+    out = gll.qk_norm_rope(*inp)
+    assert torch.isnan(out[2, :64]).all() and not torch.isnan(out[1]).any()
+
+
+def test_clear_errors():
+    inp = _inputs()
+    qkv, Hq, Hk, D, qw, kw, cache, pos = inp
+
+    def call(*a, **k):
+        return gll.qk_norm_rope(*a, **k)
+
+    cases = [
+        ((qkv.float(), Hq, Hk, D, qw, kw, cache, pos), TypeError, "qkv.dtype must be torch.bfloat16 or torch.float16"),
+        ((qkv, Hq, Hk, 96, qw, kw, cache, pos), ValueError, r"head_dim must be one of \(64, 128, 256\)"),
+        ((qkv, Hq + 1, Hk, D, qw, kw, cache, pos), ValueError, r"qkv.shape\[1\] must be \(num_heads_q \+ 2\*num_heads_k\)"),
+        ((torch.randn(512, 5, dtype=torch.bfloat16).t(), Hq, Hk, D, qw, kw, cache, pos), ValueError,
+         "qkv must be contiguous"),
+        ((qkv, Hq, Hk, D, qw[:32], kw, cache, pos), ValueError, r"q_weight must have shape \(64,\)"),
+        ((qkv, Hq, Hk, D, qw, kw.float(), cache, pos), TypeError, "k_weight.dtype must equal qkv.dtype"),
+        ((qkv, Hq, Hk, D, qw, kw, cache[:, :63], pos), ValueError, "rotary_dim\\) must be even"),
+        ((qkv, Hq, Hk, D, qw, kw, cache.half(), pos), TypeError, "cos_sin_cache.dtype must be torch.float32 or qkv.dtype"),
+        ((qkv, Hq, Hk, D, qw, kw, cache, pos.int()), TypeError, "positions.dtype must be torch.int64"),
+        ((qkv, Hq, Hk, D, qw, kw, cache, pos[:-1]), ValueError, r"positions must have shape \(5,\)"),
+        ((qkv, Hq, Hk, D, qw, kw, cache, pos + 10 ** 6), ValueError, r"positions must be in \[0, cos_sin_cache.shape\[0\]"),
+        ((qkv, Hq, Hk, D, qw, kw, cache, -pos - 1), ValueError, r"positions must be in \[0"),
+    ]
+    for args, exc, msg in cases:
+        for _ in range(2):  # the same error on a repeated call (the fast path never plans a bad call)
+            with pytest.raises(exc, match=msg):
+                call(*args)
+    with pytest.raises(TypeError, match="is_neox must be a bool"):
+        call(*inp, is_neox=1)
+    with pytest.raises(ValueError, match="runs on a CUDA GPU"):
+        call(*inp, variant="gluon-fused")
+
+
+def test_positions_are_checked_on_every_call_of_a_planned_signature():
+    inp = list(_inputs())
+    gll.qk_norm_rope(*inp)
+    gll.qk_norm_rope(*inp)  # planned now
+    inp[-1] = inp[-1].clone()
+    inp[-1][0] = 10 ** 6
+    with pytest.raises(ValueError, match="positions must be in"):
+        gll.qk_norm_rope(*inp)
+
+
+def test_custom_op_is_in_place():
+    assert library.schema(SPEC).startswith("qk_norm_rope(Tensor(a!) qkv, SymInt num_heads_q")
+    assert library.schema(SPEC).endswith("float eps, bool is_neox, str variant) -> ()")
+    inp = _inputs()
+    ref = SPEC.reference(*inp)
+    assert torch.ops.gluon_lab.qk_norm_rope(*inp, 1e-6, True, "torch") is None
+    assert bench.compare(inp[0], ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"]
+    from torch.library import opcheck
+    opcheck(torch.ops.gluon_lab.qk_norm_rope.default, (*_inputs(seed=4), 1e-6, True, "torch"))
+
+
+def test_compiled_front_door_has_no_graph_break():
+    inp = _inputs(seed=5)
+    explain = torch._dynamo.explain(lambda *a: gll.qk_norm_rope(*a) * 1)(*inp)
+    assert explain.graph_break_count == 0 and explain.graph_count == 1
+
+
+def _census(fn, shape, dtype, **kw):
+    spec = fn(shape, dtype, **kw)
+    return codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_gluon_census_one_read_one_write_no_barrier(D, neox, dtype):
+    shape = {"T": 4096, "Hq": 32, "Hk": 8, "D": D}
+    for nw in (1, 4):
+        c = _census(q.fused_codegen, shape, dtype, config=q.FusedConfig(nw), is_neox=neox)
+        assert c["bar_sync"] == 0, c["bar_sync"]  # no CTA barrier anywhere (so none between a store and a reload)
+        assert c["spill_bytes"] == 0 and c["registers"] <= 64, (c["registers"], c["spill_bytes"])
+        # every global store is qkv's: NeoX two 128-bit stores (one per rotary half), GPT-J one (word pairs)
+        assert c["st_global_by_bits"] == {128: 2 if neox else 1}, c["st_global_by_bits"]
+        # loads: qkv (2 halves / 1 word row), the weights (4 half vectors / 2 word vectors), cos and sin,
+        # the position (64 bits); cos/sin are 128-bit for NeoX (8 elements), 64-bit for GPT-J (4 per word)
+        want = {128: 2 + 4 + 2, 64: 1} if neox else {128: 1 + 2, 64: 1 + 2}
+        assert c["ld_global_by_bits"] == want, c["ld_global_by_bits"]
+
+
+@pytest.mark.slow
+def test_triton_baseline_census_is_what_the_notebook_says():
+    c = _census(q.triton_codegen, {"T": 4096, "Hq": 32, "Hk": 8, "D": 128}, "bfloat16")
+    assert c["bar_sync"] >= 1  # the cross-warp sum
+    assert 128 not in c["ld_global_by_bits"] and 128 not in c["st_global_by_bits"]  # no 128-bit qkv access
+
+
+def test_heuristic_reasons():
+    small = q.FusedConfig.heuristic({"T": 4, "Hq": 32, "Hk": 8, "D": 128}, "bfloat16")
+    big = q.FusedConfig.heuristic({"T": 8192, "Hq": 32, "Hk": 8, "D": 128}, "bfloat16")
+    assert small.num_warps == 1 and big.num_warps == 4
+    assert q.FusedConfig.lanes(128, "bfloat16") == (8, 4, 8) and q.FusedConfig.lanes(128, "bfloat16", False) == (4, 2, 16)
+    with pytest.raises(ValueError, match="num_warps must be 1, 2, 4 or 8"):
+        q.configure({"T": 1, "Hq": 1, "Hk": 1, "D": 64}, "bfloat16", {"num_warps": 3})

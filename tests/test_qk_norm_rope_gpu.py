@@ -1,0 +1,100 @@
+"""Pattern 5 on the H200 through the public API: every variant against float64 on fresh random
+inputs — D in {64, 128, 256}, full and partial rotary (partial: the variants that take it), NeoX and
+GPT-J, bf16 / fp16, T in {1, 3, 17, 1000, 8192}, positions random — V bytes unchanged, the error in
+bf16 ulps reported, NaN propagated per head, an out-of-range position caught on the host (and by the
+kernels' own guard inside a CUDA graph, where the host check cannot read the data)."""
+import pytest
+import torch
+
+import gluon_lab as gll
+from gluon_lab import bench, registry, specs
+
+pytestmark = pytest.mark.gpu
+SPEC = specs.get("qk_norm_rope")
+VARIANTS = ("torch", "inductor", "triton", "gluon-fused")
+
+
+def _inputs(T, Hq, Hk, D, R, dtype, seed):
+    return bench.make_inputs("qk_norm_rope", {"T": T, "Hq": Hq, "Hk": Hk, "D": D, "R": R}, dtype, seed=seed)
+
+
+def _ulps(got, ref, dtype):
+    """Max error in units of the dtype's spacing at the reference's magnitude."""
+    eps = 2.0 ** -7 if dtype == "bfloat16" else 2.0 ** -10
+    spacing = torch.exp2(torch.floor(torch.log2(ref.abs().clamp_min(1e-30)))) * eps
+    return float(((got.double() - ref).abs() / spacing).max())
+
+
+CASES = [(T, D, R, neox, dt) for T in (1, 3, 17, 1000, 8192) for D in (64, 128, 256) for R in (D, D // 2)
+         for neox in (True, False) for dt in ("bfloat16", "float16") if T in (17, 1000) or (dt == "bfloat16" and R == D)]
+
+
+@pytest.mark.parametrize("T,D,R,neox,dtype", CASES)
+def test_every_variant_matches_float64(T, D, R, neox, dtype):
+    Hq, Hk = 8, 2
+    for v in VARIANTS:
+        inp = _inputs(T, Hq, Hk, D, R, dtype, seed=T * 7 + D + R)
+        ref = SPEC.reference(*inp, is_neox=neox)
+        qkv = inp[0]
+        v_before = qkv[:, (Hq + Hk) * D:].clone()
+        if not registry.eligible(registry.get_variant("qk_norm_rope", v), inp):
+            with pytest.raises(ValueError, match="rotary_dim"):
+                gll.qk_norm_rope(*inp, is_neox=neox, variant=v)
+            continue
+        out = gll.qk_norm_rope(*inp, is_neox=neox, variant=v)
+        torch.cuda.synchronize()
+        assert out is qkv
+        assert torch.equal(qkv[:, (Hq + Hk) * D:], v_before), f"{v}: V changed"
+        ok = bench.compare(out, ref, dtype, SPEC.tolerance[dtype])
+        assert ok["passed"], (v, ok, f"{_ulps(out, ref, dtype):.1f} ulps")
+        assert _ulps(out[:, :(Hq + Hk) * D], ref[:, :(Hq + Hk) * D], dtype) <= 4, v
+
+
+@pytest.mark.parametrize("v", VARIANTS)
+def test_nan_stays_in_its_head(v):
+    inp = _inputs(9, 4, 2, 128, 128, "bfloat16", seed=1)
+    inp[0][3, 128 + 5] = float("nan")  # token 3, Q head 1
+    out = gll.qk_norm_rope(*inp, variant=v)
+    torch.cuda.synchronize()
+    assert torch.isnan(out[3, 128:256]).all()
+    clean = out.clone()
+    clean[3, 128:256] = 0
+    assert not torch.isnan(clean).any()
+
+
+def test_out_of_range_position_is_caught_and_guarded_in_a_graph():
+    inp = list(_inputs(16, 4, 2, 128, 128, "bfloat16", seed=2))
+    bad = inp[-1].clone()
+    bad[5] = inp[-2].shape[0] + 3
+    with pytest.raises(ValueError, match="positions must be in"):
+        gll.qk_norm_rope(*inp[:-1], bad, variant="gluon-fused")
+    # inside a capture the host check cannot read positions: the kernel's guard turns the token into NaN
+    qkv = inp[0]
+    gll.qk_norm_rope(qkv.clone(), *inp[1:], variant="gluon-fused")  # plan + compile outside the capture
+    pos = inp[-1].clone()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        gll.qk_norm_rope(qkv.clone(), *inp[1:-1], pos, variant="gluon-fused")
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        gll.qk_norm_rope(qkv, *inp[1:-1], pos, variant="gluon-fused")
+    pos.copy_(bad)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.isnan(qkv[5, :6 * 128]).all() and not torch.isnan(qkv[4]).any()
+    assert not torch.isnan(qkv[5, 6 * 128:]).any()  # V untouched
+
+
+def test_fast_path_replays_the_in_place_launch():
+    from gluon_lab import fastpath
+    fastpath.clear()
+    inp = _inputs(64, 16, 8, 128, 128, "bfloat16", seed=6)
+    gll.qk_norm_rope(inp[0].clone(), *inp[1:], variant="gluon-fused")
+    plan = fastpath.plan_of("qk_norm_rope", *inp, variant="gluon-fused")
+    assert plan is not None and plan.kind == "launches", plan
+    ref = SPEC.reference(*inp)
+    out = gll.qk_norm_rope(*inp, variant="gluon-fused")
+    assert out is inp[0]
+    assert bench.compare(out, ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"]
