@@ -38,8 +38,9 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
     """Validate a call and resolve its variant: (Variant, normalized scalars), or (None, the empty
     outputs) for an input with no elements. Raises the clear error of a bad call."""
     scalars = spec.validate(*inputs, **scalars)
-    if spec.data_check is not None:
-        spec.data_check(*inputs)
+    data_check = getattr(spec, "data_check", None)
+    if data_check is not None:
+        data_check(*inputs)
     empty = spec.empty_outputs(inputs)
     if empty is not None:
         if variant != "auto":
@@ -76,7 +77,8 @@ def make_public(spec):
     inputs = "".join(f"{o.name}, " for o in spec.inputs)
     scalars = ", ".join(f"{k!r}: {k}" for k in spec.scalars)
     args = ", ".join([o.name for o in spec.inputs] + list(spec.scalars) + ["variant"])
-    traced = f"        _op({args})\n        return {spec.inplace}\n" if spec.inplace else f"        return _op({args})\n"
+    inplace = getattr(spec, "inplace", None)
+    traced = f"        _op({args})\n        return {inplace}\n" if inplace else f"        return _op({args})\n"
     src = (f"def {spec.name}({', '.join(params)}, *, variant='auto'):\n"
            f"    if _compiling():\n"
            f"{traced}"

@@ -130,7 +130,7 @@ def check_correctness(op: str, variant: str, inputs, scalars: dict | None = None
     v = registry.get_variant(op, variant)
     spec = specs.get(op)
     kw = spec.default_scalars(**(scalars or {}))
-    if spec.inplace is not None:
+    if getattr(spec, "inplace", None):
         # in place: the reference from the untouched inputs, the variant on a copy of them (its
         # result is the whole updated tensor: untouched parts, e.g. V of a packed QKV, included)
         ref = reference_outputs(op, inputs, scalars)
@@ -366,8 +366,11 @@ class Session:
         self._seed += 1
         return self._seed
 
+    _partial_rotation = False
+    _rotation_note = None
+
     def measure(self, op: str, variant: str, shape: dict, dtype: str, *, timer: str = "auto", config=None,
-                eps=None, scale: float = 1.0, call: str = "fn") -> Record:
+                eps=None, scale: float = 1.0, call: str = "fn", rotation: str = "cold") -> Record:
         """One case: correctness on poisoned outputs, then the timer. call="fn" times the variant's
         function on pre-allocated outputs (the kernel study's path); call="api" times the public
         function (fast-path plan replay, outputs allocated per call; heuristic config only)."""
@@ -400,9 +403,17 @@ class Session:
             kw["config"] = cfg_obj
         mk = self._make_api_call if call == "api" else self._make_call
         fn = mk(v, spec, inputs, kw)
-        t = self._time(fn, lambda: mk(v, spec, clone_inputs(inputs), kw), nbytes, nfl, timer)
+        if rotation not in ("cold", "partial"):
+            raise ValueError(f"rotation must be 'cold' or 'partial', got {rotation!r}")
+        self._partial_rotation = rotation == "partial"
+        try:
+            t = self._time(fn, lambda: mk(v, spec, clone_inputs(inputs), kw), nbytes, nfl, timer)
+        finally:
+            self._partial_rotation = False
         del inputs, fn
         rec = Record(**base, **dataclasses.asdict(t), **corr, **self.metrics(nbytes, nfl, t.ms_median, spec))
+        if self._rotation_note:
+            rec.notes = self._rotation_note
         if rec.sol_datasheet_pct and rec.sol_datasheet_pct > 100:
             rec.notes = "over 100% of the datasheet: cache reuse leaked into the timing"
         self.records.append(rec)
@@ -436,7 +447,17 @@ class Session:
         if timer == "auto":
             timer = self.pick_timer(nbytes, nfl, call)
         if timer == "cudagraph":
-            k = rotation_copies(nbytes, self.info.get("l2_bytes"))
+            self._rotation_note = None
+            try:
+                k = rotation_copies(nbytes, self.info.get("l2_bytes"))
+            except ValueError:
+                if not self._partial_rotation:
+                    raise
+                # a call too small to rotate past 3x L2 within the copy cap (decode-sized: 1-16 tokens of
+                # a packed QKV are a few KB): the most copies the timer allows, and the record says so
+                k = ROTATE_MAX_COPIES
+                self._rotation_note = (f"partial rotation: {k} copies x {nbytes} B = {k * nbytes / 2**20:.1f} MiB, below "
+                                       f"{ROTATE_L2_FACTOR}x L2: inputs partly L2-resident, as in a decode step")
             return time_cudagraph([call] + [make_copy() for _ in range(k - 1)])
         if timer == "do_bench-l2flush":
             return time_do_bench(call)

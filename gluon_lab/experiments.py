@@ -79,15 +79,17 @@ DISPATCH_INDUCTOR_OPS = ("rms_norm", )  # a compile per shape: one op shows torc
 
 
 def dispatch_shapes(op: str, Ms=DISPATCH_MS, N: int = 4096) -> list[dict]:
-    """The shapes of the dispatch study: row norms (M, N), matmul (M, N, N), group/instance norm
-    with batch B in place of M (C = 256, 16x16, 32 groups)."""
+    """The shapes of the dispatch study, from the op's shape keys: (M, N) rows, (M, N, N) for an op
+    with a K, batch B in place of M for (B, C, H, W[, G]) ops (C = 256, 16x16, 32 groups), tokens T
+    in place of M for packed-QKV ops (32 Q and 8 K/V heads of 128)."""
     from . import specs
-    fam = specs.get(op).family
-    if fam == "matmul":
+    keys = set(specs.get(op).shape_keys)
+    if "K" in keys:
         return [{"M": M, "N": N, "K": N} for M in Ms]
-    if fam == "group_norm":
-        return [{"B": B, "C": 256, "H": 16, "W": 16, **({"G": 32} if op == "group_norm" else {})}
-                for B in (1, 2, 8, 32)]
+    if "B" in keys:
+        return [{"B": B, "C": 256, "H": 16, "W": 16, **({"G": 32} if "G" in keys else {})} for B in (1, 2, 8, 32)]
+    if "T" in keys:
+        return [{"T": M, "Hq": 32, "Hk": 8, "D": 128, "R": 128} for M in Ms]
     return [{"M": M, "N": N} for M in Ms]
 
 
@@ -135,13 +137,13 @@ def _summary(per):
     return statistics.median(per), min(per), max(per)
 
 
-def _quack_rmsnorm():
-    """QuACK's RMSNorm front door when quack-kernels is installed (a peer, not a registered variant)."""
+def _quack_peers() -> dict:
+    """{op: QuACK's front door} when quack-kernels is installed (peers, not registered variants)."""
     try:
         from quack.rmsnorm import rmsnorm
     except Exception:  # noqa: BLE001 - not installed (or its CUTLASS DSL is not): no column
-        return None
-    return rmsnorm
+        return {}
+    return {"rms_norm": lambda x, w: rmsnorm(x, w, eps=1e-6)}
 
 
 def fastpath_grid_cases(plan: CeilingsPlan) -> list[dict]:
@@ -183,7 +185,7 @@ def measure_dispatch(session, ops=None, Ms=DISPATCH_MS, N: int = 4096, dtype: st
     from . import specs
     recs = []
     ops = ops or [s.name for s in specs.all_specs()]
-    quack = _quack_rmsnorm()
+    quack = _quack_peers()
     _spin(warmup_s)  # the host's clocks ramp under load as the GPU's do: the first op measured read ~1.7x slow
     _dispatch_ops(session, ops, Ms, N, dtype, variants, calls, repeats, slow_ops, quack, recs)
     session.records.extend(recs)
@@ -207,13 +209,12 @@ def _dispatch_ops(session, ops, Ms, N, dtype, variants, calls, repeats, slow_ops
                                 and registry.eligible(registry.get_variant(op, v), inputs)]
             runs = [(n, True) for n in names]
             runs += [(n, False) for n in names if op in slow_ops and n != "auto" and registry.get_variant(op, n).ours]
-            if quack is not None and op == "rms_norm":
+            if op in quack:
                 runs.append(("quack", None))
             calls_of = {}
             for name, fast in runs:
                 if name == "quack":
-                    x, w = inputs
-                    calls_of[(name, fast)] = lambda x=x, w=w: quack(x, w, eps=1e-6)
+                    calls_of[(name, fast)] = lambda q=quack[op], a=inputs: q(*a)
                 elif fast is False:
                     calls_of[(name, fast)] = lambda name=name, a=inputs: _without_fastpath(fn, a, name)
                 else:
@@ -869,7 +870,8 @@ def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims")) -> list[di
         shapes += [{"T": T, "Hq": 32, "Hk": 8, "D": D, "R": D} for D in plan.other_Ds for T in plan.other_Ts]
     for shape in shapes:
         for v in plan.variants:
-            cases.append({"op": "qk_norm_rope", "variant": v, "shape": shape, "dtype": plan.dtype, "timer": "cudagraph"})
+            cases.append({"op": "qk_norm_rope", "variant": v, "shape": shape, "dtype": plan.dtype, "timer": "cudagraph",
+                          "rotation": "partial"})
     return cases
 
 

@@ -112,8 +112,9 @@ def call(spec, inputs: tuple, scalars: dict, variant: str, prepare):
     if plan is not None:
         ptrs = _ptrs(inputs)
         if ptrs is not None:
-            if spec.data_check is not None:
-                spec.data_check(*inputs)  # rules on the data hold on every call
+            check = getattr(spec, "data_check", None)
+            if check is not None:
+                check(*inputs)  # rules on the data hold on every call
             _stats["hits"] += 1
             return plan.run(inputs, ptrs)
     _stats["slow"] += 1

@@ -34,12 +34,12 @@ def schema(spec) -> str:
         t = "Tensor" if o.kind == "tensor" else "SymInt" if o.kind == "int" else None
         if t is None:
             raise ValueError(f"{spec.name}: operand {o.name!r} of kind {o.kind!r} has no schema type")
-        mut = "(a!)" if o.name == spec.inplace else ""
+        mut = "(a!)" if o.name == getattr(spec, "inplace", None) else ""
         args.append(f"{t}{mut}{'?' if o.optional else ''} {o.name}")
     for k, v in spec.scalars.items():
         args.append(f"{'float' if isinstance(v, float) else 'bool' if isinstance(v, bool) else 'int'} {k}")
     args.append("str variant")
-    if spec.inplace:  # a mutating custom op returns nothing; the front door returns the updated input
+    if getattr(spec, "inplace", None):  # a mutating custom op returns nothing; the front door returns the updated input
         return f"{spec.name}({', '.join(args)}) -> ()"
     outs = "Tensor" if len(spec.outputs) == 1 else "(" + ", ".join("Tensor" for _ in spec.outputs) + ")"
     return f"{spec.name}({', '.join(args)}) -> {outs}"
@@ -54,16 +54,17 @@ def _split(spec, args):
 
 def _register(spec, call) -> None:
     _LIB.define(schema(spec))
+    inplace = getattr(spec, "inplace", None)
 
     def real(*args):
         inputs, scalars, variant = _split(spec, args)
         out = call(spec, inputs, scalars, variant)
-        return None if spec.inplace else out
+        return None if inplace else out
 
     def fake(*args):
         inputs, scalars, variant = _split(spec, args)
         scalars = spec.validate(*inputs, **scalars)
-        if spec.inplace:
+        if inplace:
             return None
         outs = spec.eager(*inputs, **scalars)
         if isinstance(outs, tuple):
@@ -82,7 +83,7 @@ def _register(spec, call) -> None:
     _LIB.impl(spec.name, real, "CPU")
     _LIB.impl(spec.name, real, "CUDA")
     torch.library.register_fake(qual, fake, lib=_LIB)
-    if not spec.inplace:  # torch.library has no autograd registration for mutating ops: api.prepare refuses grad
+    if not inplace:  # torch.library has no autograd registration for mutating ops: api.prepare refuses grad
         torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_LIB)
 
 

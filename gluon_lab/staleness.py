@@ -82,6 +82,10 @@ __all__ = ["code_hash", "code_closure"]
 
 _MISSING = object()
 _NEVER = ("builtins", __name__)  # this module is tooling: editing it must not make records stale
+# Registries of every op's spec and every variant: looking one entry up is not depending on all of
+# them (adding an op must not make every record stale). What a variant uses of them is reached
+# through its own objects: its spec instance (closures), its functions and kernels (roots).
+_REGISTRIES = frozenset({"gluon_lab.specs._base._SPECS", "gluon_lab.registry._REGISTRY"})
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
 _PRIMITIVES = (bool, int, float, complex, str, bytes, type(None))
 _JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "noinline")
@@ -638,6 +642,9 @@ class _Walker:
                     continue
                 return
             if trusted:
+                if f"{owner}.{name}" in _REGISTRIES:
+                    self.out.setdefault(f"{owner}.{name}", "<registry>")
+                    return
                 c = self.canon(obj)
                 if c is not None:
                     self.out.setdefault(f"{owner}.{name}", c)

@@ -57,12 +57,6 @@ class OpSpec:
     compute_bound: bool = False  # SOL against tensor-core throughput instead of HBM bandwidth
     row_blocked_reference: bool = False  # the reference may be computed per block of rows (huge M)
     marker: str = "o"  # plot marker of the op
-    # inplace: the name of the input the op updates in place and returns (its only output); the
-    # custom op's schema marks it mutated (Tensor(a!)) and returns nothing.
-    inplace: str | None = None
-    # data_check(*inputs): a rule that reads the data (e.g. index ranges), run on every call, the
-    # fast path's replays included (validate only sees shapes, dtypes, devices, strides).
-    data_check: Callable | None = None
 
     # -- helpers every caller shares ---------------------------------------------------------
     @property
@@ -85,8 +79,6 @@ class OpSpec:
         x = inputs[0]
         if self.family == "matmul" or x.numel():
             return None
-        if self.inplace is not None:
-            return inputs[self.input_names.index(self.inplace)]
         import torch
         outs = tuple(torch.empty_like(x) for _ in self.outputs)
         return outs if len(outs) > 1 else outs[0]
@@ -101,6 +93,23 @@ class OpSpec:
             for o in outs:
                 o.fill_(fill)
         return outs if len(outs) > 1 else outs[0]
+
+
+@dataclass(frozen=True, eq=False)
+class InPlaceOpSpec(OpSpec):
+    """An op that updates one input in place and returns it (its only output).
+    inplace: that input's name (the custom op's schema marks it mutated, Tensor(a!), and returns
+    nothing; the front door returns the input). data_check(*inputs): a rule that reads the data
+    (e.g. an index range), run on every call, the fast path's replays included — validate only sees
+    shapes, dtypes, devices and strides. A subclass, so the plain OpSpec (whose code every other
+    variant's staleness hash covers) stays as it was."""
+    inplace: str = ""
+    data_check: Callable | None = None
+    gathered: tuple = ()  # inputs the op gathers rows from (a lookup table): the byte model counts the rows read
+
+    def empty_outputs(self, inputs):
+        x = inputs[self.input_names.index(self.inplace)]
+        return None if x.numel() else x
 
 
 _SPECS: dict[str, OpSpec] = {}

@@ -15,7 +15,7 @@ element (two products and a sum).
 """
 from __future__ import annotations
 
-from ._base import ITEMSIZE, Operand, OpSpec, define, log2_bucket
+from ._base import ITEMSIZE, InPlaceOpSpec, Operand, define, log2_bucket
 from ._rules import check_eps, check_positive_int, dtype_name
 
 HEAD_DIMS = (64, 128, 256)
@@ -186,14 +186,14 @@ def _make(shape, dtype, rnd, scale=1.0):
     return (qkv, Hq, Hk, D, w[0].contiguous(), w[1].contiguous(), cache, positions)
 
 
-QK_NORM_ROPE = define(OpSpec(
+QK_NORM_ROPE = define(InPlaceOpSpec(
     name="qk_norm_rope", family="qk_norm_rope",
     inputs=(Operand("qkv", doc="[T, (Hq + 2·Hk)·D] contiguous bf16/fp16, updated in place"),
             Operand("num_heads_q", kind="int"), Operand("num_heads_k", kind="int"), Operand("head_dim", kind="int"),
             Operand("q_weight", doc="[D]"), Operand("k_weight", doc="[D]"),
             Operand("cos_sin_cache", doc="[max_position, rotary_dim]: cos | sin halves, fp32 or qkv's dtype"),
             Operand("positions", doc="[T] int64")),
-    outputs=("qkv", ), inplace="qkv",
+    outputs=("qkv", ), inplace="qkv", gathered=("cos_sin_cache", ),
     doc="In place: RMSNorm of every Q and K head over head_dim (fp32, q_weight / k_weight), then RoPE from "
         "cos_sin_cache at positions (NeoX half-split or GPT-J interleaved; rotary_dim = cos_sin_cache.shape[1] <= "
         "head_dim, the tail unrotated); V untouched. Returns qkv (= vLLM's fused_qk_norm_rope).",
