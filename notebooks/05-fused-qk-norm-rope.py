@@ -1,0 +1,150 @@
+# ---
+# jupyter:
+#   gluon_lab:
+#     pattern: fused QK-norm + RoPE on packed QKV
+#     summary: Normalizes every Q and K head of a packed QKV tensor and rotates it by RoPE in place,
+#       with each head's two rotary halves loaded once into the same registers, reduced warp-locally,
+#       rotated and stored once. Measured against eager PyTorch, torch.compile and a plain Triton
+#       kernel over 1 to 8192 tokens, and checked structurally in the sm_90 code.
+#   jupytext:
+#     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 05 — Fused QK-norm + RoPE on packed QKV: one read, one write
+#
+# Qwen3- and Llama-style attention prepares Q and K by normalizing every head (RMSNorm over the head
+# dim D, a learned weight per dim) and rotating it by RoPE at the token's position. vLLM calls the
+# fused form `fused_qk_norm_rope`: `qkv` is the packed projection output `[T, (Hq + 2·Hk)·D]`,
+# updated **in place**; V is untouched. `gll.qk_norm_rope(qkv, Hq, Hk, D, q_weight, k_weight,
+# cos_sin_cache, positions, eps, is_neox)` is that op here (fp32 math, one rounding at the store).
+#
+# Unfused, the op reads and writes Q and K several times (norm, then rotation, with the partner
+# half of each head needed by the rotation). The pattern: load each head's two rotary halves **once**
+# into the same register layout — element j of the first half and element j of the second half in
+# the same thread — so the sum of squares is a warp-local reduction and the rotation
+# `(y1·c − y2·s, y2·c + y1·s)` needs no data exchange at all; store each half once. No shared memory,
+# no CTA barrier. GPT-J's interleaved pairs `(2i, 2i+1)` are one 32-bit word: one load of words,
+# each split in registers, one store.
+#
+# The byte model counts Q and K read and written once (plus the gathered cos/sin rows): a perfect
+# kernel moves 4·(Hq + Hk)·D bytes per token in bf16. The timer is the CUDA graph over rotated
+# copies (each captured call updates its own copy in place); below ~16 tokens a call moves a few
+# KB and 256 copies cannot exceed 3× L2: those records say "partial rotation".
+
+# %% tags=["parameters"]
+mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "measure" | "replay" force it
+quick = False              # measure mode only: a small grid (smoke run)
+results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
+gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
+run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
+compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
+parts = ["sweep", "dims"]  # measure mode: which parts of the plan run
+
+# %%
+from gluon_lab.analysis import common as cm, qk_norm_rope as ana
+
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick)
+spec, slug = ctx.spec, ctx.slug
+print(ctx.describe())
+
+# %% [markdown]
+# ## 1. Measure (GPU) or replay (CPU)
+#
+# `gluon_lab.experiments.run_qk_norm_rope` is the plan (`python -m gluon_lab bench
+# 05-fused-qk-norm-rope` runs the same function on the H200): the 42-case sweep T ∈ {1, 2, 4, …, 8192}
+# × (Hq, Hk) ∈ {(16, 8), (32, 8), (64, 8)} at D = 128, and D = 64 / 256 at a few T, every variant,
+# bf16, NeoX, full rotary, random positions. Correctness against float64 is checked in every record.
+
+# %%
+if ctx.run_mode == "measure":
+    print("appended", ana.measure(ctx, quick=quick, parts=parts))
+allrec = cm.load(ctx)
+cm.show(cm.overview(ctx, allrec))
+
+# %% [markdown]
+# ## 2. The kernel
+#
+# A CTA takes `HEADS` consecutive (token, head) units of the flattened Q/K head list (V heads are
+# never visited): lanes cover `TPW_D = (D/2)/8` 16-byte vectors of a head and `TPW_H = 32/TPW_D`
+# heads, warps stack more heads. The heuristic (`FusedConfig.heuristic`): 4 warps while the grid
+# fills two waves of the SMs, one warp per CTA below that (decode: the few heads spread over as
+# many SMs as possible).
+
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/qk_norm_rope.py (qk_norm_rope_kernel)"
+print(ana.kernel_source())
+
+# %% [markdown]
+# ## 3. What the sm_90 code does (compiled here, on the CPU)
+#
+# The census counts the global accesses per thread in the PTX. gluon-fused, NeoX: two 128-bit qkv
+# loads and two 128-bit qkv stores (the only stores), four 128-bit weight loads, two cos/sin loads,
+# the 64-bit position, **no `bar.sync`**; GPT-J: one word load and one word store. The plain Triton
+# kernel reads the head element-wise (16-bit accesses), re-loads the rotation partner, and pays a
+# CTA barrier for its cross-warp sum. `tests/test_qk_norm_rope.py` asserts these counts.
+
+# %%
+cm.show(ana.census_view(ana.census_table()))
+
+# %% [markdown]
+# ## 4. Speed of light vs tokens
+
+# %% tags=["headline-numbers"]
+cm.show(cm.headline(ana.headline_numbers(allrec, spec)))
+
+# %% tags=["headline"]
+fig = ana.headline_figure(allrec, spec, slug)
+cm.show(cm.missing_note(ana.sweep(allrec), "the qk_norm_rope sweep"))
+
+# %%
+fig = ana.roofline(allrec, spec, slug)
+
+# %% [markdown]
+# ## 5. Targets
+#
+# gluon-fused against `torch.compile(dynamic=False)` of the native formula (the baseline vLLM's
+# reviewers ask for): ≥ 1.0× in every cell of the D = 128 sweep and ≥ 3× geomean over it; ≥ 80% of the
+# datasheet bandwidth at T ≥ 4096.
+
+# %% tags=["targets"]
+cm.show(ana.targets(allrec))
+
+# %% [markdown]
+# ## 6. The sweep, per variant
+
+# %% tags=["fold"] fold_summary="µs per call at D = 128 for every variant, and gluon-fused's speed vs torch.compile"
+cm.show(ana.speed_table(allrec))
+
+# %% tags=["fold"] fold_summary="SOL % of the datasheet, every variant, every D"
+cm.show(ana.sol_table(allrec))
+
+# %% [markdown]
+# ## 7. Takeaways (computed from the records above)
+#
+# Not built yet (the note of this pattern's issue says why): a TMA/shared-memory variant with several
+# heads per CTA for large T, partial rotary in the Gluon kernel (the Triton and torch variants take
+# it), and the census of Inductor's generated Triton for the same formula.
+
+# %% tags=["takeaways"]
+cm.show(cm.takeaways(ana.takeaways(allrec, spec)))
+
+# %% [markdown]
+# ## Compare runs
+#
+# Per-case time ratios of two runs of this notebook (time B / time A; below 1.0 run B is faster).
+# Run B is the run shown (parameter `run`, default the newest), run A the parameter `compare_to`
+# (default: the newest earlier run sharing cases with B). The same from a shell:
+# `python -m gluon_lab compare 05-fused-qk-norm-rope RUN_A RUN_B`.
+
+# %%
+cm.show(cm.compare_runs(ctx, compare_to))
