@@ -10,6 +10,8 @@ Public API (one function per op spec, gluon_lab/specs/):
     gll.matmul(a, b, *, variant="auto")
     gll.group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, variant="auto")  # x: (B, C, *spatial)
     gll.instance_norm(x, weight=None, bias=None, eps=1e-5, *, variant="auto")           # group_norm, G = C
+    gll.qk_norm_rope(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_sin_cache, positions,
+                     eps=1e-6, is_neox=True, *, variant="auto")   # in place on packed QKV; returns qkv
     gll.variants(op)
 
 Importing this package never touches CUDA: GPU-only variants fail at call time with a clear error.
