@@ -172,7 +172,7 @@ cm.show(cm.missing_note(ana.timer_records(df), "the timer study"), repeats, vers
 #
 # These records were taken at git 4acbd78. The fast path changed after it in two small ways (an
 # output that is an input — in-place ops — and a per-call data check for ops that have one, none of
-# the ops in this table): one attribute lookup per call on this table's path, not re-timed yet.
+# the ops in this table): an extra argument and two attribute lookups per call on this path, not re-timed yet.
 
 # %%
 d_on, d_off = ana.dispatch_table(df), ana.dispatch_saving(df)
