@@ -851,17 +851,21 @@ class QkNormRopePlan:
     Ts: tuple = tuple(2 ** i for i in range(14))
     heads: tuple = ((16, 8), (32, 8), (64, 8))
     D: int = 128
-    variants: tuple = ("torch", "inductor", "triton", "gluon-fused")
+    variants: tuple = ("torch", "inductor", "triton", "gluon-fused", "gluon-persistent")
     dtype: str = "bfloat16"
     other_Ds: tuple = (64, 256)
     other_Ts: tuple = (1, 16, 256, 4096, 8192)
+    sweep_Ts: tuple = (4096, 8192)  # 'persistent-sweep': the large-T cells where the 80% target lives
+    sweep_warps: tuple = (4, 8)
+    sweep_ctas: tuple = (2, 4, 8)
 
     @classmethod
     def quick(cls):
-        return cls(Ts=(1, 64, 1024), heads=((32, 8), ), other_Ds=(64, ), other_Ts=(16, ))
+        return cls(Ts=(1, 64, 1024), heads=((32, 8), ), other_Ds=(64, ), other_Ts=(16, ), sweep_Ts=(1024, ),
+                   sweep_warps=(4, ), sweep_ctas=(2, 4))
 
 
-def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims")) -> list[dict]:
+def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims", "persistent-sweep")) -> list[dict]:
     cases = []
     shapes = []
     if "sweep" in parts:
@@ -872,11 +876,20 @@ def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims")) -> list[di
         for v in plan.variants:
             cases.append({"op": "qk_norm_rope", "variant": v, "shape": shape, "dtype": plan.dtype, "timer": "cudagraph",
                           "rotation": "partial"})
+    if "persistent-sweep" in parts:
+        for T in plan.sweep_Ts:
+            for (hq, hk) in plan.heads:
+                for nw in plan.sweep_warps:
+                    for k in plan.sweep_ctas:
+                        cases.append({"op": "qk_norm_rope", "variant": "gluon-persistent", "dtype": plan.dtype,
+                                      "shape": {"T": T, "Hq": hq, "Hk": hk, "D": plan.D, "R": plan.D},
+                                      "timer": "cudagraph", "rotation": "partial",
+                                      "config": {"num_warps": nw, "ctas_per_sm": k, "study": "persistent-sweep"}})
     return cases
 
 
 def run_qk_norm_rope(results_dir: str = "results", quick: bool = False, plan: QkNormRopePlan | None = None,
-                     parts=("sweep", "dims")):
+                     parts=("sweep", "dims", "persistent-sweep")):
     plan = plan or (QkNormRopePlan.quick() if quick else QkNormRopePlan())
     recs, s = measure_plan("05-fused-qk-norm-rope", results_dir, quick, qk_norm_rope_cases(plan, parts))
     return recs, s.save()

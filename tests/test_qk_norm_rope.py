@@ -156,6 +156,18 @@ def test_gluon_census_one_read_one_write_no_barrier(D, neox, dtype):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("neox", [True, False])
+def test_persistent_census_prefetches_without_a_barrier(D, neox):
+    c = _census(q.persistent_codegen, {"T": 4096, "Hq": 32, "Hk": 8, "D": D}, "bfloat16", is_neox=neox)
+    assert c["bar_sync"] == 0 and c["spill_bytes"] == 0 and c["registers"] <= 96, c
+    assert c["st_global_by_bits"] == {128: 2 if neox else 1}, c["st_global_by_bits"]
+    # qkv and the position loaded twice in the code: the prologue's tile and the loop's prefetch of the next
+    want = {128: 2 * 2 + 4 + 2, 64: 2} if neox else {128: 2 * 1 + 2, 64: 2 + 2}
+    assert c["ld_global_by_bits"] == want, c["ld_global_by_bits"]
+
+
+@pytest.mark.slow
 def test_triton_baseline_census_is_what_the_notebook_says():
     c = _census(q.triton_codegen, {"T": 4096, "Hq": 32, "Hk": 8, "D": 128}, "bfloat16")
     assert c["bar_sync"] >= 1  # the cross-warp sum

@@ -11,7 +11,7 @@ from gluon_lab import bench, registry, specs
 
 pytestmark = pytest.mark.gpu
 SPEC = specs.get("qk_norm_rope")
-VARIANTS = ("torch", "inductor", "triton", "gluon-fused")
+VARIANTS = ("torch", "inductor", "triton", "gluon-fused", "gluon-persistent")
 
 
 def _inputs(T, Hq, Hk, D, R, dtype, seed):
@@ -49,6 +49,15 @@ def test_every_variant_matches_float64(T, D, R, neox, dtype):
         # the error in ulps of the dtype at each element's magnitude (reported; rotation cancels, so a
         # small result can be several of its own ulps off while the absolute error is tiny)
         assert ok["passed"], (v, ok, f"{_ulps(out, ref, dtype):.1f} ulps")
+
+
+def test_persistent_strides_over_many_tiles_and_a_ragged_last_one():
+    # 4099 tokens x 24 heads = 98,376 units: 6,149 tiles over a grid of 4 x 132 CTAs (each CTA ~12 tiles)
+    inp = _inputs(4099, 16, 8, 128, 128, "bfloat16", seed=9)
+    ref = SPEC.reference(*inp)
+    out = gll.qk_norm_rope(*inp, variant="gluon-persistent")
+    torch.cuda.synchronize()
+    assert bench.compare(out, ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"]
 
 
 @pytest.mark.parametrize("v", VARIANTS)

@@ -12,7 +12,7 @@ from . import common as cm
 
 NB = "05-fused-qk-norm-rope"
 OP = "qk_norm_rope"
-VARIANTS = ("torch", "inductor", "triton", "gluon-fused")
+VARIANTS = ("torch", "inductor", "triton", "gluon-fused", "gluon-persistent")
 OURS = "gluon-fused"
 BASE = "inductor"  # torch.compile(dynamic=False) of the native formula: the baseline vLLM's reviewers ask for
 SWEEP_D = 128

@@ -38,50 +38,76 @@ from .hopper import H200_SMS, ITEMSIZE, cdiv, dtype_name, kernel_spec, short_dty
 # the Gluon kernel: register-resident halves
 
 @gluon.jit
-def qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, n_units, n_pos, eps, HQ: gl.constexpr,
-                        HK: gl.constexpr, D: gl.constexpr, NEOX: gl.constexpr, VEC: gl.constexpr,
-                        TPW_H: gl.constexpr, TPW_D: gl.constexpr, num_warps: gl.constexpr):
-    L: gl.constexpr = gl.BlockedLayout([1, VEC], [TPW_H, TPW_D], [num_warps, 1], [1, 0])
-    HEADS: gl.constexpr = TPW_H * num_warps
+def _tile_load(qkv_ptr, pos_ptr, tile, n_units, HQ: gl.constexpr, HK: gl.constexpr, D: gl.constexpr,
+               NEOX: gl.constexpr, L: gl.constexpr, HEADS: gl.constexpr):
+    """Issue the loads of one tile of HEADS (token, head) units: (a, b, off, m, is_q, pos). NeoX: a and
+    b are the two rotary halves [HEADS, D/2] in layout L; GPT-J: a (= b) the head as 32-bit words,
+    each holding a pair (2i, 2i+1)."""
     HALF: gl.constexpr = D // 2
     ROW: gl.constexpr = (HQ + 2 * HK) * D
-    u = gl.program_id(0) * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, L))
+    u = tile * HEADS + gl.arange(0, HEADS, layout=gl.SliceLayout(1, L))
     valid = u < n_units
     t = (u // (HQ + HK)).to(gl.int64)
     h = u % (HQ + HK)
     j = gl.arange(0, HALF, layout=gl.SliceLayout(0, L))
     m = gl.expand_dims(valid, 1)
-    is_q = gl.expand_dims(h < HQ, 1)
-    dt: gl.constexpr = qkv_ptr.dtype.element_ty
     if NEOX:
-        # one load per rotary half, both in layout L: element j of each half in the same thread
         off = gl.expand_dims(t * ROW + h * D, 1) + gl.expand_dims(j, 0)
-        x1 = gl.load(qkv_ptr + off, mask=m, other=0.0).to(gl.float32)
-        x2 = gl.load(qkv_ptr + off + HALF, mask=m, other=0.0).to(gl.float32)
-        w1 = gl.where(is_q, gl.expand_dims(gl.load(qw_ptr + j).to(gl.float32), 0),
-                      gl.expand_dims(gl.load(kw_ptr + j).to(gl.float32), 0))
-        w2 = gl.where(is_q, gl.expand_dims(gl.load(qw_ptr + HALF + j).to(gl.float32), 0),
-                      gl.expand_dims(gl.load(kw_ptr + HALF + j).to(gl.float32), 0))
+        a = gl.load(qkv_ptr + off, mask=m, other=0.0)
+        b = gl.load(qkv_ptr + off + HALF, mask=m, other=0.0)
     else:
-        # GPT-J pairs (2i, 2i+1) are one 32-bit word: one load of words, each split in registers
-        qkv32 = qkv_ptr.to(gl.pointer_type(gl.int32))
         off = gl.expand_dims((t * ROW + h * D) // 2, 1) + gl.expand_dims(j, 0)
-        wv = gl.load(qkv32 + off, mask=m, other=0)
-        x1 = (wv & 0xFFFF).to(gl.int16).to(dt, bitcast=True).to(gl.float32)
-        x2 = (wv >> 16).to(gl.int16).to(dt, bitcast=True).to(gl.float32)
-        qw = gl.expand_dims(gl.load(qw_ptr.to(gl.pointer_type(gl.int32)) + j), 0)
-        kw = gl.expand_dims(gl.load(kw_ptr.to(gl.pointer_type(gl.int32)) + j), 0)
-        ww = gl.where(is_q, qw, kw)
-        w1 = (ww & 0xFFFF).to(gl.int16).to(dt, bitcast=True).to(gl.float32)
-        w2 = (ww >> 16).to(gl.int16).to(dt, bitcast=True).to(gl.float32)
-    rstd = gl.expand_dims(gl.rsqrt(gl.sum(x1 * x1 + x2 * x2, axis=1) / D + eps), 1)
+        a = gl.load(qkv_ptr.to(gl.pointer_type(gl.int32)) + off, mask=m, other=0)
+        b = a
     pos = gl.load(pos_ptr + t, mask=valid, other=0)
-    ok = gl.expand_dims(valid & (pos >= 0) & (pos < n_pos), 1)
+    return a, b, off, m, gl.expand_dims(h < HQ, 1), pos
+
+
+@gluon.jit
+def _halves(a, b, dt: gl.constexpr, NEOX: gl.constexpr):
+    """fp32 (x1, x2): the rotary halves (NeoX) or the even / odd elements (GPT-J words split)."""
+    if NEOX:
+        return a.to(gl.float32), b.to(gl.float32)
+    else:
+        return ((a & 0xFFFF).to(gl.int16).to(dt, bitcast=True).to(gl.float32),
+                (a >> 16).to(gl.int16).to(dt, bitcast=True).to(gl.float32))
+
+
+@gluon.jit
+def _weights(qw_ptr, kw_ptr, dt: gl.constexpr, D: gl.constexpr, NEOX: gl.constexpr, L: gl.constexpr):
+    """(qw1, qw2, kw1, kw2) [1, D/2] fp32 in layout L, matching _halves."""
+    HALF: gl.constexpr = D // 2
+    j = gl.arange(0, HALF, layout=gl.SliceLayout(0, L))
+    if NEOX:
+        qa = gl.load(qw_ptr + j)
+        qb = gl.load(qw_ptr + HALF + j)
+        ka = gl.load(kw_ptr + j)
+        kb = gl.load(kw_ptr + HALF + j)
+    else:
+        qa = gl.load(qw_ptr.to(gl.pointer_type(gl.int32)) + j)
+        qb = qa
+        ka = gl.load(kw_ptr.to(gl.pointer_type(gl.int32)) + j)
+        kb = ka
+    q1, q2 = _halves(qa, qb, dt, NEOX)
+    k1, k2 = _halves(ka, kb, dt, NEOX)
+    return (gl.expand_dims(q1, 0), gl.expand_dims(q2, 0), gl.expand_dims(k1, 0), gl.expand_dims(k2, 0))
+
+
+@gluon.jit
+def _tile_finish(qkv_ptr, cache_ptr, a, b, off, m, is_q, pos, qw1, qw2, kw1, kw2, n_pos, eps, D: gl.constexpr,
+                 NEOX: gl.constexpr, L: gl.constexpr):
+    """Norm (warp-local reduction over both halves), weights, rotation, and the store(s) of a tile."""
+    HALF: gl.constexpr = D // 2
+    dt: gl.constexpr = qkv_ptr.dtype.element_ty
+    x1, x2 = _halves(a, b, dt, NEOX)
+    rstd = gl.expand_dims(gl.rsqrt(gl.sum(x1 * x1 + x2 * x2, axis=1) / D + eps), 1)
+    j = gl.arange(0, HALF, layout=gl.SliceLayout(0, L))
+    ok = m & gl.expand_dims((pos >= 0) & (pos < n_pos), 1)
     coff = gl.expand_dims(pos * D, 1) + gl.expand_dims(j, 0)  # rotary_dim == D: cos at [0, D/2), sin after
     c = gl.load(cache_ptr + coff, mask=ok, other=float("nan")).to(gl.float32)
     s = gl.load(cache_ptr + coff + HALF, mask=ok, other=float("nan")).to(gl.float32)
-    y1 = x1 * rstd * w1
-    y2 = x2 * rstd * w2
+    y1 = x1 * rstd * gl.where(is_q, qw1, kw1)
+    y2 = x2 * rstd * gl.where(is_q, qw2, kw2)
     o1 = (y1 * c - y2 * s).to(dt)
     o2 = (y2 * c + y1 * s).to(dt)
     if NEOX:
@@ -90,7 +116,42 @@ def qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, n_units, n_
     else:
         lo = o1.to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
         hi = o2.to(gl.int16, bitcast=True).to(gl.int32) << 16
-        gl.store(qkv32 + off, lo | hi, mask=m)
+        gl.store(qkv_ptr.to(gl.pointer_type(gl.int32)) + off, lo | hi, mask=m)
+
+
+@gluon.jit
+def qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, n_units, n_pos, eps, HQ: gl.constexpr,
+                        HK: gl.constexpr, D: gl.constexpr, NEOX: gl.constexpr, VEC: gl.constexpr,
+                        TPW_H: gl.constexpr, TPW_D: gl.constexpr, num_warps: gl.constexpr):
+    """One tile per CTA: load, reduce, rotate, store."""
+    L: gl.constexpr = gl.BlockedLayout([1, VEC], [TPW_H, TPW_D], [num_warps, 1], [1, 0])
+    HEADS: gl.constexpr = TPW_H * num_warps
+    dt: gl.constexpr = qkv_ptr.dtype.element_ty
+    a, b, off, m, is_q, pos = _tile_load(qkv_ptr, pos_ptr, gl.program_id(0), n_units, HQ, HK, D, NEOX, L, HEADS)
+    qw1, qw2, kw1, kw2 = _weights(qw_ptr, kw_ptr, dt, D, NEOX, L)
+    _tile_finish(qkv_ptr, cache_ptr, a, b, off, m, is_q, pos, qw1, qw2, kw1, kw2, n_pos, eps, D, NEOX, L)
+
+
+@gluon.jit
+def qk_norm_rope_persistent_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, n_units, n_tiles, n_pos, eps,
+                                   HQ: gl.constexpr, HK: gl.constexpr, D: gl.constexpr, NEOX: gl.constexpr,
+                                   VEC: gl.constexpr, TPW_H: gl.constexpr, TPW_D: gl.constexpr,
+                                   num_warps: gl.constexpr):
+    """Persistent: CTA p takes tiles p, p + grid, ...; the weights are loaded once, and the next tile's
+    qkv and positions are loaded (into registers) before the current tile is reduced, rotated and
+    stored, so a tile's load latency hides behind the previous tile's work."""
+    L: gl.constexpr = gl.BlockedLayout([1, VEC], [TPW_H, TPW_D], [num_warps, 1], [1, 0])
+    HEADS: gl.constexpr = TPW_H * num_warps
+    dt: gl.constexpr = qkv_ptr.dtype.element_ty
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    qw1, qw2, kw1, kw2 = _weights(qw_ptr, kw_ptr, dt, D, NEOX, L)
+    a, b, off, m, is_q, pos = _tile_load(qkv_ptr, pos_ptr, pid, n_units, HQ, HK, D, NEOX, L, HEADS)
+    for tile in range(pid, n_tiles, nprog):
+        na, nb, noff, nm, nis_q, npos = _tile_load(qkv_ptr, pos_ptr, tile + nprog, n_units, HQ, HK, D, NEOX, L,
+                                                   HEADS)
+        _tile_finish(qkv_ptr, cache_ptr, a, b, off, m, is_q, pos, qw1, qw2, kw1, kw2, n_pos, eps, D, NEOX, L)
+        a, b, off, m, is_q, pos = na, nb, noff, nm, nis_q, npos
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +231,62 @@ def fused_codegen(shape: dict, dtype: str, config: FusedConfig | None = None, ca
     return kernel_spec(qk_norm_rope_kernel, args, ce, num_warps=cfg.num_warps)
 
 
+@dataclasses.dataclass(frozen=True)
+class PersistentConfig:
+    num_warps: int = 4
+    ctas_per_sm: int = 4
+
+    @classmethod
+    def heuristic(cls, shape: dict, dtype: str) -> "PersistentConfig":
+        # 4 warps (16 heads at D = 128) and 4 CTAs per SM: two tiles live per thread (~80 registers),
+        # 16 warps per SM keep ~2 x 16 KB of qkv loads in flight per SM, above the ~36 KB/SM that
+        # 4.8 TB/s x ~1 us of latency needs only together with the prefetch. Not swept yet: the 05 plan's
+        # 'persistent-sweep' part measures num_warps x ctas_per_sm.
+        return cls()
+
+    def grid(self, n_tiles: int, sms: int) -> int:
+        return max(1, min(n_tiles, self.ctas_per_sm * sms))
+
+
+def persistent_configure(shape: dict, dtype: str, overrides: dict) -> PersistentConfig:
+    cfg = PersistentConfig.heuristic(shape, dtype)
+    known = {f.name for f in dataclasses.fields(PersistentConfig)}
+    cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
+    if cfg.num_warps not in (1, 2, 4, 8) or not 1 <= cfg.ctas_per_sm <= 32:
+        raise ValueError(f"num_warps must be 1, 2, 4 or 8 and ctas_per_sm in [1, 32]; got {cfg}")
+    return cfg
+
+
+def persistent(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_sin_cache, positions, *, eps,
+               is_neox, config: PersistentConfig | None = None):
+    from .hopper import num_sms
+    fused_check(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_sin_cache, positions)
+    T = qkv.shape[0]
+    dt = dtype_name(qkv)
+    cfg = config or PersistentConfig.heuristic({"T": T, "Hq": num_heads_q, "Hk": num_heads_k, "D": head_dim}, dt)
+    vec, tpw_h, tpw_d = FusedConfig.lanes(head_dim, dt, is_neox)
+    units = T * (num_heads_q + num_heads_k)
+    if units:
+        n_tiles = cdiv(units, tpw_h * cfg.num_warps)
+        qk_norm_rope_persistent_kernel[(cfg.grid(n_tiles, num_sms(qkv.device)), )](
+            qkv, q_weight, k_weight, cos_sin_cache, positions, units, n_tiles, cos_sin_cache.shape[0], eps,
+            HQ=num_heads_q, HK=num_heads_k, D=head_dim, NEOX=is_neox, VEC=vec, TPW_H=tpw_h, TPW_D=tpw_d,
+            num_warps=cfg.num_warps)
+    return qkv
+
+
+def persistent_codegen(shape: dict, dtype: str, config: PersistentConfig | None = None, cache_dtype: str | None = None,
+                       is_neox: bool = True):
+    cfg = config or PersistentConfig.heuristic(shape, dtype)
+    vec, tpw_h, tpw_d = FusedConfig.lanes(shape["D"], dtype, is_neox)
+    p = f"*{short_dtype(dtype)}"
+    args = {"qkv_ptr": p, "qw_ptr": p, "kw_ptr": p, "cache_ptr": f"*{short_dtype(cache_dtype or dtype)}",
+            "pos_ptr": "*i64", "n_units": "i32", "n_tiles": "i32", "n_pos": "i32", "eps": "fp32"}
+    ce = dict(HQ=shape["Hq"], HK=shape["Hk"], D=shape["D"], NEOX=is_neox, VEC=vec, TPW_H=tpw_h, TPW_D=tpw_d,
+              num_warps=cfg.num_warps)
+    return kernel_spec(qk_norm_rope_persistent_kernel, args, ce, num_warps=cfg.num_warps)
+
+
 # ----------------------------------------------------------------------------------------------
 # the plain Triton baseline: one program per (token, head), any rotary_dim, NeoX or GPT-J
 
@@ -247,6 +364,16 @@ def _register():
              roots=(qk_norm_rope_kernel, FusedConfig, fused, fused_check),
              description="register-resident: both rotary halves of HEADS heads per CTA from two 128-bit loads, "
                          "warp-local reduction, rotation in registers, two stores")(gluon_fn)
+
+    def persistent_fn(*inputs, eps, is_neox, out=None, config=None):
+        return persistent(*inputs, eps=eps, is_neox=is_neox, config=config)
+
+    register("qk_norm_rope", "gluon-persistent", pattern="fused-rope", needs_hopper=True, check=gluon_check,
+             configure=persistent_configure, codegen=persistent_codegen,
+             knobs={"num_warps": (2, 4, 8), "ctas_per_sm": (2, 4, 8)},
+             roots=(qk_norm_rope_persistent_kernel, PersistentConfig, persistent, fused_check, FusedConfig.lanes),
+             description="persistent: CTAs stride over tiles of heads, the next tile's qkv and positions loaded into "
+                         "registers before the current one is reduced, rotated and stored")(persistent_fn)
 
     def triton_fn(*inputs, eps, is_neox, out=None):
         return triton_variant(*inputs, eps=eps, is_neox=is_neox)
