@@ -81,8 +81,14 @@ cm.show(cm.overview(ctx, allrec))
 # fills two waves of the SMs, one warp per CTA below that (decode: the few heads spread over as
 # many SMs as possible).
 
-# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/qk_norm_rope.py (qk_norm_rope_kernel)"
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/qk_norm_rope.py (qk_norm_rope_kernel and its helpers)"
 print(ana.kernel_source())
+
+# %% [markdown]
+# A second schedule, **gluon-persistent**, keeps CTAs resident: each strides over tiles, loads the
+# weights once, and loads the *next* tile's qkv and positions into registers before it reduces,
+# rotates and stores the current one (one tile of prefetch, ~72 registers per thread). Section 6
+# sweeps its warps and CTAs per SM; it is measured everywhere next to gluon-fused.
 
 # %% [markdown]
 # ## 3. What the sm_90 code does (compiled here, on the CPU)
@@ -129,11 +135,19 @@ cm.show(ana.speed_table(allrec))
 cm.show(ana.sol_table(allrec))
 
 # %% [markdown]
+# gluon-persistent's knobs at the large-T cells (num_warps × CTAs per SM), next to gluon-fused's
+# heuristic in the same cells.
+
+# %%
+cm.show(ana.persistent_sweep(allrec))
+
+# %% [markdown]
 # ## 7. Takeaways (computed from the records above)
 #
-# Not built yet (the note of this pattern's issue says why): a TMA/shared-memory variant with several
-# heads per CTA for large T, partial rotary in the Gluon kernel (the Triton and torch variants take
-# it), and the census of Inductor's generated Triton for the same formula.
+# Not built yet: a TMA/shared-memory variant with several heads per CTA for large T (the register
+# prefetch of gluon-persistent did not beat one-shot CTAs), partial rotary in the Gluon kernels (the
+# Triton and torch variants take it), and the census of Inductor's generated Triton for the same
+# formula (it needs a GPU run to capture).
 
 # %% tags=["takeaways"]
 cm.show(cm.takeaways(ana.takeaways(allrec, spec)))

@@ -27,14 +27,16 @@ def measure(ctx: cm.Context, quick: bool = False, parts=("sweep", "dims")):
 
 
 def kernel_source() -> str:
+    """The one-tile-per-CTA kernel and the helpers it shares with the persistent one."""
     import inspect
-    from ..kernels import qk_norm_rope
-    return inspect.getsource(qk_norm_rope.qk_norm_rope_kernel.fn)
+    from ..kernels import qk_norm_rope as q
+    return "\n\n".join(inspect.getsource(k.fn) for k in (q._tile_load, q._halves, q._weights, q._tile_finish,
+                                                             q.qk_norm_rope_kernel, q.qk_norm_rope_persistent_kernel))
 
 
 def census_table(Ds=(64, 128, 256)):
-    """sm_90 census (compiled here on the CPU) of gluon-fused (NeoX and GPT-J, 1 and 4 warps) and the
-    Triton baseline at (Hq, Hk) = (32, 8), bf16."""
+    """sm_90 census (compiled here on the CPU) of gluon-fused (NeoX and GPT-J, 1 and 4 warps),
+    gluon-persistent (its heuristic config) and the Triton baseline at (Hq, Hk) = (32, 8), bf16."""
     from .. import codegen
     from ..kernels import qk_norm_rope as q
     rows = {}
@@ -45,6 +47,9 @@ def census_table(Ds=(64, 128, 256)):
                 spec = q.fused_codegen(shape, "bfloat16", config=q.FusedConfig(nw), is_neox=neox)
                 k = codegen.compile_sm90(**{a: b for a, b in spec.items() if a != "options"})
                 rows[f"gluon-fused D={D} {'neox' if neox else 'gptj'} {nw}w"] = codegen.census(k)
+        spec = q.persistent_codegen(shape, "bfloat16")
+        rows[f"gluon-persistent D={D} neox"] = codegen.census(codegen.compile_sm90(**{a: b for a, b in spec.items()
+                                                                                       if a != "options"}))
         spec = q.triton_codegen(shape, "bfloat16")
         rows[f"triton D={D} neox"] = codegen.census(codegen.compile_sm90(**{a: b for a, b in spec.items()
                                                                               if a != "options"}))
@@ -56,13 +61,41 @@ def census_view(ct) -> list:
 
 
 # ---- records -------------------------------------------------------------------------------------
+def _newest(df):
+    from .. import results
+    d = df[df["op"] == OP]
+    return results.latest(d) if len(d) else d.copy()
+
+
 def sweep(df):
-    """This op's passing records with T, Hq, Hk, D, R columns and µs."""
+    """The heuristic-config records of this op (newest per case, passing) with T, Hq, Hk, D, R and µs;
+    the knob sweep's records are `persistent_sweep`'s."""
     if not len(df):
         return df.copy()
-    d = cm.passed(df[df["op"] == OP]).copy()
+    d = cm.passed(_newest(df)).copy()
+    d = d[~d["config_key"].str.contains('"study"', regex=False)]
     d["us"] = 1000 * d["ms_median"].astype(float)
     return d
+
+
+def persistent_sweep(df):
+    """gluon-persistent's num_warps x ctas_per_sm sweep (newest run holding it): SOL % per cell and config,
+    gluon-fused's SOL in the same cells for comparison."""
+    if not len(df):
+        return None
+    d = cm.passed(_newest(df))
+    s = d[d["config_key"].str.contains('"study": "persistent-sweep"', regex=False)].copy()
+    if not len(s):
+        return None
+    s["config"] = [f"{c.get('num_warps')}w × {c.get('ctas_per_sm')}/SM" for c in s["config"]]
+    piv = s.pivot_table(index=["Hq", "Hk", "T"], columns="config", values="sol_datasheet_pct")
+    f = sweep(df)
+    f = f[(f["variant"] == OURS) & (f["D"] == SWEEP_D)].set_index(["Hq", "Hk", "T"])["sol_datasheet_pct"] \
+        if len(f) else None
+    if f is not None:
+        piv[f"{OURS} (heuristic)"] = f.reindex(piv.index)
+    piv.columns.name = "SOL % of datasheet, D = 128"
+    return piv.round(1)
 
 
 def speed_table(df, D: int = SWEEP_D):
@@ -205,6 +238,16 @@ def takeaways(df, spec) -> list[str]:
             lines.append(f"torch.compile of the native formula: {ind['sol_datasheet_pct'].min():.1f}–"
                          f"{ind['sol_datasheet_pct'].max():.1f}% of the datasheet at T ≥ {SOL_FROM_T}; eager torch "
                          f"{d[(d['variant'] == 'torch') & (d['T'] >= SOL_FROM_T)]['sol_datasheet_pct'].max():.1f}% at best.")
+        ps = persistent_sweep(df)
+        if ps is not None and f"{OURS} (heuristic)" in ps:
+            cfgs = ps.drop(columns=[f"{OURS} (heuristic)"])
+            best = cfgs.max(axis=1)
+            gap = (ps[f"{OURS} (heuristic)"] - best)
+            lines.append(f"gluon-persistent (register prefetch of the next tile, weights once per CTA) is slower than the "
+                         f"one-tile-per-CTA kernel: its best swept config ({cfgs.mean().idxmax()} on average) reaches "
+                         f"{best.min():.1f}–{best.max():.1f}% at T ≥ {SOL_FROM_T}, {gap.min():.1f}–{gap.max():.1f} points "
+                         f"below gluon-fused in the same cells — a grid of one-shot CTAs at full occupancy hides the "
+                         "latency better than a few resident CTAs with one tile of prefetch.")
         part = d[d["notes"].fillna("").str.startswith("partial rotation")]
         if len(part):
             lines.append(f"{len(part)} small-T records were timed with partial rotation (256 copies, below 3× L2; named "
