@@ -10,6 +10,12 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30
 OUT=${OUT:-/tmp/out}
+# The device's copy of the tree carries the last *landed* commit in .git, not the commit being measured:
+# records must name the commit the caller committed and copied (git rev-parse HEAD on the caller's side).
+if [ -z "${GLUON_LAB_GIT_COMMIT:-}" ]; then
+  echo "h200_batch.sh: set GLUON_LAB_GIT_COMMIT to the full sha of the committed tree being measured" >&2
+  exit 2
+fi
 mkdir -p "$OUT/results"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
