@@ -389,6 +389,15 @@ class _PtrAt:
         return self.p
 
 
+class _Geometry:
+    """What a descriptor argument keeps of the recorded TensorDescriptor: no reference to its tensor
+    (a plan must not keep the first call's inputs and outputs alive)."""
+    __slots__ = ("shape", "strides", "padding")
+
+    def __init__(self, d):
+        self.shape, self.strides, self.padding = list(d.shape), list(d.strides), d.padding
+
+
 class _DescAt:
     __slots__ = ("base", "shape", "strides", "padding")
 
@@ -445,7 +454,9 @@ class _Step:
                     raise _Unplannable(f"argument {name} is not a host tensor descriptor")
                 j, off = operands.locate(v.base)
                 expanded = list(nv.make_tensordesc_arg(v, meta))
-                self.desc_slots.append(_DescSlot(len(template), j, off, v, meta, nv.make_tensordesc_arg))
+                expanded[0] = None  # the map / base of THIS call's tensor: rebuilt per call, never kept
+                geometry = _Geometry(v)  # shape, strides, padding only: the plan holds no tensor
+                self.desc_slots.append(_DescSlot(len(template), j, off, geometry, meta, nv.make_tensordesc_arg))
                 template.extend(expanded)
             elif isinstance(ty, str) and ty.startswith("*"):
                 if v is None:
@@ -453,7 +464,7 @@ class _Step:
                 elif isinstance(v, torch.Tensor):
                     j, off = operands.locate(v)
                     self.ptr_slots.append((len(template), j, off))
-                    template.append(v.data_ptr())
+                    template.append(None)  # filled per call
                 else:
                     raise _Unplannable(f"pointer argument {name} is a {type(v).__name__}")
             elif isinstance(v, (bool, int, float)) or v is None:

@@ -147,3 +147,17 @@ def test_auto_replays_the_variant_it_chose():
     assert plan is not None
     assert plan.kind == ("direct" if registry.get_variant("rms_norm", chosen).differentiable else "launches")
     torch.testing.assert_close(gll.rms_norm(x, w), gll.rms_norm(x, w, variant=chosen), atol=0, rtol=0)
+
+
+def test_a_plan_keeps_no_tensor_of_the_recorded_call_alive():
+    import gc
+    import weakref
+    fastpath.clear()
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    y = gll.rms_norm(x, w, variant="gluon-tma")  # records the plan (TMA descriptors over x and y)
+    assert fastpath.plan_of("rms_norm", x, w, variant="gluon-tma").kind == "launches"
+    refs = [weakref.ref(x), weakref.ref(y)]
+    del x, y
+    gc.collect()
+    assert all(r() is None for r in refs), "the plan holds the first call's tensors"
