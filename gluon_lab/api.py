@@ -77,14 +77,20 @@ def make_public(spec):
     inputs = "".join(f"{o.name}, " for o in spec.inputs)
     scalars = ", ".join(f"{k!r}: {k}" for k in spec.scalars)
     args = ", ".join([o.name for o in spec.inputs] + list(spec.scalars) + ["variant"])
+    scalars_kw = "".join(f"{k}={k}, " for k in spec.scalars)
     inplace = getattr(spec, "inplace", None)
     traced = f"        _op({args})\n        return {inplace}\n" if inplace else f"        return _op({args})\n"
+    # while compiling, a call that needs the gradient takes the eager formulation (traced as torch ops,
+    # as api.call's auto / torch would run it); the custom op refuses grad by name
     src = (f"def {spec.name}({', '.join(params)}, *, variant='auto'):\n"
            f"    if _compiling():\n"
+           f"        if variant in ('auto', 'torch') and _needs_grad(_spec, ({inputs})):\n"
+           f"            return _spec.eager({inputs}{scalars_kw})\n"
            f"{traced}"
            f"    return _call(_spec, ({inputs}), {{{scalars}}}, variant)\n")
     from .library import op
-    ns = {"_call": call, "_spec": spec, "_op": op(spec.name, call), "_compiling": torch.compiler.is_compiling}
+    ns = {"_call": call, "_spec": spec, "_op": op(spec.name, call), "_compiling": torch.compiler.is_compiling,
+          "_needs_grad": _needs_grad}
     exec(compile(src, f"<gluon_lab.api.{spec.name}>", "exec"), ns)
     fn = ns[spec.name]
     fn.__doc__ = spec.doc

@@ -109,7 +109,7 @@ def call(spec, inputs: tuple, scalars: dict, variant: str, prepare):
         return scalars if v is None else v.fn(*inputs, **scalars)
     key = signature(spec, inputs, scalars, variant)
     plan = _PLANS.get(key) if key is not None else None
-    if plan is not None:
+    if plan is not None and getattr(_tls, "recorder", None) is None:  # inside a recording: the full path
         ptrs = _ptrs(inputs)
         if ptrs is not None:
             check = getattr(spec, "data_check", None)
@@ -281,6 +281,9 @@ def _build(rec, v, scalars, inputs, out):
             plan = _build_launches(rec, inputs, outs, isinstance(out, tuple))
         except _Unplannable as e:
             _stats["last_unplannable"] = f"{v.op}/{v.name}: {e}"
+        except Exception as e:  # noqa: BLE001 - triton internals moved (an upgrade): the call already ran,
+            # so it must not fail now; the signature gets a direct plan and the reason is kept
+            _stats["last_unplannable"] = f"{v.op}/{v.name}: {type(e).__name__}: {e}"
     if plan is None:
         plan = _Direct(v, scalars)
     _stats["planned_" + plan.kind] += 1

@@ -83,8 +83,25 @@ def _register(spec, call) -> None:
     _LIB.impl(spec.name, real, "CPU")
     _LIB.impl(spec.name, real, "CUDA")
     torch.library.register_fake(qual, fake, lib=_LIB)
-    if not inplace:  # torch.library has no autograd registration for mutating ops: api.prepare refuses grad
+    if not inplace:
         torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_LIB)
+    else:
+        # torch.library has no autograd formula for mutating ops; without a kernel at the Autograd key a
+        # compiled graph would treat the op as identity in the backward (silently wrong gradients). This
+        # kernel refuses inputs that require grad (eager and while torch.compile traces), else runs below
+        # autograd. A backward kernel plugs in here.
+        overload = lambda: getattr(getattr(torch.ops, NAMESPACE), spec.name).default  # noqa: E731
+
+        def autograd(*args):
+            if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+                raise RuntimeError(
+                    f"{NAMESPACE}::{spec.name} has no backward kernel yet, and an input requires grad: it updates "
+                    "its input in place, so the gradient would silently skip it. Run it under torch.no_grad() / "
+                    "on detached inputs")
+            with torch._C._AutoDispatchBelowAutograd():
+                return overload()(*args)
+
+        _LIB.impl(spec.name, autograd, "Autograd")
 
 
 _REGISTERED: set = set()

@@ -110,6 +110,8 @@ def write(table: dict, path: Path = TABLE_PATH) -> Path:
     atomic_write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
     _table = None  # this process reads the new table on its next auto call
     _decisions.clear()
+    from . import fastpath
+    fastpath.clear()  # plans of variant="auto" calls replay the variant the old table chose
     return path
 
 

@@ -162,3 +162,12 @@ def test_plan_cache_is_bounded(monkeypatch):
     for m in range(1, 6):
         gll.rms_norm(torch.randn(m, 16), w)
     assert fastpath.stats()["plans"] <= 3
+
+
+def test_a_new_selection_table_drops_the_plans(tmp_path):
+    from gluon_lab import selection
+    x, w = torch.randn(8, 64), torch.randn(64)
+    gll.rms_norm(x, w)
+    assert fastpath.stats()["plans"] == 1
+    selection.write(selection.load_table(), tmp_path / "selection.json")
+    assert fastpath.stats()["plans"] == 0

@@ -180,3 +180,25 @@ def test_pass_uuid_is_stable_and_names_the_devices():
     a, b = gli.options(CPU)["post_grad_custom_pre_pass"], gli.options(CPU)["post_grad_custom_pre_pass"]
     assert a.uuid() == b.uuid() and a.uuid() != gli.options()["post_grad_custom_pre_pass"].uuid()
     assert a.n_patterns > 100
+
+
+def test_mean_over_every_dim_is_left_alone():
+    x, w = _t(4, N), _t(N, mean=1.0)
+
+    def f(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(dim=None, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+
+    out, ops = _compile(f, x, w)
+    assert ops == {}
+    torch.testing.assert_close(out, f(x, w), atol=2e-2, rtol=2e-2)
+
+
+def test_uuid_is_none_over_a_plain_callable_pass():
+    from torch._inductor import config
+    old = config.post_grad_custom_pre_pass
+    config.post_grad_custom_pre_pass = lambda g: None
+    try:
+        assert gli.options(CPU)["post_grad_custom_pre_pass"].uuid() is None  # Inductor bypasses its cache
+    finally:
+        config.post_grad_custom_pre_pass = old

@@ -181,3 +181,32 @@ def test_heuristic_reasons():
     assert q.FusedConfig.lanes(128, "bfloat16") == (8, 4, 8) and q.FusedConfig.lanes(128, "bfloat16", False) == (4, 2, 16)
     with pytest.raises(ValueError, match="num_warps must be 1, 2, 4 or 8"):
         q.configure({"T": 1, "Hq": 1, "Hk": 1, "D": 64}, "bfloat16", {"num_warps": 3})
+
+
+def test_strided_positions_and_weights_are_refused():
+    qkv, Hq, Hk, D, qw, kw, cache, pos = _inputs()
+    p2 = torch.stack((pos, pos), dim=1)
+    with pytest.raises(ValueError, match=r"positions must be contiguous \(stride 1\)"):
+        gll.qk_norm_rope(qkv, Hq, Hk, D, qw, kw, cache, p2[:, 0])
+    w2 = torch.stack((qw, qw), dim=1)
+    with pytest.raises(ValueError, match=r"q_weight must be contiguous \(stride 1\)"):
+        gll.qk_norm_rope(qkv, Hq, Hk, D, w2[:, 0], kw, cache, pos)
+
+
+def test_compiled_in_place_op_keeps_the_gradient_or_refuses_by_name():
+    qkv, Hq, Hk, D, qw, kw, cache, pos = _inputs(seed=8)
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, qkv.shape[1], dtype=torch.bfloat16)
+    x = torch.randn(5, 16, dtype=torch.bfloat16)
+
+    def f(x, variant="auto"):
+        return gll.qk_norm_rope(lin(x), Hq, Hk, D, qw, kw, cache, pos, variant=variant)
+
+    grads = []
+    for fn in (f, torch.compile(f, backend="aot_eager", fullgraph=True)):
+        lin.weight.grad = None
+        (fn(x).float() ** 2).sum().backward()
+        grads.append(lin.weight.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1], atol=0, rtol=0)  # auto needs grad: the eager formulation
+    with pytest.raises(Exception, match="has no backward kernel yet"):  # an explicit kernel variant refuses
+        torch.compile(lambda x: f(x, "triton"), backend="aot_eager")(x)

@@ -53,6 +53,8 @@ def _validate(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_s
             raise TypeError(f"{name}.dtype must equal qkv.dtype ({qkv.dtype}); got {w.dtype}")
         if w.device != qkv.device:
             raise ValueError(f"{name} must be on qkv's device ({qkv.device}); got {w.device}")
+        if w.stride(0) != 1:
+            raise ValueError(f"{name} must be contiguous (stride 1); got stride {w.stride(0)}. Call .contiguous()")
     cache = cos_sin_cache
     if not isinstance(cache, torch.Tensor):
         raise TypeError(f"cos_sin_cache must be a torch.Tensor, got {type(cache).__name__}")
@@ -76,6 +78,9 @@ def _validate(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_s
         raise ValueError(f"positions must have shape ({T},) (one per token of qkv); got {tuple(positions.shape)}")
     if positions.device != qkv.device:
         raise ValueError(f"positions must be on qkv's device ({qkv.device}); got {positions.device}")
+    if T > 1 and positions.stride(0) != 1:
+        raise ValueError(f"positions must be contiguous (stride 1); got stride {positions.stride(0)}. Call "
+                         ".contiguous()")
     if not isinstance(is_neox, bool):
         raise TypeError(f"is_neox must be a bool; got {is_neox!r}")
     return {"eps": check_eps(eps), "is_neox": is_neox}
