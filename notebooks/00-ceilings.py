@@ -170,9 +170,10 @@ cm.show(cm.missing_note(ana.timer_records(df), "the timer study"), repeats, vers
 # C = 256, 16×16, batch B), for every available variant; QuACK's `rmsnorm` when it is installed.
 # The second table times rms_norm's gluon-lab variants with the fast path off.
 #
-# These records were taken at git 4acbd78. The fast path changed after it in two small ways (an
-# output that is an input — in-place ops — and a per-call data check for ops that have one, none of
-# the ops in this table): an extra argument and two attribute lookups per call on this path, not re-timed yet.
+# These records were taken at git 4acbd78. The fast path changed after it in small host-side ways
+# (in-place outputs, a per-call data check for ops that have one — none of the ops in this table —,
+# no plan hit inside a recording, a plan that keeps no tensor alive): an extra argument, a
+# thread-local lookup and two attribute lookups per call on this path, not re-timed yet.
 
 # %%
 d_on, d_off = ana.dispatch_table(df), ana.dispatch_saving(df)
