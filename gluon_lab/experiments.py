@@ -93,14 +93,6 @@ def dispatch_shapes(op: str, Ms=DISPATCH_MS, N: int = 4096) -> list[dict]:
     return [{"M": M, "N": N} for M in Ms]
 
 
-def host_loop_ms(fn, calls: int = 200, repeats: int = 7, warmup: int = 20) -> tuple:
-    """Host wall time per call of a plain loop of `calls` calls (ms): (median, min, max) over
-    `repeats` loops, each after a synchronize, none synchronizing inside (200 launches stay far
-    below the launch queue's depth, so the loop runs at the host's pace even when the kernel is
-    longer)."""
-    return _summary(host_loops({"fn": fn}, calls, repeats, warmup)["fn"])
-
-
 def host_loops(fns: dict, calls: int = 200, repeats: int = 7, warmup: int = 20) -> dict:
     """{name: [ms per call of each loop]}: the callables timed in rounds — each round one loop of
     `calls` calls of every callable in turn — so all of them see the same host state. The host's

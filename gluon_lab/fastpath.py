@@ -322,7 +322,6 @@ class _Alloc:
 
 
 def _build_launches(rec, inputs, outs, is_tuple):
-    n_in = len(inputs)
     in_ranges = _Operands(inputs).ranges
     allocs, fresh = [], []
     for o in outs:
@@ -339,7 +338,7 @@ def _build_launches(rec, inputs, outs, is_tuple):
         fresh.append(o)
     operands = _Operands(list(inputs) + fresh)
     steps = tuple(_Step(launch, operands) for launch in rec.launches)
-    return _Launches(steps, tuple(allocs), n_in, is_tuple)
+    return _Launches(steps, tuple(allocs), is_tuple)
 
 
 class _Same:
@@ -356,8 +355,8 @@ class _Same:
 class _Launches:
     kind = "launches"
 
-    def __init__(self, steps, allocs, n_in, is_tuple):
-        self.steps, self.allocs, self.n_in, self.is_tuple = steps, allocs, n_in, is_tuple
+    def __init__(self, steps, allocs, is_tuple):
+        self.steps, self.allocs, self.is_tuple = steps, allocs, is_tuple
 
     def run(self, inputs, ptrs):
         outs = [a.new(inputs) for a in self.allocs]

@@ -219,16 +219,23 @@ def fused(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_sin_c
     return qkv
 
 
-def fused_codegen(shape: dict, dtype: str, config: FusedConfig | None = None, cache_dtype: str | None = None,
-                  is_neox: bool = True):
-    cfg = config or FusedConfig.heuristic(shape, dtype)
+def _gluon_codegen(kernel, shape: dict, dtype: str, num_warps: int, cache_dtype: str | None, is_neox: bool,
+                   ints: tuple):
+    """compile_sm90 arguments of one of the two Gluon kernels (they share every parameter but `ints`)."""
     vec, tpw_h, tpw_d = FusedConfig.lanes(shape["D"], dtype, is_neox)
     p = f"*{short_dtype(dtype)}"
     args = {"qkv_ptr": p, "qw_ptr": p, "kw_ptr": p, "cache_ptr": f"*{short_dtype(cache_dtype or dtype)}",
-            "pos_ptr": "*i64", "n_units": "i32", "n_pos": "i32", "eps": "fp32"}
+            "pos_ptr": "*i64", **{n: "i32" for n in ints}, "eps": "fp32"}
     ce = dict(HQ=shape["Hq"], HK=shape["Hk"], D=shape["D"], NEOX=is_neox, VEC=vec, TPW_H=tpw_h, TPW_D=tpw_d,
-              num_warps=cfg.num_warps)
-    return kernel_spec(qk_norm_rope_kernel, args, ce, num_warps=cfg.num_warps)
+              num_warps=num_warps)
+    return kernel_spec(kernel, args, ce, num_warps=num_warps)
+
+
+def fused_codegen(shape: dict, dtype: str, config: FusedConfig | None = None, cache_dtype: str | None = None,
+                  is_neox: bool = True):
+    cfg = config or FusedConfig.heuristic(shape, dtype)
+    return _gluon_codegen(qk_norm_rope_kernel, shape, dtype, cfg.num_warps, cache_dtype, is_neox,
+                          ("n_units", "n_pos"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,13 +285,8 @@ def persistent(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_
 def persistent_codegen(shape: dict, dtype: str, config: PersistentConfig | None = None, cache_dtype: str | None = None,
                        is_neox: bool = True):
     cfg = config or PersistentConfig.heuristic(shape, dtype)
-    vec, tpw_h, tpw_d = FusedConfig.lanes(shape["D"], dtype, is_neox)
-    p = f"*{short_dtype(dtype)}"
-    args = {"qkv_ptr": p, "qw_ptr": p, "kw_ptr": p, "cache_ptr": f"*{short_dtype(cache_dtype or dtype)}",
-            "pos_ptr": "*i64", "n_units": "i32", "n_tiles": "i32", "n_pos": "i32", "eps": "fp32"}
-    ce = dict(HQ=shape["Hq"], HK=shape["Hk"], D=shape["D"], NEOX=is_neox, VEC=vec, TPW_H=tpw_h, TPW_D=tpw_d,
-              num_warps=cfg.num_warps)
-    return kernel_spec(qk_norm_rope_persistent_kernel, args, ce, num_warps=cfg.num_warps)
+    return _gluon_codegen(qk_norm_rope_persistent_kernel, shape, dtype, cfg.num_warps, cache_dtype, is_neox,
+                          ("n_units", "n_tiles", "n_pos"))
 
 
 # ----------------------------------------------------------------------------------------------
