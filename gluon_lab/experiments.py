@@ -837,53 +837,141 @@ EXPERIMENTS["04-warp-specialization"] = run_ws
 @dataclass(frozen=True)
 class QkNormRopePlan:
     """Pattern 5. 'sweep': T in {1, 2, 4, ..., 8192} x (Hq, Hk) in {(16, 8), (32, 8), (64, 8)} at D = 128
-    (the 42-case sweep vLLM's Helion kernel was judged on), every variant; 'dims': D = 64 and 256 at
-    a few T, (32, 8). bf16, NeoX, full rotary, random positions; CUDA-graph timing over rotated copies
-    (each captured call updates its own copy in place)."""
+    (the 42-case sweep vLLM's Helion kernel was judged on), every variant, plus a y.copy_(x) of each
+    cell's Q/K bytes at T >= copy_from_T (the bandwidth reachable at that size); 'dims': the same sweep
+    at D = 64 and 256; 'tma-sweep': gluon-tma's knobs at the large-T cells; 'persistent-sweep':
+    gluon-persistent's; 'inductor-code': the Triton kernels Inductor generates for the formula (PTX,
+    for the CPU census). bf16, NeoX, full rotary, random positions; CUDA-graph timing over rotated
+    copies (each captured call updates its own copy in place)."""
     Ts: tuple = tuple(2 ** i for i in range(14))
     heads: tuple = ((16, 8), (32, 8), (64, 8))
     D: int = 128
-    variants: tuple = ("torch", "inductor", "triton", "gluon-fused", "gluon-persistent")
+    variants: tuple = ("torch", "inductor", "triton", "gluon-fused", "gluon-persistent", "gluon-tma")
     dtype: str = "bfloat16"
     other_Ds: tuple = (64, 256)
-    other_Ts: tuple = (1, 16, 256, 4096, 8192)
-    sweep_Ts: tuple = (4096, 8192)  # 'persistent-sweep': the large-T cells where the 80% target lives
+    copy_from_T: int = 256
+    sweep_Ts: tuple = (4096, 8192)  # the knob sweeps: the large-T cells where the 80% target lives
     sweep_warps: tuple = (4, 8)
     sweep_ctas: tuple = (2, 4, 8)
+    tma_knobs: tuple = (  # (block_t, num_warps, stages, ctas_per_sm, tma_store); block_t 0 = the heuristic's
+        (0, 4, 3, 2, True), (0, 4, 3, 2, False), (0, 4, 2, 3, True), (0, 4, 4, 4, False), (0, 8, 3, 2, True),
+        (0, 8, 3, 4, False), (16, 8, 2, 2, True), (4, 4, 4, 4, True), (4, 4, 4, 6, False))
+    inductor_code_Ds: tuple = (64, 128, 256)
 
     @classmethod
     def quick(cls):
-        return cls(Ts=(1, 64, 1024), heads=((32, 8), ), other_Ds=(64, ), other_Ts=(16, ), sweep_Ts=(1024, ),
-                   sweep_warps=(4, ), sweep_ctas=(2, 4))
+        return cls(Ts=(1, 64, 1024), heads=((32, 8), ), other_Ds=(64, ), sweep_Ts=(1024, ), sweep_warps=(4, ),
+                   sweep_ctas=(2, 4), tma_knobs=((0, 4, 3, 2, True), (0, 4, 3, 2, False)), inductor_code_Ds=(128, ))
 
 
-def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims", "persistent-sweep")) -> list[dict]:
+def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims", "tma-sweep", "persistent-sweep")) -> list[dict]:
     cases = []
-    shapes = []
-    if "sweep" in parts:
-        shapes += [{"T": T, "Hq": hq, "Hk": hk, "D": plan.D, "R": plan.D} for (hq, hk) in plan.heads for T in plan.Ts]
-    if "dims" in parts:
-        shapes += [{"T": T, "Hq": 32, "Hk": 8, "D": D, "R": D} for D in plan.other_Ds for T in plan.other_Ts]
-    for shape in shapes:
-        for v in plan.variants:
-            cases.append({"op": "qk_norm_rope", "variant": v, "shape": shape, "dtype": plan.dtype, "timer": "cudagraph",
-                          "rotation": "partial"})
-    if "persistent-sweep" in parts:
-        for T in plan.sweep_Ts:
-            for (hq, hk) in plan.heads:
+    Ds = ([plan.D] if "sweep" in parts else []) + (list(plan.other_Ds) if "dims" in parts else [])
+    for D in Ds:
+        for (hq, hk) in plan.heads:
+            for T in plan.Ts:
+                shape = {"T": T, "Hq": hq, "Hk": hk, "D": D, "R": D}
+                if T >= plan.copy_from_T:  # the same bytes as the op's Q/K read + write, one y.copy_(x)
+                    cases.append({"op": "copy", "shape": {"M": T, "N": (hq + hk) * D}, "dtype": plan.dtype})
+                for v in plan.variants:
+                    cases.append({"op": "qk_norm_rope", "variant": v, "shape": shape, "dtype": plan.dtype,
+                                  "timer": "cudagraph", "rotation": "partial"})
+    for T in plan.sweep_Ts:
+        for (hq, hk) in plan.heads:
+            shape = {"T": T, "Hq": hq, "Hk": hk, "D": plan.D, "R": plan.D}
+            if "tma-sweep" in parts:
+                for bt, nw, st, k, ts in plan.tma_knobs:
+                    cfg = {"num_warps": nw, "stages": st, "ctas_per_sm": k, "tma_store": ts, "study": "tma-sweep"}
+                    if bt:
+                        cfg["block_t"] = bt
+                    if not resolves("qk_norm_rope", "gluon-tma", shape, plan.dtype,
+                                    {k: v for k, v in cfg.items() if k != "study"}):
+                        continue  # e.g. more shared memory than an SM has: not a case
+                    cases.append({"op": "qk_norm_rope", "variant": "gluon-tma", "dtype": plan.dtype, "shape": shape,
+                                  "timer": "cudagraph", "rotation": "partial", "config": cfg})
+            if "persistent-sweep" in parts:
                 for nw in plan.sweep_warps:
                     for k in plan.sweep_ctas:
                         cases.append({"op": "qk_norm_rope", "variant": "gluon-persistent", "dtype": plan.dtype,
-                                      "shape": {"T": T, "Hq": hq, "Hk": hk, "D": plan.D, "R": plan.D},
-                                      "timer": "cudagraph", "rotation": "partial",
+                                      "shape": shape, "timer": "cudagraph", "rotation": "partial",
                                       "config": {"num_warps": nw, "ctas_per_sm": k, "study": "persistent-sweep"}})
     return cases
 
 
+def capture_inductor_ptx(op: str, shape: dict, dtype: str, scalars: dict | None = None) -> list[dict]:
+    """torch.compile(fullgraph=True, dynamic=False) of the op's formula in a fresh Triton cache with
+    Inductor's caches off: every Triton kernel Inductor generates for it, with its source and the PTX
+    Triton wrote (name, source, ptx, num_warps, shared) — the CPU census reads the PTX."""
+    import glob
+    import json
+    import os
+    import tempfile
+    import torch
+    import triton
+    from torch._inductor import config as iconfig
+    from torch._inductor.utils import run_and_get_code
+    from . import bench, specs
+    spec = specs.get(op)
+    inputs = bench.make_inputs(op, shape, dtype, seed=7)
+    kw = {**spec.default_scalars(), **(scalars or {})}
+    old_env = os.environ.get("TRITON_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as d:
+        os.environ["TRITON_CACHE_DIR"] = d
+        old_knob = getattr(triton.knobs.cache, "dir", None)
+        try:
+            triton.knobs.cache.dir = d
+            torch._dynamo.reset()
+            with iconfig.patch(force_disable_caches=True, compile_threads=1):
+                fn = torch.compile(spec.formula, dynamic=False, fullgraph=True)
+                _, codes = run_and_get_code(fn, *inputs, *kw.values())
+            torch.cuda.synchronize()
+            out = []
+            for ptx_path in sorted(glob.glob(os.path.join(d, "**", "*.ptx"), recursive=True)):
+                name = os.path.basename(ptx_path)[:-4]
+                meta_path = ptx_path[:-4] + ".json"
+                meta = json.loads(open(meta_path).read()) if os.path.exists(meta_path) else {}
+                src = ""
+                for c in codes:
+                    i = c.find(f"def {name}(")
+                    if i >= 0:
+                        j = c.find("\n\n\n", i)
+                        src = c[i:j if j > 0 else None]
+                        break
+                out.append({"name": name, "source": src, "ptx": open(ptx_path).read(),
+                            "num_warps": meta.get("num_warps"), "shared": meta.get("shared")})
+        finally:
+            triton.knobs.cache.dir = old_knob
+            if old_env is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = old_env
+            torch._dynamo.reset()
+    if not out:
+        raise RuntimeError(f"no Triton kernel was compiled for {op} {shape} (Inductor's caches answered?)")
+    return out
+
+
 def run_qk_norm_rope(results_dir: str = "results", quick: bool = False, plan: QkNormRopePlan | None = None,
-                     parts=("sweep", "dims", "persistent-sweep")):
+                     parts=("sweep", "dims", "tma-sweep", "persistent-sweep", "inductor-code")):
+    import json
+    from pathlib import Path
+    from .results import atomic_write_text
     plan = plan or (QkNormRopePlan.quick() if quick else QkNormRopePlan())
     recs, s = measure_plan("05-fused-qk-norm-rope", results_dir, quick, qk_norm_rope_cases(plan, parts))
+    if "inductor-code" in parts:
+        art = {}
+        for D in plan.inductor_code_Ds:
+            for neox in (True, False):
+                key = f"qk_norm_rope/{plan.dtype}/T=4096/Hq=32/Hk=8/D={D}/{'neox' if neox else 'gptj'}"
+                try:
+                    art[key] = capture_inductor_ptx("qk_norm_rope", {"T": 4096, "Hq": 32, "Hk": 8, "D": D, "R": D},
+                                                    plan.dtype, {"is_neox": neox})
+                except Exception as e:  # keep going: the records matter more than the evidence file
+                    art[key] = [{"error": f"{type(e).__name__}: {e}"}]
+        path = Path(results_dir) / s.info["gpu_slug"] / "05-fused-qk-norm-rope.inductor-kernels.json"
+        atomic_write_text(path, json.dumps({"gpu": s.info["gpu_name"], "torch": s.prov["torch"],
+                                            "triton": s.prov["triton"], "git_commit": s.prov.get("git_commit"),
+                                            "kernels": art}, indent=1))
     return recs, s.save()
 
 

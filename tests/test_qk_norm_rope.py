@@ -168,6 +168,79 @@ def test_persistent_census_prefetches_without_a_barrier(D, neox):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("D,R", [(128, 64), (64, 32), (256, 128)])
+@pytest.mark.parametrize("neox", [True, False])
+def test_partial_rotary_census_reads_and_writes_every_piece_once(D, R, neox):
+    """Partial rotary keeps the full-head normalization: the two rotary halves and the unrotated tail
+    [R, D) are each loaded once and stored once, 128 bits per access, no barrier, for both kernels."""
+    shape = {"T": 4096, "Hq": 32, "Hk": 8, "D": D, "R": R}
+    vec, _, tpw_d = q.FusedConfig.lanes(R, "bfloat16", neox)
+    # per thread and head: the rotary half (NeoX, twice) / the pair words (GPT-J) is one vector; the tail
+    # [R, D) = D - R elements (NeoX) or (D - R) / 2 words (GPT-J) over the same tpw_d lanes
+    tail = ((D - R) if neox else (D - R) // 2) // (tpw_d * vec)
+    qkv = (2 if neox else 1) + tail
+    for fn, kw, n_tiles_in_code in ((q.fused_codegen, {"config": q.FusedConfig(4)}, 1), (q.persistent_codegen, {}, 2)):
+        c = _census(fn, shape, "bfloat16", is_neox=neox, **kw)
+        assert c["bar_sync"] == 0 and c["spill_bytes"] == 0, c
+        assert c["st_global_by_bits"] == {128: qkv}, (fn.__name__, c["st_global_by_bits"])
+        # weights: each piece of q_weight and k_weight once (same vectors as the head); cos and sin one each
+        weights = 2 * qkv
+        cs = {128: 2} if neox else {64: 2}
+        want = {128: n_tiles_in_code * qkv + weights + cs.get(128, 0), 64: n_tiles_in_code + cs.get(64, 0)}
+        assert c["ld_global_by_bits"] == want, (fn.__name__, c["ld_global_by_bits"], want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("tma_store", [True, False])
+def test_tma_census_boxes_in_boxes_out_no_register_reads_of_qkv(D, neox, tma_store):
+    """gluon-tma: qkv arrives only through TMA boxes (NCOPY per tile: NeoX's two rotary halves, GPT-J's
+    words), STAGES boxes in the code (the prologue's STAGES - 1 and the loop's); every ld.global is a
+    weight, a cos/sin row or a position; the result leaves through NCOPY TMA stores or 128-bit stores."""
+    shape = {"T": 4096, "Hq": 32, "Hk": 8, "D": D}
+    cfg = q.TmaConfig(tma_store=tma_store).resolved(shape, "bfloat16")
+    c = _census(q.tma_codegen, shape, "bfloat16", config=cfg, is_neox=neox)
+    ncopy = 2 if neox else 1
+    assert c["sass"]["UTMALDG"] == ncopy * cfg.stages, c["sass"]
+    assert c["sass"]["UTMASTG"] == (ncopy if tma_store else 0), c["sass"]
+    assert c["spill_bytes"] == 0 and c["registers"] <= 255, c
+    assert c["tma_boxes"] == [{"block_size": [cfg.block_t, cfg.block_h, D // 2], "swizzle": 0}], c["tma_boxes"]
+    vec, tpw_h, tpw_d = q.FusedConfig.lanes(D, "bfloat16", neox)
+    per_thread = cfg.block_t * cfg.block_h * (D // 2) // (32 * cfg.num_warps * vec)  # vectors of a box per thread
+    assert c["sass"]["LDS"] == ncopy * per_thread, c["sass"]  # each box read from smem once
+    assert c["st_global_by_bits"] == ({} if tma_store else {128: ncopy * per_thread}), c["st_global_by_bits"]
+    tokens = cfg.block_t // cfg.num_warps  # cache rows per thread (tokens along warps)
+    cs_sites = 2  # the prologue's rows and the loop's next-tile rows, cos and sin each
+    if neox:
+        want = {128: 4 + 2 * cs_sites * tokens, 64: 3 * tokens}  # 4 weight halves; positions 3 sites (64-bit)
+    else:
+        want = {128: 2, 64: 2 * cs_sites * tokens + 3 * tokens}  # 2 weight word rows; cos/sin 4 bf16 = 64 bits
+    assert c["ld_global_by_bits"] == want, c["ld_global_by_bits"]
+
+
+def test_tma_config_rules():
+    shape = {"T": 8192, "Hq": 32, "Hk": 8, "D": 128}
+    assert q.TmaConfig.heuristic(shape, "bfloat16") == q.TmaConfig(block_t=8, block_h=8)
+    assert q.TmaConfig.heuristic({**shape, "D": 64}, "bfloat16").block_t == 16
+    assert q.TmaConfig.heuristic({**shape, "Hq": 2, "Hk": 1}, "bfloat16").block_h == 4
+    with pytest.raises(ValueError, match="block_t must be a power of 2"):
+        q.tma_configure(shape, "bfloat16", {"block_t": 6})
+    with pytest.raises(ValueError, match="bytes of shared memory per CTA"):
+        q.tma_configure(shape, "bfloat16", {"block_t": 32, "stages": 4, "ctas_per_sm": 2})
+
+
+def test_gluon_rotary_rules_name_the_variant():
+    qkv, Hq, Hk, D, qw, kw, cache, pos = _inputs(D=128, R=48)
+    with pytest.raises(ValueError, match=r"'gluon-fused' needs rotary_dim / 2 a power of 2 and >= 8"):
+        q.fused_check(qkv, Hq, Hk, D, qw, kw, cache, pos)
+    qkv, Hq, Hk, D, qw, kw, cache, pos = _inputs(D=128, R=64)
+    q.fused_check(qkv, Hq, Hk, D, qw, kw, cache, pos)  # partial rotary, R / 2 = 32: taken
+    with pytest.raises(ValueError, match="'gluon-tma' rotates the whole head"):
+        q.tma_check(qkv, Hq, Hk, D, qw, kw, cache, pos)
+
+
+@pytest.mark.slow
 def test_triton_baseline_census_is_what_the_notebook_says():
     c = _census(q.triton_codegen, {"T": 4096, "Hq": 32, "Hk": 8, "D": 128}, "bfloat16")
     assert c["bar_sync"] >= 1  # the cross-warp sum

@@ -11,7 +11,7 @@ from gluon_lab import bench, registry, specs
 
 pytestmark = pytest.mark.gpu
 SPEC = specs.get("qk_norm_rope")
-VARIANTS = ("torch", "inductor", "triton", "gluon-fused", "gluon-persistent")
+VARIANTS = ("torch", "inductor", "triton", "gluon-fused", "gluon-persistent", "gluon-tma")
 
 
 def _inputs(T, Hq, Hk, D, R, dtype, seed):
@@ -60,6 +60,26 @@ def test_persistent_strides_over_many_tiles_and_a_ragged_last_one():
     assert bench.compare(out, ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"]
 
 
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("knobs", [{}, {"tma_store": False}, {"stages": 2, "ctas_per_sm": 1}, {"block_t": 4, "stages": 4},
+                                   {"block_h": 4, "num_warps": 8, "block_t": 8}])
+def test_tma_ragged_tiles_and_knobs(knobs, neox):
+    """gluon-tma's tiles cut through the token tail and the head tail (Hq + Hk = 11 heads: the last head
+    block holds 3 Q/K heads, the descriptor's bound stops it before V); every knob path."""
+    from gluon_lab.kernels import qk_norm_rope as q
+    shape = {"T": 1003, "Hq": 8, "Hk": 3, "D": 128, "R": 128}
+    inp = _inputs(*shape.values(), "bfloat16", seed=11)
+    ref = SPEC.reference(*inp, is_neox=neox)
+    qkv = inp[0]
+    v_before = qkv[:, 11 * 128:].clone()
+    cfg = q.tma_configure(shape, "bfloat16", knobs)
+    q.tma_variant(*inp, eps=1e-6, is_neox=neox, config=cfg)
+    torch.cuda.synchronize()
+    assert torch.equal(qkv[:, 11 * 128:], v_before)
+    ok = bench.compare(qkv, ref, "bfloat16", SPEC.tolerance["bfloat16"])
+    assert ok["passed"], (cfg, ok)
+
+
 @pytest.mark.parametrize("v", VARIANTS)
 def test_nan_stays_in_its_head(v):
     inp = _inputs(9, 4, 2, 128, 128, "bfloat16", seed=1)
@@ -72,24 +92,25 @@ def test_nan_stays_in_its_head(v):
     assert not torch.isnan(clean).any()
 
 
-def test_out_of_range_position_is_caught_and_guarded_in_a_graph():
+@pytest.mark.parametrize("v", ["gluon-fused", "gluon-persistent", "gluon-tma"])
+def test_out_of_range_position_is_caught_and_guarded_in_a_graph(v):
     inp = list(_inputs(16, 4, 2, 128, 128, "bfloat16", seed=2))
     bad = inp[-1].clone()
     bad[5] = inp[-2].shape[0] + 3
     with pytest.raises(ValueError, match="positions must be in"):
-        gll.qk_norm_rope(*inp[:-1], bad, variant="gluon-fused")
+        gll.qk_norm_rope(*inp[:-1], bad, variant=v)
     # inside a capture the host check cannot read positions: the kernel's guard turns the token into NaN
     qkv = inp[0]
-    gll.qk_norm_rope(qkv.clone(), *inp[1:], variant="gluon-fused")  # plan + compile outside the capture
+    gll.qk_norm_rope(qkv.clone(), *inp[1:], variant=v)  # plan + compile outside the capture
     pos = inp[-1].clone()
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        gll.qk_norm_rope(qkv.clone(), *inp[1:-1], pos, variant="gluon-fused")
+        gll.qk_norm_rope(qkv.clone(), *inp[1:-1], pos, variant=v)
     torch.cuda.current_stream().wait_stream(s)
     with torch.cuda.graph(g):
-        gll.qk_norm_rope(qkv, *inp[1:-1], pos, variant="gluon-fused")
+        gll.qk_norm_rope(qkv, *inp[1:-1], pos, variant=v)
     pos.copy_(bad)
     g.replay()
     torch.cuda.synchronize()
@@ -97,14 +118,15 @@ def test_out_of_range_position_is_caught_and_guarded_in_a_graph():
     assert not torch.isnan(qkv[5, 6 * 128:]).any()  # V untouched
 
 
-def test_fast_path_replays_the_in_place_launch():
+@pytest.mark.parametrize("v", ["gluon-fused", "gluon-tma"])
+def test_fast_path_replays_the_in_place_launch(v):
     from gluon_lab import fastpath
     fastpath.clear()
     inp = _inputs(64, 16, 8, 128, 128, "bfloat16", seed=6)
-    gll.qk_norm_rope(inp[0].clone(), *inp[1:], variant="gluon-fused")
-    plan = fastpath.plan_of("qk_norm_rope", *inp, variant="gluon-fused")
+    gll.qk_norm_rope(inp[0].clone(), *inp[1:], variant=v)
+    plan = fastpath.plan_of("qk_norm_rope", *inp, variant=v)
     assert plan is not None and plan.kind == "launches", plan
     ref = SPEC.reference(*inp)
-    out = gll.qk_norm_rope(*inp, variant="gluon-fused")
+    out = gll.qk_norm_rope(*inp, variant=v)
     assert out is inp[0]
     assert bench.compare(out, ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"]
