@@ -839,7 +839,8 @@ class QkNormRopePlan:
     """Pattern 5. 'sweep': T in {1, 2, 4, ..., 8192} x (Hq, Hk) in {(16, 8), (32, 8), (64, 8)} at D = 128
     (the 42-case sweep vLLM's Helion kernel was judged on), every variant, plus a y.copy_(x) of each
     cell's Q/K bytes at T >= copy_from_T (the bandwidth reachable at that size); 'dims': the same sweep
-    at D = 64 and 256; 'tma-sweep': gluon-tma's knobs at the large-T cells; 'persistent-sweep':
+    at D = 64 and 256; 'tma-sweep' / 'fused-sweep': gluon-tma's / gluon-fused's knobs at the large-T
+    cells; 'persistent-sweep':
     gluon-persistent's; 'inductor-code': the Triton kernels Inductor generates for the formula (PTX,
     for the CPU census). bf16, NeoX, full rotary, random positions; CUDA-graph timing over rotated
     copies (each captured call updates its own copy in place)."""
@@ -857,6 +858,7 @@ class QkNormRopePlan:
         (0, 4, 3, 2, True), (0, 4, 3, 2, False), (0, 4, 2, 3, True), (0, 4, 4, 4, False), (0, 8, 3, 2, True),
         (0, 8, 3, 4, False), (16, 8, 2, 2, True), (4, 4, 4, 4, True), (4, 4, 4, 6, False))
     inductor_code_Ds: tuple = (64, 128, 256)
+    fused_warps: tuple = (1, 2, 4, 8)  # 'fused-sweep': gluon-fused's one knob at the large-T cells
 
     @classmethod
     def quick(cls):
@@ -889,6 +891,11 @@ def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims", "tma-sweep"
                         continue  # e.g. more shared memory than an SM has: not a case
                     cases.append({"op": "qk_norm_rope", "variant": "gluon-tma", "dtype": plan.dtype, "shape": shape,
                                   "timer": "cudagraph", "rotation": "partial", "config": cfg})
+            if "fused-sweep" in parts:
+                for nw in plan.fused_warps:
+                    cases.append({"op": "qk_norm_rope", "variant": "gluon-fused", "dtype": plan.dtype, "shape": shape,
+                                  "timer": "cudagraph", "rotation": "partial",
+                                  "config": {"num_warps": nw, "study": "fused-sweep"}})
             if "persistent-sweep" in parts:
                 for nw in plan.sweep_warps:
                     for k in plan.sweep_ctas:
@@ -896,6 +903,29 @@ def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims", "tma-sweep"
                                       "shape": shape, "timer": "cudagraph", "rotation": "partial",
                                       "config": {"num_warps": nw, "ctas_per_sm": k, "study": "persistent-sweep"}})
     return cases
+
+
+def _autotuned_launchers(codes) -> dict:
+    """{kernel name: {'cache_hash', 'config'}} of the launcher each Inductor kernel of this compile kept
+    after autotuning (its cache_hash is triton's cache path key of that compile)."""
+    out = {}
+    try:
+        from torch._inductor.codecache import PyCodeCache
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+        mods = PyCodeCache.modules if isinstance(PyCodeCache.modules, list) else list(PyCodeCache.modules.values())
+    except Exception:  # internal API moved: no launch marks (the analysis says so)
+        return out
+    for m in mods:
+        for obj in vars(m).values():
+            if not isinstance(obj, CachingAutotuner):
+                continue
+            src = getattr(getattr(obj, "fn", None), "src", "")
+            if not src or not any(src.strip() in c for c in codes) or len(obj.launchers) != 1:
+                continue
+            la = obj.launchers[0]
+            if getattr(la, "cache_hash", None):
+                out[obj.fn.__name__] = {"cache_hash": la.cache_hash, "config": repr(getattr(la, "config", None))}
+    return out
 
 
 def capture_inductor_ptx(op: str, shape: dict, dtype: str, scalars: dict | None = None) -> list[dict]:
@@ -925,6 +955,7 @@ def capture_inductor_ptx(op: str, shape: dict, dtype: str, scalars: dict | None 
                 fn = torch.compile(spec.formula, dynamic=False, fullgraph=True)
                 _, codes = run_and_get_code(fn, *inputs, *kw.values())
             torch.cuda.synchronize()
+            chosen = _autotuned_launchers(codes)
             out = []
             for ptx_path in sorted(glob.glob(os.path.join(d, "**", "*.ptx"), recursive=True)):
                 name = os.path.basename(ptx_path)[:-4]
@@ -937,8 +968,14 @@ def capture_inductor_ptx(op: str, shape: dict, dtype: str, scalars: dict | None 
                         j = c.find("\n\n\n", i)
                         src = c[i:j if j > 0 else None]
                         break
+                key = os.path.basename(os.path.dirname(ptx_path))  # triton's cache path key of this compile
+                pick = chosen.get(name)
                 out.append({"name": name, "source": src, "ptx": open(ptx_path).read(),
-                            "num_warps": meta.get("num_warps"), "shared": meta.get("shared")})
+                            "num_warps": meta.get("num_warps"), "shared": meta.get("shared"), "cache_key": key,
+                            # Inductor compiles several configs of a pointwise kernel and launches the one its
+                            # autotuner picked: only that compile is what runs
+                            "launched": None if pick is None else pick["cache_hash"] == key,
+                            "config": None if pick is None or pick["cache_hash"] != key else pick["config"]})
         finally:
             triton.knobs.cache.dir = old_knob
             if old_env is None:

@@ -49,7 +49,7 @@ results_dir = None         # None: the repository's results/; else a path (relat
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
 run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
 compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
-parts = ["sweep", "dims"]  # measure mode: which parts of the plan run
+parts = ["sweep", "dims", "tma-sweep", "inductor-code"]  # measure mode: which parts of the plan run
 
 # %%
 from gluon_lab.analysis import common as cm, qk_norm_rope as ana
@@ -63,8 +63,11 @@ print(ctx.describe())
 #
 # `gluon_lab.experiments.run_qk_norm_rope` is the plan (`python -m gluon_lab bench
 # 05-fused-qk-norm-rope` runs the same function on the H200): the 42-case sweep T ∈ {1, 2, 4, …, 8192}
-# × (Hq, Hk) ∈ {(16, 8), (32, 8), (64, 8)} at D = 128, and D = 64 / 256 at a few T, every variant,
-# bf16, NeoX, full rotary, random positions. Correctness against float64 is checked in every record.
+# × (Hq, Hk) ∈ {(16, 8), (32, 8), (64, 8)} at D = 128 ('sweep') and the same at D = 64 and 256
+# ('dims'), every variant, bf16, NeoX, full rotary, random positions, plus a `y.copy_(x)` of each
+# cell's Q/K bytes at T ≥ 256 (the bandwidth a copy of that size reaches); the knob sweeps
+# ('tma-sweep', 'persistent-sweep'); and the PTX of the Triton kernels Inductor generates for the
+# formula ('inductor-code'). Correctness against float64 is checked in every record.
 
 # %%
 if ctx.run_mode == "measure":
@@ -85,22 +88,61 @@ cm.show(cm.overview(ctx, allrec))
 print(ana.kernel_source())
 
 # %% [markdown]
+# **Partial rotary** (`rotary_dim` R < D, e.g. R = D/2) keeps the full-head normalization: the head
+# is three pieces — the two rotary halves `[0, R/2)`, `[R/2, R)` in the same layout as above, and the
+# unrotated tail `[R, D)` (padded to a power of 2, masked) — each loaded once, all three in the sum
+# of squares, the halves rotated, each piece stored once where it came from. GPT-J's tail is words
+# like its pairs. The Gluon kernels take R/2 a power of 2 of at least one 16-byte vector; other R go
+# to the Triton kernel (any even R).
+#
 # A second schedule, **gluon-persistent**, keeps CTAs resident: each strides over tiles, loads the
 # weights once, and loads the *next* tile's qkv and positions into registers before it reduces,
-# rotates and stores the current one (one tile of prefetch, ~72 registers per thread). Section 6
-# sweeps its warps and CTAs per SM; it is measured everywhere next to gluon-fused.
+# rotates and stores the current one (one tile of prefetch). Section 6 sweeps its warps and CTAs per
+# SM; it is measured everywhere next to gluon-fused.
+#
+# The third, **gluon-tma**, moves qkv with the copy engine: a 3-D descriptor over
+# `[T, Hq + Hk, D]` (the row stride skips V, and the descriptor's head bound stops at Hq + Hk, so V
+# is never read or written and ragged tails are TMA's bounds), boxes of `[BT tokens, 8 heads, D/2]`
+# (NeoX: the two rotary halves as two boxes; GPT-J: the head's words as one), a ring of 3 stages per
+# persistent CTA, 2 CTAs per SM. The smem tile is read into the same register layout as gluon-fused
+# (both halves in the same thread), reduced and rotated there, and leaves through two staging
+# buffers and TMA stores (or 128-bit register stores, a knob). The positions are loaded two tiles
+# ahead and the cos/sin rows one tile ahead, so the position → cache-row chain never stalls a tile.
+
+# %% tags=["fold"] fold_summary="kernel source: qk_norm_rope_tma_kernel and its helpers"
+print(ana.tma_kernel_source())
 
 # %% [markdown]
 # ## 3. What the sm_90 code does (compiled here, on the CPU)
 #
 # The census counts the global accesses per thread in the PTX. gluon-fused, NeoX: two 128-bit qkv
 # loads and two 128-bit qkv stores (the only stores), four 128-bit weight loads, two cos/sin loads,
-# the 64-bit position, **no `bar.sync`**; GPT-J: one word load and one word store. The plain Triton
-# kernel reads the head element-wise (16-bit accesses), re-loads the rotation partner, and pays a
-# CTA barrier for its cross-warp sum. `tests/test_qk_norm_rope.py` asserts these counts.
+# the 64-bit position, **no `bar.sync`**; GPT-J: one word load and one word store. Partial rotary
+# (R = D/2): the tail adds its own loads and stores, still one of each per piece and no barrier.
+# gluon-tma: no ld.global of qkv at all — `UTMALDG` brings each box (2 per tile for NeoX, 1 for
+# GPT-J; the prologue's 2 tiles and the loop's in the code), `UTMASTG` (or 128-bit st.global) takes
+# it back; its `bar.sync`s sit before the TMA issues and staging stores, never between a store and a
+# reload of the same data (no qkv byte is read twice). The plain Triton kernel reads the head
+# element-wise (16-bit accesses), re-loads the rotation partner, and pays a CTA barrier for its
+# cross-warp sum. `tests/test_qk_norm_rope.py` asserts these counts.
 
 # %%
 cm.show(ana.census_view(ana.census_table()))
+
+# %% [markdown]
+# ### Inductor's kernels for the same formula
+#
+# `torch.compile(fullgraph=True, dynamic=False)` of the native formula, compiled on the H200 with
+# Inductor's caches off; the PTX Triton wrote for each generated kernel was kept
+# (`results/h200/05-fused-qk-norm-rope.inductor-kernels.json`) and is counted here with the same code
+# as the census above: how many kernels Inductor launches for the op and how they touch global memory.
+
+# %%
+ic = ana.inductor_census(ctx)
+cm.show(ana.inductor_summary(ic) if ic is not None else ana.INDUCTOR_MISSING)
+
+# %% tags=["fold"] fold_summary="every Inductor kernel: loads / stores by width, bar.sync, registers"
+cm.show(ic)
 
 # %% [markdown]
 # ## 4. Speed of light vs tokens
@@ -118,36 +160,55 @@ fig = ana.roofline(allrec, spec, slug)
 # %% [markdown]
 # ## 5. Targets
 #
-# gluon-fused against `torch.compile(dynamic=False)` of the native formula (the baseline vLLM's
-# reviewers ask for): ≥ 1.0× in every cell of the D = 128 sweep and ≥ 3× geomean over it; ≥ 80% of the
-# datasheet bandwidth at T ≥ 4096.
+# The best Gluon variant of each cell (what `variant="auto"` runs once `python -m gluon_lab select`
+# has read these records) against `torch.compile(dynamic=False)` of the native formula (the baseline
+# vLLM's reviewers ask for): ≥ 1.0× in every cell of the D = 128 sweep and ≥ 3× geomean over it; ≥ 80%
+# of the datasheet bandwidth at T ≥ 4096 (every D). Each Gluon variant's own ratios are in section 6.
 
 # %% tags=["targets"]
 cm.show(ana.targets(allrec))
 
 # %% [markdown]
+# The large-T cells against three references: the datasheet (4.8 TB/s), the run's 2 GiB session copy,
+# and a `y.copy_(x)` of exactly the cell's Q/K bytes timed the same way in the same run (what a
+# kernel that only moves the bytes reaches at that size, launch and tail included).
+
+# %%
+cm.show(ana.large_t(allrec))
+
+# %% [markdown]
 # ## 6. The sweep, per variant
 
-# %% tags=["fold"] fold_summary="µs per call at D = 128 for every variant, and gluon-fused's speed vs torch.compile"
+# %%
+cm.show(ana.variant_ratios(allrec))
+
+# %% tags=["fold"] fold_summary="µs per call at D = 128 for every variant, and the best Gluon's speed vs torch.compile"
 cm.show(ana.speed_table(allrec))
+
+# %% [markdown]
+# The same sweep at head_dim 64 and 256.
+
+# %%
+for D in (64, 256):
+    fig = ana.dims_figure(allrec, spec, slug, D)
+    cm.show(ana.speed_table(allrec, D))
 
 # %% tags=["fold"] fold_summary="SOL % of the datasheet, every variant, every D"
 cm.show(ana.sol_table(allrec))
 
 # %% [markdown]
-# gluon-persistent's knobs at the large-T cells (num_warps × CTAs per SM), next to gluon-fused's
-# heuristic in the same cells.
+# gluon-tma's knobs at the large-T cells (tokens per box, warps, ring stages, CTAs per SM, TMA vs
+# register stores), next to its heuristic in the same cells; then gluon-persistent's (num_warps ×
+# CTAs per SM) next to gluon-fused's heuristic.
+
+# %%
+cm.show(ana.tma_sweep(allrec))
 
 # %%
 cm.show(ana.persistent_sweep(allrec))
 
 # %% [markdown]
 # ## 7. Takeaways (computed from the records above)
-#
-# Not built yet: a TMA/shared-memory variant with several heads per CTA for large T (the register
-# prefetch of gluon-persistent did not beat one-shot CTAs), partial rotary in the Gluon kernels (the
-# Triton and torch variants take it), and the census of Inductor's generated Triton for the same
-# formula (it needs a GPU run to capture).
 
 # %% tags=["takeaways"]
 cm.show(cm.takeaways(ana.takeaways(allrec, spec)))
