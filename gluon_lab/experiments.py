@@ -905,9 +905,10 @@ def qk_norm_rope_cases(plan: QkNormRopePlan, parts=("sweep", "dims", "tma-sweep"
     return cases
 
 
-def _autotuned_launchers(codes) -> dict:
-    """{kernel name: {'cache_hash', 'config'}} of the launcher each Inductor kernel of this compile kept
-    after autotuning (its cache_hash is triton's cache path key of that compile)."""
+def _autotuned_launchers() -> dict:
+    """{triton cache path key: config repr} of every Inductor kernel loaded in this process whose
+    autotuner has settled on one launcher (its cache_hash is triton's cache path key of that compile).
+    Keys, not names: kernel names repeat across compiles of different shapes."""
     out = {}
     try:
         from torch._inductor.codecache import PyCodeCache
@@ -917,14 +918,10 @@ def _autotuned_launchers(codes) -> dict:
         return out
     for m in mods:
         for obj in vars(m).values():
-            if not isinstance(obj, CachingAutotuner):
-                continue
-            src = getattr(getattr(obj, "fn", None), "src", "")
-            if not src or not any(src.strip() in c for c in codes) or len(obj.launchers) != 1:
-                continue
-            la = obj.launchers[0]
-            if getattr(la, "cache_hash", None):
-                out[obj.fn.__name__] = {"cache_hash": la.cache_hash, "config": repr(getattr(la, "config", None))}
+            if isinstance(obj, CachingAutotuner) and len(getattr(obj, "launchers", ()) or ()) == 1:
+                la = obj.launchers[0]
+                if getattr(la, "cache_hash", None):
+                    out[la.cache_hash] = repr(getattr(la, "config", None))
     return out
 
 
@@ -955,7 +952,7 @@ def capture_inductor_ptx(op: str, shape: dict, dtype: str, scalars: dict | None 
                 fn = torch.compile(spec.formula, dynamic=False, fullgraph=True)
                 _, codes = run_and_get_code(fn, *inputs, *kw.values())
             torch.cuda.synchronize()
-            chosen = _autotuned_launchers(codes)
+            chosen = _autotuned_launchers()
             out = []
             for ptx_path in sorted(glob.glob(os.path.join(d, "**", "*.ptx"), recursive=True)):
                 name = os.path.basename(ptx_path)[:-4]
@@ -969,13 +966,12 @@ def capture_inductor_ptx(op: str, shape: dict, dtype: str, scalars: dict | None 
                         src = c[i:j if j > 0 else None]
                         break
                 key = os.path.basename(os.path.dirname(ptx_path))  # triton's cache path key of this compile
-                pick = chosen.get(name)
                 out.append({"name": name, "source": src, "ptx": open(ptx_path).read(),
                             "num_warps": meta.get("num_warps"), "shared": meta.get("shared"), "cache_key": key,
                             # Inductor compiles several configs of a pointwise kernel and launches the one its
                             # autotuner picked: only that compile is what runs
-                            "launched": None if pick is None else pick["cache_hash"] == key,
-                            "config": None if pick is None or pick["cache_hash"] != key else pick["config"]})
+                            "launched": (key in chosen) if chosen else None, "config": chosen.get(key),
+                            "autotuners_seen": len(chosen)})
         finally:
             triton.knobs.cache.dir = old_knob
             if old_env is None:

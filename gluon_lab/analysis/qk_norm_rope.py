@@ -123,26 +123,36 @@ def _local_ptx_version(ptx: str) -> str:
 
 
 def inductor_summary(ic):
-    """Per (D, style): the kernels Inductor launches for the formula (the autotuned compile of each, where
-    the capture marks it), and their global accesses summed. Without launch marks (an older capture)
-    every compiled config would count: then None."""
+    """Per (D, style): the kernels Inductor launches for the formula and their global accesses summed —
+    the autotuned compile of each kernel where the capture marks it; without marks (the capture could
+    not see the autotuners) every distinct kernel once, its accesses as the range over the configs
+    Inductor compiled for it (it launches one of them)."""
     import collections
     import pandas as pd
-    if ic is None or not len(ic) or "ld.global by bits" not in ic or "launched" not in ic:
+    if ic is None or not len(ic) or "ld.global by bits" not in ic:
         return None
     g0 = ic.dropna(subset=["ld.global by bits"])
-    if not g0["launched"].notna().any():
-        return None
+    marked = "launched" in g0 and g0["launched"].fillna(False).astype(bool).any()
     out = []
-    for (D, style), g in g0[g0["launched"].fillna(False).astype(bool)].groupby(["D", "style"]):
-        ld, st = collections.Counter(), collections.Counter()
-        for a, b in zip(g["ld.global by bits"], g["st.global by bits"]):
-            ld.update(a)
-            st.update(b)
-        out.append({"D": D, "style": style, "kernels launched": len(g),
-                    "configs compiled": int(((g0["D"] == D) & (g0["style"] == style)).sum()),
-                    "ld.global (all kernels)": dict(sorted(ld.items())), "st.global (all kernels)": dict(sorted(st.items())),
-                    "bar.sync": int(g["bar.sync"].sum())})
+    for (D, style), g in g0.groupby(["D", "style"]):
+        row = {"D": D, "style": style, "configs compiled": len(g)}
+        if marked:
+            g = g[g["launched"].fillna(False).astype(bool)]
+            ld, st = collections.Counter(), collections.Counter()
+            for a, b in zip(g["ld.global by bits"], g["st.global by bits"]):
+                ld.update(a)
+                st.update(b)
+            row.update({"kernels launched": len(g), "ld.global (all kernels)": dict(sorted(ld.items())),
+                        "st.global (all kernels)": dict(sorted(st.items())), "bar.sync": int(g["bar.sync"].sum())})
+        else:
+            per = g.assign(ld=g["ld.global by bits"].map(lambda d: sum(d.values())),
+                           st=g["st.global by bits"].map(lambda d: sum(d.values()))).groupby("kernel")
+            lo, hi = per[["ld", "st", "bar.sync"]].min().sum(), per[["ld", "st", "bar.sync"]].max().sum()
+            rng = lambda k: f"{int(lo[k])}" if lo[k] == hi[k] else f"{int(lo[k])}–{int(hi[k])}"  # noqa: E731
+            row.update({"kernels launched": per.ngroups, "ld.global lines (all kernels)": rng("ld"),
+                        "st.global lines (all kernels)": rng("st"), "bar.sync": rng("bar.sync"),
+                        "note": "no launch marks: ranges over the compiled configs"})
+        out.append(row)
     return pd.DataFrame(out).set_index(["D", "style"])
 
 
