@@ -140,6 +140,14 @@ cm.show(ana.census_view(ana.census_table()))
 # %%
 ic = ana.inductor_census(ctx)
 cm.show(ana.inductor_summary(ic) if ic is not None else ana.INDUCTOR_MISSING)
+cm.show(ana.inductor_takeaway(ic))
+
+# %% [markdown]
+# Inductor compiles several configs of each generated kernel and launches the one its autotuner picks.
+# The capture marks that compile by Triton's cache key where it can see the autotuners; the
+# 2026-12-01 capture could not (torch 2.11 keeps them outside `PyCodeCache.modules`), so the table
+# gives each count as the range over the configs compiled. The number of kernels does not depend
+# on the config.
 
 # %% tags=["fold"] fold_summary="every Inductor kernel: loads / stores by width, bar.sync, registers"
 cm.show(ic)

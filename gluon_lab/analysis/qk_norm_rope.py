@@ -156,6 +156,22 @@ def inductor_summary(ic):
     return pd.DataFrame(out).set_index(["D", "style"])
 
 
+def inductor_takeaway(ic) -> str | None:
+    """One line: how many kernels torch.compile launches for the formula, and their global access lines,
+    next to gluon-fused's one kernel (computed from the capture)."""
+    s = inductor_summary(ic)
+    if s is None or not len(s):
+        return None
+    n = sorted({int(x) for x in s["kernels launched"]})
+    col = "ld.global lines (all kernels)" if "ld.global lines (all kernels)" in s else "ld.global (all kernels)"
+    cases = ", ".join(f"D={D} {st}: {row[col]}" for (D, st), row in s.iterrows())
+    return (f"torch.compile(dynamic=False) launches {'–'.join(map(str, n))} Triton kernels per call of the formula "
+            f"(named for their fused ops: mean-of-squares reductions, normalize-and-rotate, copies back into qkv) where "
+            f"gluon-fused launches one; their "
+            f"global load lines in the PTX: {cases} (gluon-fused: 2 qkv + 4 weight + 2 cos/sin + 1 position per "
+            "thread, NeoX).")
+
+
 INDUCTOR_MISSING = ("**Inductor kernels: missing** (no capture recorded for this GPU: run the plan's 'inductor-code' "
                     "part on the H200).")
 
