@@ -223,15 +223,23 @@ def copy_at_size(df):
     return c.set_index([c["M"].astype(int), c["N"].astype(int)])["gbps"]
 
 
-def speed_table(df, D: int = SWEEP_D):
-    """µs per call per (Hq, Hk, T) x variant at head_dim D, the best Gluon variant, and its speed vs
-    torch.compile."""
+def _us_at(df, D: int):
+    """(records at head_dim D with the best-Gluon rows added, their µs pivot (Hq, Hk, T) x variant), or None."""
     d = sweep(df)
     d = d[d["D"] == D] if len(d) else d
     if not len(d):
         return None
     d = with_best(d)
-    piv = d.pivot_table(index=["Hq", "Hk", "T"], columns="variant", values="us")
+    return d, d.pivot_table(index=["Hq", "Hk", "T"], columns="variant", values="us")
+
+
+def speed_table(df, D: int = SWEEP_D):
+    """µs per call per (Hq, Hk, T) x variant at head_dim D, the best Gluon variant, and its speed vs
+    torch.compile."""
+    got = _us_at(df, D)
+    if got is None:
+        return None
+    d, piv = got
     piv = piv[[v for v in VARIANTS + (OURS, ) if v in piv.columns]]
     if {OURS, BASE} <= set(piv.columns):
         piv[f"{OURS} vs {BASE} (x)"] = piv[BASE] / piv[OURS]
@@ -243,12 +251,10 @@ def speed_table(df, D: int = SWEEP_D):
 
 def ratios(df, D: int = SWEEP_D, variant: str = OURS):
     """torch.compile time / variant time per (Hq, Hk, T) at D (variant OURS: the best Gluon per cell)."""
-    d = sweep(df)
-    d = d[d["D"] == D] if len(d) else d
-    if not len(d):
+    got = _us_at(df, D)
+    if got is None:
         return None
-    d = with_best(d)
-    piv = d.pivot_table(index=["Hq", "Hk", "T"], columns="variant", values="us")
+    piv = got[1]
     if not {variant, BASE} <= set(piv.columns):
         return None
     return (piv[BASE] / piv[variant]).rename(f"{variant} vs {BASE} (x)")
@@ -294,59 +300,44 @@ def large_t(df):
     return t.sort_index().round(1)
 
 
-def tma_sweep(df):
-    """gluon-tma's knob sweep (newest records holding it): % of the datasheet per cell and config, and the
-    heuristic's in the same cells."""
+def _study(df, study: str, label, title: str, heuristic: str | None = None):
+    """A knob sweep's records (newest per case, passing): SOL % of the datasheet per (Hq, Hk, T) and config
+    (label(config) names the column), with `heuristic`'s heuristic-config record of each cell beside them."""
     if not len(df):
         return None
     d = cm.passed(_newest(df))
-    s = d[d["config_key"].str.contains('"study": "tma-sweep"', regex=False)].copy()
+    s = d[d["config_key"].str.contains(f'"study": "{study}"', regex=False)].copy()
     if not len(s):
         return None
-    s["config"] = [f"bt{c.get('block_t')} {c.get('num_warps')}w {c.get('stages')}st {c.get('ctas_per_sm')}/SM "
-                   f"{'tma-st' if c.get('tma_store') else 'st.global'}" for c in s["config"]]
+    s["config"] = [label(c) for c in s["config"]]
     piv = s.pivot_table(index=["Hq", "Hk", "T"], columns="config", values="sol_datasheet_pct")
-    f = sweep(df)
-    f = f[(f["variant"] == "gluon-tma") & (f["D"] == SWEEP_D)].set_index(["Hq", "Hk", "T"])["sol_datasheet_pct"] \
-        if len(f) else None
-    if f is not None and len(f):
-        piv["gluon-tma (heuristic)"] = f.reindex(piv.index)
-    piv.columns.name = "SOL % of datasheet, D = 128"
+    if heuristic is not None:
+        f = sweep(df)
+        f = f[(f["variant"] == heuristic) & (f["D"] == SWEEP_D)].set_index(["Hq", "Hk", "T"])["sol_datasheet_pct"]
+        if len(f):
+            piv[f"{heuristic} (heuristic)"] = f.reindex(piv.index)
+    piv.columns.name = title
     return piv.round(1)
+
+
+def tma_sweep(df):
+    """gluon-tma's knob sweep: SOL % per cell and config, and its heuristic in the same cells."""
+    return _study(df, "tma-sweep", lambda c: f"bt{c.get('block_t')} {c.get('num_warps')}w {c.get('stages')}st "
+                                             f"{c.get('ctas_per_sm')}/SM {'tma-st' if c.get('tma_store') else 'st.global'}",
+                  "SOL % of datasheet, D = 128", "gluon-tma")
 
 
 def fused_sweep(df):
-    """gluon-fused's num_warps at the large-T cells (newest records holding the study): SOL % per cell."""
-    if not len(df):
-        return None
-    d = cm.passed(_newest(df))
-    s = d[d["config_key"].str.contains('"study": "fused-sweep"', regex=False)].copy()
-    if not len(s):
-        return None
-    s["config"] = [f"{c.get('num_warps')} warps ({4 * c.get('num_warps')} heads/CTA at D=128)" for c in s["config"]]
-    piv = s.pivot_table(index=["Hq", "Hk", "T"], columns="config", values="sol_datasheet_pct")
-    piv.columns.name = "gluon-fused, SOL % of datasheet, D = 128"
-    return piv.round(1)
+    """gluon-fused's num_warps at the large-T cells: SOL % per cell."""
+    return _study(df, "fused-sweep", lambda c: f"{c.get('num_warps')} warps ({4 * c.get('num_warps')} heads/CTA at D=128)",
+                  "gluon-fused, SOL % of datasheet, D = 128")
 
 
 def persistent_sweep(df):
-    """gluon-persistent's num_warps x ctas_per_sm sweep (newest records holding it): SOL % per cell and
-    config, gluon-fused's heuristic in the same cells for comparison."""
-    if not len(df):
-        return None
-    d = cm.passed(_newest(df))
-    s = d[d["config_key"].str.contains('"study": "persistent-sweep"', regex=False)].copy()
-    if not len(s):
-        return None
-    s["config"] = [f"{c.get('num_warps')}w × {c.get('ctas_per_sm')}/SM" for c in s["config"]]
-    piv = s.pivot_table(index=["Hq", "Hk", "T"], columns="config", values="sol_datasheet_pct")
-    f = sweep(df)
-    f = f[(f["variant"] == "gluon-fused") & (f["D"] == SWEEP_D)].set_index(["Hq", "Hk", "T"])["sol_datasheet_pct"] \
-        if len(f) else None
-    if f is not None and len(f):
-        piv["gluon-fused (heuristic)"] = f.reindex(piv.index)
-    piv.columns.name = "SOL % of datasheet, D = 128"
-    return piv.round(1)
+    """gluon-persistent's num_warps x ctas_per_sm sweep: SOL % per cell and config, gluon-fused's heuristic
+    in the same cells for comparison."""
+    return _study(df, "persistent-sweep", lambda c: f"{c.get('num_warps')}w × {c.get('ctas_per_sm')}/SM",
+                  "SOL % of datasheet, D = 128", "gluon-fused")
 
 
 def targets(df):
