@@ -72,7 +72,8 @@ def _needs_grad(spec, inputs) -> str | None:
 
 def make_public(spec):
     """A real Python function with the op's signature (exec'd once, as dataclasses does)."""
-    params = [f"{o.name}=None" if o.optional else o.name for o in spec.inputs]
+    params = [f"{o.name}=None" if o.optional else f"{o.name}={o.default!r}" if hasattr(o, "default") else o.name
+              for o in spec.inputs]
     params += [f"{k}={v!r}" for k, v in spec.scalars.items()]
     inputs = "".join(f"{o.name}, " for o in spec.inputs)
     scalars = ", ".join(f"{k!r}: {k}" for k in spec.scalars)

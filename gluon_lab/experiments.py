@@ -1009,3 +1009,70 @@ def run_qk_norm_rope(results_dir: str = "results", quick: bool = False, plan: Qk
 
 
 EXPERIMENTS["05-fused-qk-norm-rope"] = run_qk_norm_rope
+
+
+# ----------------------------------------------------------------------------------------------
+# 06-convolution
+
+CONV_SHAPES = (  # (B, Ci, Co, H, W, R, stride, pad): around the issue's two anchors, with stride 2 and 1x1
+    (128, 384, 384, 64, 64, 3, 1, 1),  # the Gluon example's shape
+    (8, 320, 320, 64, 64, 3, 1, 1),  # SD UNet, 64x64 latent
+    (8, 320, 320, 64, 64, 3, 2, 1),  # SD downsample (3x3, stride 2)
+    (8, 640, 320, 32, 32, 1, 1, 0),  # SD resnet shortcut (1x1)
+    (64, 256, 256, 14, 14, 3, 1, 1),  # ResNet-50 stage 3 (small patches: 14-wide rows)
+    (64, 512, 1024, 28, 28, 1, 2, 0),  # ResNet-50 downsample (1x1, stride 2)
+)
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """Pattern 6. 'fprop': every shape x (torch = cuDNN with cudnn.benchmark, channels-last; triton;
+    gluon-pipelined), bf16, CUDA-graph timing; 'fprop-sweep': gluon-pipelined's tile / ring knobs on
+    two shapes."""
+    shapes: tuple = CONV_SHAPES
+    dtype: str = "bfloat16"
+    variants: tuple = ("torch", "triton", "gluon-pipelined")
+    sweep_shapes: tuple = (CONV_SHAPES[0], CONV_SHAPES[1])
+    sweep_knobs: tuple = (  # (TH, TW, BN, num_stages, num_warps)
+        (4, 32, 128, 4, 4), (8, 16, 128, 4, 4), (2, 64, 128, 4, 4), (4, 32, 128, 5, 4), (4, 32, 128, 3, 8),
+        (4, 32, 256, 3, 8), (4, 32, 64, 5, 4))
+
+    @classmethod
+    def quick(cls):
+        return cls(shapes=((2, 64, 64, 16, 16, 3, 1, 1), (2, 64, 128, 16, 16, 3, 2, 1)),
+                   sweep_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ), sweep_knobs=((4, 32, 64, 4, 4), ))
+
+
+def _conv_shape(t) -> dict:
+    return dict(zip(("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), t))
+
+
+def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep")) -> list[dict]:
+    cases = []
+    if "fprop" in parts:
+        for t in plan.shapes:
+            for v in plan.variants:
+                c = {"op": "conv2d", "variant": v, "shape": _conv_shape(t), "dtype": plan.dtype, "timer": "cudagraph"}
+                if v == "torch":  # recorded with the case: cuDNN picks its algorithm by timing (set by run_conv)
+                    c["config"] = {"cudnn_benchmark": True}
+                cases.append(c)
+    if "fprop-sweep" in parts:
+        for t in plan.sweep_shapes:
+            for th, tw, bn, st, nw in plan.sweep_knobs:
+                knobs = {"TH": th, "TW": tw, "BN": bn, "num_stages": st, "num_warps": nw}
+                if resolves("conv2d", "gluon-pipelined", _conv_shape(t), plan.dtype, knobs):
+                    cases.append({"op": "conv2d", "variant": "gluon-pipelined", "shape": _conv_shape(t),
+                                  "dtype": plan.dtype, "timer": "cudagraph", "config": {**knobs, "study": "fprop-sweep"}})
+    return cases
+
+
+def run_conv(results_dir: str = "results", quick: bool = False, plan: ConvPlan | None = None,
+             parts=("fprop", "fprop-sweep")):
+    import torch
+    torch.backends.cudnn.benchmark = True  # the torch variant's cuDNN baseline, as the issue measures it
+    plan = plan or (ConvPlan.quick() if quick else ConvPlan())
+    recs, s = measure_plan("06-convolution", results_dir, quick, conv_cases(plan, parts))
+    return recs, s.save()
+
+
+EXPERIMENTS["06-convolution"] = run_conv

@@ -20,6 +20,14 @@ class Operand:
 
 
 @dataclass(frozen=True)
+class IntOperand(Operand):
+    """An int operand with a default in the public signature (conv2d's stride, padding). A subclass,
+    so Operand stays as every existing spec (and its staleness hash) has it."""
+    kind: str = "int"
+    default: int = 0
+
+
+@dataclass(frozen=True)
 class RowNorm:
     """Declarative math of a row norm (y over the last dim), read by the kernel templates:
     stats: which statistics hook family the templates call ("rms": rstd from mean(x²); "l2":

@@ -1,0 +1,208 @@
+"""Notebook 06-convolution: the implicit-GEMM convolution family on Hopper (fprop built so far).
+
+Kernel-facing (the only places this module reaches into kernels / experiments / codegen):
+    measure()        gluon_lab.experiments.run_conv(results_dir=, quick=, parts=)
+    plan_shapes()    gluon_lab.experiments.CONV_SHAPES
+    kernel_source()  gluon_lab.kernels.conv: _conv_issue, _conv_tile, _conv_next, conv_fprop_kernel (.fn sources)
+    census_table()   gluon_lab.kernels.conv.{fprop,triton}_codegen -> codegen.compile_sm90 / census
+    a_paths()        gluon_lab.kernels.conv.a_path, ConvConfig.heuristic
+
+Records: the newest record per case (results.latest); ratios are taken inside one run only.
+"""
+from __future__ import annotations
+
+from .. import plots
+from . import common as cm
+
+NB = "06-convolution"
+OP = "conv2d"
+VARIANTS = ("torch", "triton", "gluon-pipelined")
+OURS = "gluon-pipelined"
+BASE = "torch"  # cuDNN (cudnn.benchmark, channels-last)
+FPROP_TARGET, FPROP_MOONSHOT = 1.0, 1.1
+KEYS = ("B", "Ci", "Co", "H", "W", "R", "stride", "pad")
+
+
+# ---- kernel-facing -------------------------------------------------------------------------------
+def measure(ctx: cm.Context, quick: bool = False, parts=("fprop", "fprop-sweep")):
+    from ..experiments import run_conv
+    _, where = run_conv(results_dir=str(ctx.results_dir), quick=quick, parts=tuple(parts))
+    return where
+
+
+def plan_shapes() -> list[dict]:
+    from ..experiments import CONV_SHAPES
+    return [dict(zip(KEYS, t)) for t in CONV_SHAPES]
+
+
+def kernel_source() -> str:
+    import inspect
+    from ..kernels import conv
+    return "\n\n".join(inspect.getsource(k.fn) for k in (conv._conv_issue, conv._conv_tile, conv._conv_next,
+                                                          conv.conv_fprop_kernel))
+
+
+def label(s: dict) -> str:
+    return f"{s['B']}x{s['Ci']}→{s['Co']} {s['H']}x{s['W']} {s['R']}x{s['R']} s{s['stride']}"
+
+
+def a_paths(shapes=None):
+    """Per shape: the A path of the Gluon fprop (or why none), its heuristic tile, and the GEMM view."""
+    import pandas as pd
+    from ..kernels import conv
+    from ..specs.conv import gemm_shape
+    rows = []
+    for s in shapes or plan_shapes() + [dict(B=1, Ci=3, Co=64, H=224, W=224, R=3, stride=1, pad=1),
+                                        dict(B=8, Ci=320, Co=320, H=63, W=63, R=3, stride=2, pad=1)]:
+        path, why = conv.a_path(s)
+        M, N, K = gemm_shape(s)
+        cfg = conv.ConvConfig.heuristic(s, "bfloat16") if path != "none" else None
+        rows.append({"shape": label(s), "M = B·OH·OW": M, "N = Co": N, "K = R·R·Ci": K, "A path": path, "why": why,
+                     "tile (TH x TW x BN, stages, warps)": (f"{cfg.TH}x{cfg.TW}x{cfg.BN}, {cfg.num_stages}, "
+                                                           f"{cfg.num_warps}") if cfg else "—"})
+    return pd.DataFrame(rows).set_index("shape")
+
+
+def census_table():
+    """sm_90 census (compiled here) of the Gluon fprop at each plan shape (heuristic config) and the Triton
+    baseline at one."""
+    from .. import codegen
+    from ..kernels import conv
+
+    def cen(spec):
+        return codegen.census(codegen.compile_sm90(**{a: b for a, b in spec.items() if a != "options"}))
+
+    rows = {}
+    for s in plan_shapes():
+        if conv.a_path(s)[0] != "none":
+            rows[f"gluon-pipelined {label(s)}"] = cen(conv.fprop_codegen(s, "bfloat16"))
+    s = plan_shapes()[1]
+    rows[f"triton {label(s)}"] = cen(conv.triton_codegen(s, "bfloat16"))
+    ct = codegen.census_table(rows)
+    for k in ("UTMALDG", "UTMASTG", "HGMMA"):
+        ct[f"{k} (SASS)"] = [c["sass"][k] for c in rows.values()]
+    return ct
+
+
+def census_view(ct) -> list:
+    return cm.compact_census(ct, keep=("UTMALDG (SASS)", "UTMASTG (SASS)", "HGMMA (SASS)"))
+
+
+# ---- records -------------------------------------------------------------------------------------
+def _newest(df):
+    from .. import results
+    d = df[df["op"] == OP] if len(df) else df
+    return results.latest(d) if len(d) else d.copy()
+
+
+def fprop(df):
+    """The fprop records of the plan's main part (no knob study), newest per case, with a shape label."""
+    if not len(df):
+        return df.copy()
+    d = cm.passed(_newest(df)).copy()
+    if not len(d):
+        return d
+    d = d[~d["config_key"].str.contains('"study"', regex=False)]
+    d["shape"] = [label({k: int(r[k]) for k in KEYS}) for _, r in d.iterrows()]
+    d["us"] = 1000 * d["ms_median"].astype(float)
+    return d
+
+
+def tflops_table(df):
+    """TFLOP/s per shape x variant and the Gluon fprop vs cuDNN, taken within the newest run holding both."""
+    d = fprop(df)
+    if not len(d):
+        return None
+    d = cm.newest_run(d, require=(OURS, BASE))
+    piv = d.pivot_table(index="shape", columns="variant", values="tflops", sort=False)
+    piv = piv[[v for v in VARIANTS if v in piv.columns]]
+    if {OURS, BASE} <= set(piv.columns):
+        piv[f"{OURS} vs cuDNN (x)"] = piv[OURS] / piv[BASE]
+    if {"triton", BASE} <= set(piv.columns):
+        piv["triton vs cuDNN (x)"] = piv["triton"] / piv[BASE]
+    piv.columns.name = f"TFLOP/s (run {cm.run_short(d['run_id'].iloc[0])})"
+    return piv.round(2)
+
+
+def targets(df):
+    """Per shape: fprop ≥ 1.0× cuDNN (moonshot 1.1×); dgrad ≥ 1.5× and wgrad ≥ 1.0× cuDNN are not built yet."""
+    import pandas as pd
+    t = tflops_table(df)
+    if t is None or f"{OURS} vs cuDNN (x)" not in t:
+        return None
+    col = t[f"{OURS} vs cuDNN (x)"]
+    V = pd.DataFrame({f"fprop ≥ {FPROP_TARGET:.1f}× cuDNN": col, "dgrad ≥ 1.5× cuDNN": float("nan"),
+                      "wgrad ≥ 1.0× cuDNN": float("nan")})
+    S = pd.DataFrame({V.columns[0]: ["met" if x >= FPROP_TARGET else "missed" for x in col],
+                      V.columns[1]: "not built", V.columns[2]: "not built"}, index=V.index)
+    return cm.met_grid(V, S, fmt="{:.2f}", legend={"values": "Gluon fprop TFLOP/s ÷ cuDNN's, same run",
+                                                   "not built": "no Gluon kernel for it yet"})
+
+
+def sweep_table(df):
+    """gluon-pipelined's knob sweep: TFLOP/s per shape and config, the heuristic's beside it."""
+    if not len(df):
+        return None
+    d = cm.passed(_newest(df))
+    s = d[d["config_key"].str.contains('"study": "fprop-sweep"', regex=False)].copy()
+    if not len(s):
+        return None
+    s["shape"] = [label({k: int(r[k]) for k in KEYS}) for _, r in s.iterrows()]
+    s["config"] = [f"{c['TH']}x{c['TW']}x{c['BN']} {c['num_stages']}st {c['num_warps']}w" for c in s["config"]]
+    piv = s.pivot_table(index="shape", columns="config", values="tflops")
+    f = fprop(df)
+    f = f[f["variant"] == OURS].set_index("shape")["tflops"] if len(f) else None
+    if f is not None and len(f):
+        piv["heuristic"] = f.reindex(piv.index)
+    piv.columns.name = "gluon-pipelined TFLOP/s"
+    return piv.round(1)
+
+
+def roofline(df, spec, slug: str):
+    d = fprop(df)
+    if not len(d):
+        return None
+    return plots.roofline(d, spec, cm.ceilings(df), title=f"Roofline on {slug}: conv2d fprop, every variant and shape")
+
+
+def headline_numbers(df, spec) -> list:
+    t = tflops_table(df)
+    col = f"{OURS} vs cuDNN (x)"
+    if t is None or col not in t:
+        return [("Gluon fprop vs cuDNN", "missing: no run with both in the records")]
+    r = t[col].dropna()
+    best = t[OURS].idxmax()
+    return [("Gluon fprop vs cuDNN", f"{plots.geomean(r):.2f}× geomean over {len(r)} shapes (min {r.min():.2f}×, "
+                                      f"max {r.max():.2f}×)"),
+            ("fastest Gluon fprop", f"{t.loc[best, OURS]:.0f} TFLOP/s at {best} (cuDNN {t.loc[best, BASE]:.0f})")]
+
+
+def takeaways(df, spec) -> list[str]:
+    lines = []
+    t = tflops_table(df)
+    col = f"{OURS} vs cuDNN (x)"
+    if t is not None and col in t:
+        r = t[col].dropna()
+        miss = r[r < FPROP_TARGET]
+        lines.append(f"Gluon fprop vs cuDNN: geomean {plots.geomean(r):.2f}× over {len(r)} shapes; ≥ {FPROP_TARGET:.1f}× "
+                     f"on {len(r) - len(miss)} of {len(r)}" + (": missed at " + ", ".join(f"{k} ({x:.2f}×)" for k, x in
+                                                                                   miss.items()) if len(miss) else "")
+                     + f"; moonshot ≥ {FPROP_MOONSHOT:.1f}× on {int((r >= FPROP_MOONSHOT).sum())}.")
+        if "triton vs cuDNN (x)" in t:
+            tr = t["triton vs cuDNN (x)"].dropna()
+            lines.append(f"The plain Triton implicit GEMM (pointer gathers, pipelined by Triton into cp.async): "
+                         f"{plots.geomean(tr):.2f}× cuDNN geomean ({tr.min():.2f}–{tr.max():.2f}×).")
+    sw = sweep_table(df)
+    if sw is not None:
+        cfgs = sw.drop(columns=[c for c in ("heuristic", ) if c in sw])
+        lines.append(f"Knob sweep: best config per shape " + ", ".join(f"{k}: {cfgs.loc[k].idxmax()} "
+                                                                        f"({cfgs.loc[k].max():.0f} TFLOP/s"
+                                                                        + (f" vs heuristic {sw.loc[k, 'heuristic']:.0f}"
+                                                                           if "heuristic" in sw else "") + ")"
+                                                                        for k in cfgs.index) + ".")
+    lines.append("Not built yet: dgrad and wgrad (their targets show 'not built'), the warp-specialized fprop, the "
+                 "cp.async gather for channel counts that are not multiples of 8 and odd sizes at stride 2 (those "
+                 "shapes run the Triton kernel), and the timeline of one persistent CTA.")
+    stale = int(df["stale"].sum()) if len(df) else 0
+    lines.append(f"{len(df)} records shown, {stale} stale (kernel source changed since they were measured).")
+    return lines

@@ -1,0 +1,387 @@
+"""Pattern 6: implicit-GEMM convolution on Hopper with what triton 3.6.0 has (tiled TMA only).
+
+The forward pass ("fprop", op conv2d; gluon_lab/specs/conv.py) as a GEMM: M = B·OH·OW output pixels,
+N = Co, K = R·R·Ci. triton 3.6.0's Hopper TMA has no im2col mode, so operand A is built from tiled
+boxes:
+
+* an output M-tile is a spatial patch of TH x TW pixels of one image (BM = TH·TW = 128 rows);
+* K steps run over (r, s, channel block): for each, A is ONE tiled TMA box of x — the patch shifted by
+  (r − pad, s − pad). TMA's zero fill outside the image is the padding, for free;
+* stride 2 without im2col: x [B, H, W, Ci] is viewed as the 5-D [B, H/2, 2, W/2, 2·Ci] (strides
+  [H·W·Ci, 2·W·Ci, W·Ci, 2·Ci, 1]). Input row 2·oh + r − pad = 2·(oh + dh) + ph with (dh, ph) =
+  divmod(r − pad, 2): the stride-2 gather of a kernel row is a unit-stride box at (oh0 + dh, ph) of
+  that view; the same for columns, whose parity folds into the channel dim (pw·Ci + c). Stride 1 is
+  the same view with a unit parity dim. A box past Ci in channels reads the other parity's channels:
+  they meet weight channels beyond Ci, which TMA zero-fills, so they add nothing;
+* B (weights, OHWI [Co, R·R, Ci]) is a [BN, 1, BK] box, fed to wgmma as its K-major transpose;
+* the persistent, GROUP_M-ordered, NUM_STAGES-ring pipeline of the GEMM (gemm.py): the load stream
+  runs NUM_STAGES − 1 steps ahead across tile boundaries, one async wgmma group in flight;
+* epilogue: fp32 accumulator -> dtype -> smem -> one 4-D TMA store box [1, TH, TW, BN] into y
+  [B, OH, OW, Co] (clipped at the image edge: ragged patches and Co tails cost nothing extra).
+
+Which A path a shape takes (`a_path`): "tma" when Ci and Co are multiples of 8 (16-byte TMA strides)
+and, for stride 2, H and W are even; otherwise the Triton baseline (a cp.async gather for those is not
+built yet).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from ..specs.conv import out_size, weight_ohwi
+from .gemm import _tile_coords
+from .hopper import GL_DTYPE, H200_SMS, ITEMSIZE, SMEM_LIMIT, cdiv, desc_type, descriptor, dtype_name, kernel_spec
+
+
+@gluon.jit
+def _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow0, co0, Ci, pred, R: gl.constexpr,
+                STRIDE: gl.constexpr, PAD: gl.constexpr):
+    """Issue k-step (rs, c0) of the tile at (image b, patch origin oh0, ow0; output channels co0)."""
+    r = rs // R
+    s = rs % R
+    if STRIDE == 1:
+        dh = r - PAD
+        ph = 0
+        dw = s - PAD
+        pw = 0
+    else:  # (r - pad) = 2 * dh + ph, floor division (dh = -1 for the top padding row)
+        dh = (r - PAD) >> 1
+        ph = (r - PAD) & 1
+        dw = (s - PAD) >> 1
+        pw = (s - PAD) & 1
+    bar = bars.index(slot)
+    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [b, oh0 + dh, ph, ow0 + dw, pw * Ci + c0], bar, a_bufs.index(slot),
+                                    pred=pred)
+    tma.async_copy_global_to_shared(w_desc, [co0, rs, c0], bar, b_bufs.index(slot), pred=pred)
+
+
+@gluon.jit
+def _conv_tile(t, n_th, n_tw, num_pid_m, num_pid_n, TH: gl.constexpr, TW: gl.constexpr, BN: gl.constexpr,
+               GROUP_M: gl.constexpr):
+    """Tile t -> (image, oh0, ow0, co0): grouped order over (patch, Co band), patches row-major."""
+    pid_m, pid_n = _tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+    per_img = n_th * n_tw
+    b = pid_m // per_img
+    rem = pid_m % per_img
+    return b, (rem // n_tw) * TH, (rem % n_tw) * TW, pid_n * BN
+
+
+@gluon.jit
+def _conv_next(rs, c0, i, b, oh0, ow0, co0, Ci, start, nprog, n_th, n_tw, num_pid_m, num_pid_n, R: gl.constexpr,
+               BK: gl.constexpr, TH: gl.constexpr, TW: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
+    """The load stream one k-step on (incremental: tile divisions once per tile)."""
+    c0 += BK
+    if c0 >= Ci:
+        c0 = 0
+        rs += 1
+        if rs == R * R:
+            rs = 0
+            i += 1
+            b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, num_pid_m, num_pid_n, TH, TW, BN, GROUP_M)
+    return rs, c0, i, b, oh0, ow0, co0
+
+
+@gluon.jit
+def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_tiles_m, R: gl.constexpr, STRIDE: gl.constexpr,
+                      PAD: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr):
+    TH: gl.constexpr = x_desc.block_type.shape[1]
+    TW: gl.constexpr = x_desc.block_type.shape[3]
+    BK: gl.constexpr = x_desc.block_type.shape[4]
+    BN: gl.constexpr = w_desc.block_type.shape[0]
+    BM: gl.constexpr = TH * TW
+    dtype: gl.constexpr = x_desc.dtype
+    gl.static_assert(NUM_STAGES >= 2, "the ring needs >= 2 slots")
+    a_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BK], dtype)
+    b_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BK], dtype)
+    c_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BN], dtype)
+
+    start = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    num_pid_m = n_tiles_m
+    num_pid_n = gl.cdiv(y_desc.shape[3], BN)
+    my_tiles = (num_pid_m * num_pid_n - start + nprog - 1) // nprog
+    k_steps = R * R * gl.cdiv(Ci, BK)
+    total = my_tiles * k_steps
+
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, TH, 1, TW, BK], x_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BN, 1, BK], w_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, [BM, BN], c_lay)
+    bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+
+    ld_rs = 0
+    ld_c0 = 0
+    ld_i = 0
+    ld_b, ld_oh, ld_ow, ld_co = _conv_tile(start, n_th, n_tw, num_pid_m, num_pid_n, TH, TW, BN, GROUP_M)
+    for p in gl.static_range(NUM_STAGES - 1):
+        _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, p, ld_rs, ld_c0, ld_b, ld_oh, ld_ow, ld_co, Ci, p < total,
+                    R, STRIDE, PAD)
+        ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co = _conv_next(ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co, Ci,
+                                                                   start, nprog, n_th, n_tw, num_pid_m, num_pid_n, R,
+                                                                   BK, TH, TW, BN, GROUP_M)
+    g = 0
+    s = 0
+    ph = 0
+    for i in range(my_tiles):
+        b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, num_pid_m, num_pid_n, TH, TW, BN, GROUP_M)
+        acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+        for kk in range(k_steps):
+            mbarrier.wait(bars.index(s), ph)
+            a = a_bufs.index(s)._reinterpret(dtype, [BM, BK], a_mma)
+            bt = b_bufs.index(s)._reinterpret(dtype, [BN, BK], b_mma).permute((1, 0))
+            acc = warpgroup_mma(a, bt, acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            ls = s - 1 if s > 0 else NUM_STAGES - 1  # the slot of step g - 1, whose MMA has retired
+            _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, ls, ld_rs, ld_c0, ld_b, ld_oh, ld_ow, ld_co, Ci,
+                        g + NUM_STAGES - 1 < total, R, STRIDE, PAD)
+            ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co = _conv_next(ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co,
+                                                                       Ci, start, nprog, n_th, n_tw, num_pid_m,
+                                                                       num_pid_n, R, BK, TH, TW, BN, GROUP_M)
+            g += 1
+            s += 1
+            if s == NUM_STAGES:
+                s = 0
+                ph ^= 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        tma.store_wait(0)  # the previous tile's store has read c_smem
+        c_smem.store(acc.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(y_desc, [b, oh0, ow0, co0], c_smem._reinterpret(dtype, [1, TH, TW, BN],
+                                                                                        y_desc.layout))
+    tma.store_wait(0)
+    c_smem._keep_alive()
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(bars.index(i))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvConfig:
+    """Output patch TH x TW (BM = TH·TW), BN output channels, BK input channels per k-step, ring depth,
+    warps (BM rows over num_warps / 4 warpgroups), grouped order."""
+    TH: int = 8
+    TW: int = 16
+    BN: int = 128
+    BK: int = 64
+    num_stages: int = 4
+    num_warps: int = 4
+    group_m: int = 8
+
+    @property
+    def BM(self) -> int:
+        return self.TH * self.TW
+
+    def smem_bytes(self, dtype: str) -> int:
+        e = ITEMSIZE[dtype]
+        return self.num_stages * (self.BM + self.BN) * self.BK * e + self.BM * self.BN * e + 1024
+
+    def validate(self, dtype: str):
+        for k in ("TH", "TW", "BN", "BK"):
+            v = getattr(self, k)
+            if v & (v - 1) or not 1 <= v <= 256:
+                raise ValueError(f"ConvConfig.{k} must be a power of 2 in [1, 256] (a TMA box dim); got {v}")
+        if self.BM < 16 * self.num_warps or self.num_warps % 4:
+            raise ValueError(f"ConvConfig: BM = TH*TW = {self.BM} must be >= 16 x num_warps and num_warps a multiple "
+                             f"of 4 (whole warpgroups); got num_warps {self.num_warps}")
+        if self.BN < 16 or self.BK * ITEMSIZE[dtype] != 128:
+            raise ValueError(f"ConvConfig: BN must be >= 16 and BK x itemsize 128 bytes (the 128-byte swizzle); got "
+                             f"BN={self.BN}, BK={self.BK}")
+        if self.smem_bytes(dtype) > SMEM_LIMIT:
+            raise ValueError(f"{self} needs {self.smem_bytes(dtype)} B of shared memory > {SMEM_LIMIT}")
+        return self
+
+    @classmethod
+    def heuristic(cls, shape: dict, dtype: str) -> "ConvConfig":
+        # The patch: as wide as the output row allows (TW <= 32 keeps the box's rows long and the patch
+        # compact), TH = 128 / TW. BN: the power of 2 in {256, 128, 64} that wastes least of Co's last
+        # band (384 -> 128 x 3, 320 -> 64 x 5, 512 -> 256 x 2); 256 needs 8 warps (two warpgroups) and
+        # 3 stages to fit its accumulator and ring, like the GEMM's 128 x 256 tile. First guesses; the
+        # 06 plan's knob sweep measures them.
+        OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+        tw = min(32, triton.next_power_of_2(OW))
+        th = 128 // tw
+        co = shape["Co"]
+        bn = min((256, 128, 64), key=lambda n: (cdiv(co, n) * n - co, -n))
+        if bn == 256:
+            return cls(TH=th, TW=tw, BN=256, num_stages=3, num_warps=8)
+        return cls(TH=th, TW=tw, BN=bn)
+
+
+def a_path(shape: dict) -> tuple[str, str]:
+    """(path, why) for a conv2d shape: how the Gluon fprop gathers A, or why it cannot."""
+    if shape["Ci"] % 8 or shape["Co"] % 8:
+        return "none", (f"Ci = {shape['Ci']} and Co = {shape['Co']} must be multiples of 8: TMA strides are multiples "
+                        "of 16 bytes (a cp.async gather for other channel counts is not built yet)")
+    if shape["stride"] == 2 and (shape["H"] % 2 or shape["W"] % 2):
+        return "none", (f"stride 2 needs even H and W (the parity-split view [B, H/2, 2, W/2, 2*Ci]); got "
+                        f"{shape['H']} x {shape['W']}")
+    return "tma", ("tiled TMA boxes of x shifted per (r, s)" + (", parity-split view for stride 2"
+                                                                if shape["stride"] == 2 else ""))
+
+
+def _shape_of(x, weight, stride, padding) -> dict:
+    from ..specs.conv import _shape
+    return _shape(x, weight, stride, padding)
+
+
+def check(x, weight, stride=1, padding=0):
+    path, why = a_path(_shape_of(x, weight, stride, padding))
+    if path == "none":
+        raise ValueError(f"variant 'gluon-pipelined' of conv2d: {why}")
+    for name, t in (("x", x), ("weight", weight)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"variant 'gluon-pipelined' needs {name}'s data pointer 16-byte aligned (TMA); got "
+                             f"address % 16 = {t.data_ptr() % 16}")
+
+
+def _layouts(cfg: ConvConfig, dtype: str):
+    gdt = GL_DTYPE[dtype]
+    sw = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=ITEMSIZE[dtype] * 8, rank=5)
+    sw_w = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=ITEMSIZE[dtype] * 8, rank=3)
+    c = gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gdt)
+    y = gl.NVMMASharedLayout(swizzle_byte_width=c.swizzle_byte_width, element_bitwidth=ITEMSIZE[dtype] * 8, rank=4)
+    return sw, sw_w, y
+
+
+def configure(shape: dict, dtype: str, overrides: dict) -> ConvConfig:
+    known = {f.name for f in dataclasses.fields(ConvConfig)}
+    return dataclasses.replace(ConvConfig.heuristic(shape, dtype),
+                               **{k: v for k, v in overrides.items() if k in known}).validate(dtype)
+
+
+def fprop(x, weight, stride=1, padding=0, config: ConvConfig | None = None):
+    import torch
+    from .hopper import num_sms
+    check(x, weight, stride, padding)
+    shape = _shape_of(x, weight, stride, padding)
+    dtype = dtype_name(x)
+    cfg = (config or ConvConfig.heuristic(shape, dtype)).validate(dtype)
+    B, Ci, H, W = x.shape
+    Co, R = weight.shape[0], weight.shape[2]
+    OH, OW = out_size(H, R, stride, padding), out_size(W, R, stride, padding)
+    y = torch.empty((B, Co, OH, OW), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    lx, lw, ly = _layouts(cfg, dtype)
+    st = stride
+    x_desc = descriptor(x, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx, shape=[B, H // st, st, W // st, st * Ci],
+                        strides=[H * W * Ci, st * W * Ci, W * Ci, st * Ci, 1])
+    w = weight_ohwi(weight)
+    w_desc = descriptor(w, [cfg.BN, 1, cfg.BK], lw, shape=[Co, R * R, Ci], strides=[R * R * Ci, Ci, 1])
+    y_desc = descriptor(y, [1, cfg.TH, cfg.TW, cfg.BN], ly, shape=[B, OH, OW, Co], strides=[OH * OW * Co, OW * Co, Co, 1])
+    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
+    n_m = B * n_th * n_tw
+    n_tiles = n_m * cdiv(Co, cfg.BN)
+    conv_fprop_kernel[(max(1, min(n_tiles, num_sms(x.device))), )](
+        x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_m, R=R, STRIDE=stride, PAD=padding, NUM_STAGES=cfg.num_stages,
+        GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+    return y
+
+
+def fprop_codegen(shape: dict, dtype: str, config: ConvConfig | None = None):
+    cfg = (config or ConvConfig.heuristic(shape, dtype)).validate(dtype)
+    lx, lw, ly = _layouts(cfg, dtype)
+    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
+    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
+    args = {"x_desc": desc_type(dtype, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx),
+            "w_desc": desc_type(dtype, [cfg.BN, 1, cfg.BK], lw), "y_desc": desc_type(dtype, [1, cfg.TH, cfg.TW, cfg.BN], ly),
+            # the ints as the runtime specializes them (divisibility by 16, 1 -> constexpr)
+            "Ci": shape["Ci"], "n_th": n_th, "n_tw": n_tw, "n_tiles_m": shape["B"] * n_th * n_tw}
+    ce = dict(R=shape["R"], STRIDE=shape["stride"], PAD=shape["pad"], NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+              num_warps=cfg.num_warps)
+    return kernel_spec(conv_fprop_kernel, args, ce, num_warps=cfg.num_warps)
+
+
+# ----------------------------------------------------------------------------------------------
+# the plain Triton baseline: implicit GEMM with masked pointer gathers (any Ci, Co, stride)
+
+@triton.jit
+def conv_triton_kernel(x_ptr, w_ptr, y_ptr, B, H, W, Ci, Co, OH, OW, R: tl.constexpr, STRIDE: tl.constexpr,
+                       PAD: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """One [BM pixels x BN channels] tile per program: per (r, s) and channel block, A gathered by masked
+    pointer loads (zero outside the image) and the weight block loaded K-major, tl.dot into fp32."""
+    m = tl.program_id(0) * BM + tl.arange(0, BM)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    M = B * OH * OW
+    b = m // (OH * OW)
+    rem = m % (OH * OW)
+    oh = rem // OW
+    ow = rem % OW
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for rs in range(R * R):
+        ih = oh * STRIDE + rs // R - PAD
+        iw = ow * STRIDE + rs % R - PAD
+        ok = (m < M) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        base = ((b * H + ih).to(tl.int64) * W + iw) * Ci
+        for c0 in range(0, Ci, BK):
+            c = c0 + tl.arange(0, BK)
+            a = tl.load(x_ptr + base[:, None] + c[None, :], mask=ok[:, None] & (c[None, :] < Ci), other=0.0)
+            wv = tl.load(w_ptr + (n[None, :].to(tl.int64) * (R * R) + rs) * Ci + c[:, None],
+                         mask=(n[None, :] < Co) & (c[:, None] < Ci), other=0.0)
+            acc = tl.dot(a, wv, acc)
+    tl.store(y_ptr + m[:, None].to(tl.int64) * Co + n[None, :], acc.to(y_ptr.dtype.element_ty),
+             mask=(m < M)[:, None] & (n < Co)[None, :])
+
+
+TRITON_TILE = dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
+
+
+def triton_variant(x, weight, stride=1, padding=0):
+    import torch
+    B, Ci, H, W = x.shape
+    Co, R = weight.shape[0], weight.shape[2]
+    OH, OW = out_size(H, R, stride, padding), out_size(W, R, stride, padding)
+    y = torch.empty((B, Co, OH, OW), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    t = TRITON_TILE
+    conv_triton_kernel[(cdiv(B * OH * OW, t["BM"]), cdiv(Co, t["BN"]))](
+        x, weight_ohwi(weight), y, B, H, W, Ci, Co, OH, OW, R=R, STRIDE=stride, PAD=padding, BM=t["BM"], BN=t["BN"],
+        BK=t["BK"], num_warps=t["num_warps"], num_stages=t["num_stages"])
+    return y
+
+
+def triton_codegen(shape: dict, dtype: str, config=None):
+    p = f"*{ {'bfloat16': 'bf16', 'float16': 'fp16'}[dtype] }".replace(" ", "")
+    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
+    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+    args = {"x_ptr": p, "w_ptr": p, "y_ptr": p, "B": shape["B"], "H": shape["H"], "W": shape["W"], "Ci": shape["Ci"],
+            "Co": shape["Co"], "OH": OH, "OW": OW}
+    t = TRITON_TILE
+    ce = dict(R=shape["R"], STRIDE=shape["stride"], PAD=shape["pad"], BM=t["BM"], BN=t["BN"], BK=t["BK"])
+    return kernel_spec(conv_triton_kernel, args, ce, num_warps=t["num_warps"], num_stages=t["num_stages"])
+
+
+# ----------------------------------------------------------------------------------------------
+# registration
+
+KNOBS = {"TH": (2, 4, 8), "TW": (16, 32, 64), "BN": (64, 128, 256), "num_stages": (3, 4, 5), "num_warps": (4, 8)}
+
+
+def _register():
+    from ..registry import register
+
+    def gluon_fn(x, weight, stride=1, padding=0, out=None, config=None):
+        return fprop(x, weight, stride, padding, config=config)
+
+    register("conv2d", "gluon-pipelined", pattern="implicit-gemm", needs_hopper=True, check=check,
+             configure=configure, codegen=fprop_codegen, knobs=KNOBS,
+             roots=(conv_fprop_kernel, ConvConfig, fprop, check, a_path, _layouts, weight_ohwi),
+             description="persistent implicit GEMM: tiled TMA boxes of x shifted per (r, s) (parity-split view for "
+                         "stride 2), NUM_STAGES ring across tiles, async wgmma, TMA-store epilogue")(gluon_fn)
+
+    def triton_fn(x, weight, stride=1, padding=0, out=None):
+        return triton_variant(x, weight, stride, padding)
+
+    register("conv2d", "triton", pattern="baseline", codegen=triton_codegen,
+             roots=(conv_triton_kernel, triton_variant, weight_ohwi),
+             description="plain Triton implicit GEMM: masked pointer gathers of A, tl.dot")(triton_fn)
+
+
+_register()

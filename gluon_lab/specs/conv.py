@@ -1,0 +1,142 @@
+"""conv2d: 2-D convolution of NHWC-in-memory activations (the forward pass, "fprop").
+
+    y = conv2d(x, weight, stride, padding)        x [B, Ci, H, W] channels-last in memory (NHWC)
+                                                  weight [Co, Ci, R, R] (OIHW or channels-last OHWI)
+                                                  y [B, Co, OH, OW] channels-last, x's dtype
+
+bf16 / fp16 in, fp32 accumulation, one rounding. OH = (H + 2·padding − R) // stride + 1 (same for W).
+Supported: R = S ∈ {1, 3}, stride ∈ {1, 2}, padding ∈ {0, 1}, groups = 1, dilation = 1 — anything
+else is refused naming the rule. A plain NHWC tensor `x_nhwc` [B, H, W, Ci] is passed as
+`x_nhwc.permute(0, 3, 1, 2)` (a free view that is channels-last NCHW, the layout torch users hold).
+
+The implicit GEMM: M = B·OH·OW output pixels, N = Co, K = R·R·Ci, A[m, (r, s, c)] = x[b, oh·stride + r −
+padding, ow·stride + s − padding, c] (zero outside the image), B[(r, s, c), co] = weight[co, c, r, s].
+Byte model: x, weight and y once each. FLOPs: 2·M·N·K. SOL against tensor-core throughput.
+"""
+from __future__ import annotations
+
+from ._base import ITEMSIZE, IntOperand, Operand, OpSpec, define, log2_bucket
+from ._rules import check_tensor
+
+KERNEL_SIZES = (1, 3)
+STRIDES = (1, 2)
+PADDINGS = (0, 1)
+
+
+def out_size(n: int, r: int, stride: int, padding: int) -> int:
+    return (n + 2 * padding - r) // stride + 1
+
+
+def _int_rule(name: str, v, allowed: tuple):
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{name} must be an int in {allowed} (one value for both spatial dims); got {v!r}")
+    if v not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}; got {v}")
+    return v
+
+
+def validate(x, weight, stride=1, padding=0):
+    import torch
+    check_tensor("x", x, ndim_min=4, dtypes=("bfloat16", "float16"))
+    check_tensor("weight", weight, ndim_min=4, dtypes=("bfloat16", "float16"))
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D [B, Ci, H, W] (channels-last in memory); got shape {tuple(x.shape)}")
+    if weight.dim() != 4:
+        raise ValueError(f"weight must be 4-D [Co, Ci, R, S]; got shape {tuple(weight.shape)}")
+    _int_rule("stride", stride, STRIDES)
+    _int_rule("padding", padding, PADDINGS)
+    B, Ci, H, W = x.shape
+    Co, wci, R, S = weight.shape
+    if wci != Ci:
+        rule = (f" (groups = {Ci // wci}: grouped convolutions are not supported, groups must be 1)"
+                if wci and Ci % wci == 0 else "")
+        raise ValueError(f"weight.shape[1] must equal x.shape[1] (Ci = {Ci}); got {wci}{rule}")
+    if R != S or R not in KERNEL_SIZES:
+        raise ValueError(f"weight's kernel must be square with R = S in {KERNEL_SIZES}; got {R}x{S}")
+    if weight.dtype != x.dtype:
+        raise TypeError(f"weight.dtype must equal x.dtype ({x.dtype}); got {weight.dtype}")
+    if weight.device != x.device:
+        raise ValueError(f"weight must be on x's device ({x.device}); got {weight.device}")
+    if min(B, Ci, H, W, Co) < 1:
+        raise ValueError(f"x and weight must have no empty dimension; got x {tuple(x.shape)}, weight "
+                         f"{tuple(weight.shape)}")
+    if out_size(H, R, stride, padding) < 1 or out_size(W, R, stride, padding) < 1:
+        raise ValueError(f"the output would be empty: H x W = {H} x {W} with a {R}x{R} kernel, stride {stride}, "
+                         f"padding {padding}")
+    if not x.is_contiguous(memory_format=torch.channels_last):
+        raise ValueError(f"x must be channels-last in memory (NHWC, strides (H*W*Ci, 1, W*Ci, Ci)); got strides "
+                         f"{tuple(x.stride())}. Use x.to(memory_format=torch.channels_last), or pass an NHWC "
+                         "tensor as x_nhwc.permute(0, 3, 1, 2)")
+    if not (weight.is_contiguous() or weight.is_contiguous(memory_format=torch.channels_last)):
+        raise ValueError(f"weight must be contiguous (OIHW) or channels-last (OHWI); got strides {tuple(weight.stride())}")
+    return {}
+
+
+def weight_ohwi(weight):
+    """weight as a contiguous [Co, R, S, Ci] tensor (a view for channels-last weights, else one copy)."""
+    w = weight.permute(0, 2, 3, 1)
+    return w if w.is_contiguous() else w.contiguous()
+
+
+def reference(x, weight, stride=1, padding=0):
+    import torch.nn.functional as F
+    return F.conv2d(x.double(), weight.double(), stride=stride, padding=padding)
+
+
+def eager(x, weight, stride=1, padding=0):
+    """cuDNN (or the CPU kernel) through F.conv2d; a channels-last x gives a channels-last y."""
+    import torch.nn.functional as F
+    return F.conv2d(x, weight, stride=stride, padding=padding)
+
+
+def _shape(x, weight, stride=1, padding=0):
+    B, Ci, H, W = x.shape
+    return {"B": B, "Ci": Ci, "Co": weight.shape[0], "H": H, "W": W, "R": weight.shape[2], "stride": stride,
+            "pad": padding}
+
+
+def gemm_shape(shape: dict) -> tuple:
+    """(M, N, K) of the implicit GEMM."""
+    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
+    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+    return shape["B"] * OH * OW, shape["Co"], shape["R"] ** 2 * shape["Ci"]
+
+
+def _bytes(shape, dtype):
+    M, N, K = gemm_shape(shape)
+    return (shape["B"] * shape["H"] * shape["W"] * shape["Ci"] + N * K + M * N) * ITEMSIZE[dtype]
+
+
+def _flops(shape):
+    M, N, K = gemm_shape(shape)
+    return 2 * M * N * K
+
+
+def _make(shape, dtype, rnd, scale=1.0):
+    B, Ci, Co, H, W, R = (shape[k] for k in ("B", "Ci", "Co", "H", "W", "R"))
+    x = rnd(B, H, W, Ci, std=scale).permute(0, 3, 1, 2)  # NHWC memory, NCHW logical: channels-last
+    w = rnd(Co, R, R, Ci, std=(Ci * R * R) ** -0.5).permute(0, 3, 1, 2)  # OHWI memory (channels-last)
+    return (x, w, shape.get("stride", 1), shape.get("pad", 0))
+
+
+def _bucket(s):
+    M, N, K = gemm_shape(s)
+    return (log2_bucket(M), log2_bucket(N), log2_bucket(K), s["R"], s["stride"])
+
+
+CONV2D = define(OpSpec(
+    name="conv2d", family="conv",
+    inputs=(Operand("x", doc="[B, Ci, H, W], channels-last in memory (NHWC)"),
+            Operand("weight", doc="[Co, Ci, R, R], OIHW or channels-last (OHWI)"),
+            IntOperand("stride", default=1, doc="1 or 2"), IntOperand("padding", default=0, doc="0 or 1")),
+    outputs=("y", ),
+    doc="2-D convolution (fprop) of channels-last bf16/fp16 x by weight, fp32 accumulation: R = S in {1, 3}, "
+        "stride 1 or 2, padding 0 or 1, groups = dilation = 1. Returns y [B, Co, OH, OW] channels-last "
+        "(= torch.nn.functional.conv2d).",
+    validate=validate, reference=reference, eager=eager, formula=None, shape_of=_shape,
+    shape_keys=("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), bytes=_bytes, flops=_flops, make_inputs=_make,
+    dtypes=("bfloat16", "float16"), bucket=_bucket,
+    # atol is relative to the RMS of y (bench.compare): K-long fp32 sums of bf16 products, as matmul's
+    tolerance={"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}, compute_bound=True, marker="s"))
+
+__all__ = ["CONV2D", "out_size", "gemm_shape", "weight_ohwi"]

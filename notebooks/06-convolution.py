@@ -1,0 +1,149 @@
+# ---
+# jupyter:
+#   gluon_lab:
+#     pattern: implicit-GEMM convolution on Hopper
+#     summary: A 2-D convolution as a GEMM whose A operand is gathered from the image by tiled TMA
+#       boxes (no im2col mode in triton 3.6.0), shifted per kernel tap, with a parity-split view for
+#       stride 2; a persistent wgmma pipeline as in the GEMM. Measured against cuDNN and a plain Triton
+#       implicit GEMM on UNet and ResNet shapes. The forward pass is built; dgrad and wgrad follow.
+#   jupytext:
+#     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# # 06 — Implicit-GEMM convolution on Hopper (fprop)
+#
+# `gll.conv2d(x, weight, stride, padding)` is `torch.nn.functional.conv2d` for channels-last (NHWC in
+# memory) bf16/fp16 activations: R = S ∈ {1, 3}, stride 1 or 2, padding 0 or 1, fp32 accumulation.
+# As a GEMM it is **M = B·OH·OW** output pixels × **N = Co** output channels × **K = R·R·Ci**:
+# row m of A is the receptive field of one output pixel (im2col), column n of B the filter of one
+# output channel. The backward passes are GEMMs too — dgrad (the input gradient) a convolution of
+# grad_out with the rotated filters, wgrad `grad_W[Co, R·R·Ci] = grad_outᵀ[Co, M] @ im2col(x)[M, R·R·Ci]`
+# with the long K = M — and are the next step of this pattern (not built yet).
+#
+# The question here is how A gets into shared memory. Hopper's copy engine has an im2col mode, but
+# triton 3.6.0 exposes tiled TMA only. So an M-tile is a **spatial patch** of TH × TW output pixels of
+# one image, and for each kernel tap (r, s) the patch's receptive field is **one tiled box** of x
+# shifted by (r − pad, s − pad): TMA's zero fill outside the image *is* the padding. Stride 2 would need
+# an element stride the tiled descriptor does not have — instead x is viewed as
+# `[B, H/2, 2, W/2, 2·Ci]` (row parity and column parity as dims), where the stride-2 gather of a tap
+# is again a unit-stride box.
+
+# %% tags=["parameters"]
+mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "measure" | "replay" force it
+quick = False              # measure mode only: a small grid (smoke run)
+results_dir = None         # None: the repository's results/; else a path (relative to the cwd) to read/append
+gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
+run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
+compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
+parts = ["fprop", "fprop-sweep"]  # measure mode: which parts of the plan run
+
+# %%
+from gluon_lab.analysis import common as cm, convolution as ana
+
+ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick)
+spec, slug = ctx.spec, ctx.slug
+print(ctx.describe())
+
+# %% [markdown]
+# ## 1. Measure (GPU) or replay (CPU)
+#
+# `gluon_lab.experiments.run_conv` is the plan (`python -m gluon_lab bench 06-convolution` runs the
+# same function on the H200): six shapes around the anchors (the Gluon example's 128 × 384 →
+# 384 at 64 × 64, SD UNet 3 × 3 at stride 1 and 2, a 1 × 1 shortcut, ResNet-50 stage-3 and downsample
+# shapes), each with cuDNN (`cudnn.benchmark = True`, channels-last), the plain Triton implicit GEMM
+# and the Gluon fprop, bf16, CUDA-graph timing; and a knob sweep of the Gluon tile on two shapes.
+# Correctness against float64 is checked in every record.
+
+# %%
+if ctx.run_mode == "measure":
+    print("appended", ana.measure(ctx, quick=quick, parts=parts))
+allrec = cm.load(ctx)
+cm.show(cm.overview(ctx, allrec))
+
+# %% [markdown]
+# ## 2. How A is gathered, per shape
+#
+# The A path of each shape (and why, where the Gluon kernel refuses it: TMA strides must be multiples
+# of 16 bytes, so Ci and Co multiples of 8; the parity split needs even H and W), its GEMM view and
+# the heuristic tile (`ConvConfig.heuristic`: the patch as wide as the output row allows up to 32, BN
+# the power of 2 that wastes least of Co's last band).
+
+# %%
+cm.show(ana.a_paths())
+
+# %% [markdown]
+# ## 3. The kernel
+#
+# Persistent CTAs walk (patch, Co band) tiles in grouped order; a ring of NUM_STAGES slots holds, per
+# k-step (tap, channel block), the A box `[1, TH, 1, TW, BK]` and the weight box `[BN, 1, BK]` (OHWI
+# filters, fed to wgmma as the K-major transpose). The load stream runs NUM_STAGES − 1 steps ahead,
+# across tile boundaries; one async wgmma group is in flight; the epilogue stores the patch with one
+# 4-D TMA box `[1, TH, TW, BN]`, clipped at the image edge.
+
+# %% tags=["fold"] fold_summary="kernel source: conv_fprop_kernel and its helpers (gluon_lab/kernels/conv.py)"
+print(ana.kernel_source())
+
+# %% [markdown]
+# ## 4. What the sm_90 code does (compiled here, on the CPU)
+#
+# Per k-step two `UTMALDG` (the code holds NUM_STAGES of them: the prologue's and the loop's), no
+# `ld.global` and no cp.async at all, BK/16 wgmma per 64-row block, one `UTMASTG` per tile, no spills.
+# The Triton baseline gathers A with cp.async (Triton pipelines its pointer loads) into wgmma.
+# `tests/test_conv.py` asserts these counts.
+
+# %%
+cm.show(ana.census_view(ana.census_table()))
+
+# %% [markdown]
+# ## 5. Throughput against cuDNN
+
+# %% tags=["headline-numbers"]
+cm.show(cm.headline(ana.headline_numbers(allrec, spec)))
+
+# %% tags=["headline"]
+cm.show(ana.tflops_table(allrec))
+cm.show(cm.missing_note(ana.fprop(allrec), "the conv2d fprop plan"))
+
+# %%
+fig = ana.roofline(allrec, spec, slug)
+
+# %% [markdown]
+# ## 6. Targets
+#
+# fprop ≥ 1.0× cuDNN on every shape (moonshot 1.1×); dgrad ≥ 1.5× and wgrad ≥ 1.0× cuDNN once they
+# exist.
+
+# %% tags=["targets"]
+cm.show(ana.targets(allrec))
+
+# %% [markdown]
+# The Gluon tile's knobs on two shapes (patch TH × TW, BN, ring stages, warps), the heuristic beside them.
+
+# %%
+cm.show(ana.sweep_table(allrec))
+
+# %% [markdown]
+# ## 7. Takeaways (computed from the records above)
+
+# %% tags=["takeaways"]
+cm.show(cm.takeaways(ana.takeaways(allrec, spec)))
+
+# %% [markdown]
+# ## Compare runs
+#
+# Per-case time ratios of two runs of this notebook (time B / time A; below 1.0 run B is faster).
+# The same from a shell: `python -m gluon_lab compare 06-convolution RUN_A RUN_B`.
+
+# %%
+cm.show(cm.compare_runs(ctx, compare_to))

@@ -1,0 +1,155 @@
+"""Pattern 6 on a CPU machine: conv2d's rules (clear errors naming the argument and the rule), the
+float64 reference against the definition written out as an explicit im2col GEMM, the torch variant
+(the CPU kernel here, cuDNN on the GPU), the custom op, which A path each shape takes, and the sm_90
+structure of the Gluon fprop compiled here: every A and B operand arrives by TMA (UTMALDG, no ld.global
+at all), wgmma (HGMMA) per k-step, one TMA store per tile, no spills, shared memory per stage."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gluon_lab as gll
+from gluon_lab import bench, codegen, library, specs
+from gluon_lab.kernels import conv
+from gluon_lab.specs.conv import gemm_shape, out_size
+
+SPEC = specs.get("conv2d")
+
+
+def _inputs(B=2, Ci=16, Co=24, H=9, W=7, R=3, stride=1, pad=1, dtype="bfloat16", seed=0):
+    return bench.make_inputs("conv2d", dict(B=B, Ci=Ci, Co=Co, H=H, W=W, R=R, stride=stride, pad=pad), dtype, seed=seed,
+                             device_="cpu")
+
+
+def _im2col_gemm(x, w, stride, pad):
+    """The definition: y[b, co, oh, ow] = sum_{r, s, c} x[b, c, oh*stride + r - pad, ow*stride + s - pad] w[co, c, r, s]."""
+    B, Ci, H, W = x.shape
+    Co, _, R, _ = w.shape
+    OH, OW = out_size(H, R, stride, pad), out_size(W, R, stride, pad)
+    xp = F.pad(x.double(), (pad, pad, pad, pad))
+    cols = torch.zeros(B, OH, OW, R, R, Ci, dtype=torch.float64)
+    for r in range(R):
+        for s in range(R):
+            cols[:, :, :, r, s, :] = xp[:, :, r:r + stride * (OH - 1) + 1:stride, s:s + stride * (OW - 1) + 1:stride] \
+                .permute(0, 2, 3, 1)
+    A = cols.reshape(B * OH * OW, R * R * Ci)
+    Bm = w.double().permute(2, 3, 1, 0).reshape(R * R * Ci, Co)
+    return (A @ Bm).reshape(B, OH, OW, Co).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("R,stride,pad", [(3, 1, 1), (3, 2, 1), (1, 1, 0), (1, 2, 0), (3, 1, 0), (3, 2, 0)])
+def test_reference_is_the_im2col_gemm(R, stride, pad):
+    inp = _inputs(R=R, stride=stride, pad=pad, H=9, W=8)
+    ref = SPEC.reference(*inp)
+    torch.testing.assert_close(ref, _im2col_gemm(inp[0], inp[1], stride, pad), atol=1e-10, rtol=1e-10)
+    M, N, K = gemm_shape(SPEC.shape_of(*inp))
+    assert (M, N, K) == (ref.shape[0] * ref.shape[2] * ref.shape[3], 24, R * R * 16)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_torch_variant_matches_float64_and_keeps_channels_last(dtype):
+    inp = _inputs(stride=2, H=10, W=11, dtype=dtype, seed=3)
+    y = gll.conv2d(*inp)
+    assert y.is_contiguous(memory_format=torch.channels_last) and y.shape == (2, 24, 5, 6)
+    ok = bench.compare(y, SPEC.reference(*inp), dtype, SPEC.tolerance[dtype])
+    assert ok["passed"], ok
+
+
+def test_defaults_and_a_plain_nhwc_tensor():
+    x, w, _, _ = _inputs(pad=0)
+    y = gll.conv2d(x, w)  # stride=1, padding=0
+    assert y.shape == (2, 24, 7, 5)
+    nhwc = x.permute(0, 2, 3, 1).contiguous()  # a plain NHWC tensor, passed as its NCHW view
+    torch.testing.assert_close(gll.conv2d(nhwc.permute(0, 3, 1, 2), w), y)
+    # an OIHW-contiguous weight is the same weight
+    torch.testing.assert_close(gll.conv2d(x, w.contiguous()), y)
+
+
+def test_clear_errors():
+    x, w, _, _ = _inputs()
+    cases = [
+        ((x.float(), w), TypeError, "x.dtype must be one of torch.bfloat16, torch.float16"),
+        ((x[0], w), ValueError, r"x must have at least 4 dimension"),
+        ((x, w[:, :8]), ValueError, r"weight.shape\[1\] must equal x.shape\[1\] \(Ci = 16\); got 8 \(groups = 2"),
+        ((x, w[..., :2]), ValueError, r"kernel must be square with R = S in \(1, 3\); got 3x2"),
+        ((x, torch.randn(24, 16, 5, 5, dtype=torch.bfloat16)), ValueError, "got 5x5"),
+        ((x, w.half()), TypeError, "weight.dtype must equal x.dtype"),
+        ((x.contiguous(), w), ValueError, "x must be channels-last in memory"),
+        ((x, w, 3), ValueError, r"stride must be one of \(1, 2\); got 3"),
+        ((x, w, (1, 1)), TypeError, "stride must be an int"),
+        ((x, w, 1, 2), ValueError, r"padding must be one of \(0, 1\); got 2"),
+        ((x[:, :, :2, :2], w, 1, 0), ValueError, "the output would be empty"),
+    ]
+    for args, exc, msg in cases:
+        for _ in range(2):  # the same error on a repeated call (the fast path never plans a bad call)
+            with pytest.raises(exc, match=msg):
+                gll.conv2d(*args)
+    with pytest.raises(ValueError, match="runs on a CUDA GPU"):
+        gll.conv2d(x, w, variant="gluon-pipelined")
+
+
+def test_custom_op_schema_and_opcheck():
+    assert library.schema(SPEC) == "conv2d(Tensor x, Tensor weight, SymInt stride, SymInt padding, str variant) -> Tensor"
+    from torch.library import opcheck
+    x, w, s, p = _inputs(seed=4)
+    opcheck(torch.ops.gluon_lab.conv2d.default, (x, w, s, p, "torch"))
+
+
+@pytest.mark.parametrize("shape,path", [
+    (dict(B=1, Ci=64, Co=64, H=8, W=8, R=3, stride=1, pad=1), "tma"),
+    (dict(B=1, Ci=64, Co=64, H=8, W=8, R=3, stride=2, pad=1), "tma"),
+    (dict(B=1, Ci=64, Co=64, H=7, W=8, R=3, stride=2, pad=1), "none"),  # odd H: no parity split
+    (dict(B=1, Ci=3, Co=64, H=8, W=8, R=3, stride=1, pad=1), "none"),  # RGB: 6-byte channel stride
+    (dict(B=1, Ci=64, Co=36, H=8, W=8, R=1, stride=1, pad=0), "none"),  # Co % 8
+])
+def test_a_path_names_the_rule(shape, path):
+    got, why = conv.a_path(shape)
+    assert got == path and why
+
+
+def _census(shape, cfg=None, dtype="bfloat16"):
+    spec = conv.fprop_codegen(shape, dtype, config=cfg)
+    return codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+
+
+SHAPES = [dict(B=128, Ci=384, Co=384, H=64, W=64, R=3, stride=1, pad=1),
+          dict(B=8, Ci=320, Co=320, H=64, W=64, R=3, stride=2, pad=1),
+          dict(B=8, Ci=256, Co=512, H=32, W=32, R=1, stride=1, pad=0)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['Ci']}-{s['Co']}-R{s['R']}-s{s['stride']}")
+def test_gluon_fprop_census(shape):
+    cfg = conv.ConvConfig.heuristic(shape, "bfloat16")
+    c = _census(shape)
+    # A and B of every k-step by TMA: 2 boxes per step, NUM_STAGES steps in the code (prologue + loop)
+    assert c["sass"]["UTMALDG"] == 2 * cfg.num_stages, c["sass"]
+    assert c["ld_global"] == 0 and c["st_global"] == 0 and c["cp_async"] == 0, c  # no register gathers at all
+    assert c["sass"]["UTMASTG"] == 1, c["sass"]  # the epilogue: one TMA store per tile
+    # wgmma per k-step: BK / 16 instructions per m64 block, BM / 64 blocks over num_warps / 4 warpgroups
+    assert c["sass"]["HGMMA"] == (cfg.BK // 16) * (cfg.BM // 64) // (cfg.num_warps // 4), c["sass"]
+    assert c["spill_bytes"] == 0, c["spill_bytes"]
+    per_stage = (cfg.BM + cfg.BN) * cfg.BK * 2
+    assert c["smem_bytes"] >= cfg.num_stages * per_stage + cfg.BM * cfg.BN * 2  # ring + epilogue staging
+    assert c["smem_bytes"] <= cfg.smem_bytes("bfloat16") + 1024, (c["smem_bytes"], cfg.smem_bytes("bfloat16"))
+    boxes = [b["block_size"] for b in c["tma_boxes"]]
+    assert [1, cfg.TH, 1, cfg.TW, cfg.BK] in boxes and [cfg.BN, 1, cfg.BK] in boxes
+
+
+def test_heuristic_reasons():
+    h = conv.ConvConfig.heuristic
+    assert h(SHAPES[0], "bfloat16").BN == 128  # 384 = 3 x 128
+    assert h(SHAPES[1], "bfloat16").BN == 64  # 320 = 5 x 64
+    big = h(SHAPES[2], "bfloat16")
+    assert big.BN == 256 and big.num_warps == 8 and big.num_stages == 3
+    assert h(dict(B=1, Ci=64, Co=64, H=7, W=7, R=3, stride=1, pad=1), "bfloat16").TW == 8  # 7-wide output rows
+    with pytest.raises(ValueError, match="must be a power of 2"):
+        conv.configure(SHAPES[0], "bfloat16", {"TW": 24})
+    with pytest.raises(ValueError, match="shared memory"):
+        conv.configure(SHAPES[0], "bfloat16", {"BN": 256, "num_stages": 5, "num_warps": 8})
+
+
+@pytest.mark.slow
+def test_triton_baseline_census():
+    spec = conv.triton_codegen(SHAPES[1], "bfloat16")
+    c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+    assert c["cp_async"] > 0 and c["wgmma"] > 0 and c["tma_load"] == 0  # pointer gathers, pipelined by Triton

@@ -1,0 +1,87 @@
+"""Pattern 6 on the H200 through the public API: every conv2d variant against float64 on fresh random
+inputs — ragged B·OH·OW (patches cut by the image edge), Ci / Co not multiples of 64, stride 2,
+padding at every border, 1x1 and 3x3, bf16 / fp16 — on outputs poisoned with NaN (each call's y lands
+on a freed block of NaNs: an element a kernel never writes fails), NaN propagation, and the refusals
+of the Gluon variant naming the rule (the Triton and torch variants take those shapes)."""
+import pytest
+import torch
+
+import gluon_lab as gll
+from gluon_lab import bench, registry, specs
+
+pytestmark = pytest.mark.gpu
+SPEC = specs.get("conv2d")
+VARIANTS = ("torch", "triton", "gluon-pipelined")
+
+
+def _inputs(shape, dtype="bfloat16", seed=0):
+    return bench.make_inputs("conv2d", shape, dtype, seed=seed)
+
+
+def _poison(nbytes: int):
+    """Leave a freed block of NaNs in the caching allocator, so the next output allocation of about that
+    size starts as NaN."""
+    t = torch.full((nbytes // 2 + 4096, ), float("nan"), dtype=torch.bfloat16, device="cuda")
+    del t
+
+
+CASES = [
+    dict(B=2, Ci=64, Co=64, H=16, W=16, R=3, stride=1, pad=1),
+    dict(B=3, Ci=40, Co=72, H=13, W=11, R=3, stride=1, pad=1),  # ragged patches, Ci / Co not multiples of 64
+    dict(B=2, Ci=96, Co=136, H=14, W=18, R=3, stride=2, pad=1),  # stride 2, top/left padding row and column
+    dict(B=2, Ci=48, Co=80, H=12, W=10, R=3, stride=2, pad=0),
+    dict(B=1, Ci=200, Co=264, H=9, W=17, R=3, stride=1, pad=0),
+    dict(B=4, Ci=256, Co=320, H=8, W=8, R=1, stride=1, pad=0),  # 1x1
+    dict(B=2, Ci=128, Co=64, H=16, W=12, R=1, stride=2, pad=0),  # 1x1 stride 2 (a ResNet downsample)
+    dict(B=1, Ci=384, Co=384, H=64, W=64, R=3, stride=1, pad=1),  # the example's channels
+]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_every_variant_matches_float64(shape, dtype):
+    inp = _inputs(shape, dtype, seed=shape["Ci"] + shape["H"])
+    ref = SPEC.reference(*inp)
+    for v in VARIANTS:
+        _poison(ref.numel() * 2)
+        y = gll.conv2d(*inp, variant=v)
+        torch.cuda.synchronize()
+        assert y.shape == ref.shape and y.is_contiguous(memory_format=torch.channels_last), (v, y.shape, y.stride())
+        ok = bench.compare(y, ref, dtype, SPEC.tolerance[dtype])
+        assert ok["passed"], (v, ok)
+
+
+@pytest.mark.parametrize("shape", [dict(B=1, Ci=3, Co=64, H=16, W=16, R=3, stride=1, pad=1),
+                                   dict(B=1, Ci=64, Co=64, H=15, W=16, R=3, stride=2, pad=1)])
+def test_gluon_refuses_by_rule_and_the_others_take_it(shape):
+    inp = _inputs(shape, seed=5)
+    assert not registry.eligible(registry.get_variant("conv2d", "gluon-pipelined"), inp)
+    with pytest.raises(ValueError, match="multiples of 8|needs even H and W"):
+        gll.conv2d(*inp, variant="gluon-pipelined")
+    ref = SPEC.reference(*inp)
+    for v in ("torch", "triton", "auto"):
+        assert bench.compare(gll.conv2d(*inp, variant=v), ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"], v
+
+
+@pytest.mark.parametrize("v", VARIANTS)
+def test_nan_spreads_only_to_the_pixels_it_touches(v):
+    shape = dict(B=2, Ci=64, Co=64, H=12, W=12, R=3, stride=1, pad=1)
+    x, w, s, p = _inputs(shape, seed=2)
+    x[1, 5, 6, 6] = float("nan")  # image 1, channel 5, pixel (6, 6): reaches outputs (5..7, 5..7) of image 1
+    y = gll.conv2d(x, w, s, p, variant=v)
+    torch.cuda.synchronize()
+    assert torch.isnan(y[1, :, 5:8, 5:8]).all()
+    y[1, :, 5:8, 5:8] = 0
+    assert not torch.isnan(y).any()
+
+
+def test_weight_oihw_and_fast_path_replay():
+    from gluon_lab import fastpath
+    fastpath.clear()
+    shape = dict(B=2, Ci=64, Co=128, H=20, W=20, R=3, stride=2, pad=1)
+    x, w, s, p = _inputs(shape, seed=8)
+    ref = SPEC.reference(x, w, s, p)
+    for _ in range(3):  # record, then replay the plan
+        y = gll.conv2d(x, w.contiguous(), s, p, variant="gluon-pipelined")
+    assert bench.compare(y, ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"]
+    assert fastpath.plan_of("conv2d", x, w.contiguous(), s, p, variant="gluon-pipelined") is not None
