@@ -189,9 +189,9 @@ class ConvConfig:
             v = getattr(self, k)
             if v & (v - 1) or not 1 <= v <= 256:
                 raise ValueError(f"ConvConfig.{k} must be a power of 2 in [1, 256] (a TMA box dim); got {v}")
-        if self.BM < 16 * self.num_warps or self.num_warps % 4:
-            raise ValueError(f"ConvConfig: BM = TH*TW = {self.BM} must be >= 16 x num_warps and num_warps a multiple "
-                             f"of 4 (whole warpgroups); got num_warps {self.num_warps}")
+        if self.BM < 64 or self.BM < 16 * self.num_warps or self.num_warps % 4:
+            raise ValueError(f"ConvConfig: BM = TH*TW = {self.BM} must be >= 64 and >= 16 x num_warps, and num_warps a "
+                             f"multiple of 4 (whole warpgroups); got num_warps {self.num_warps}")
         if self.BN < 16 or self.BK * ITEMSIZE[dtype] != 128:
             raise ValueError(f"ConvConfig: BN must be >= 16 and BK x itemsize 128 bytes (the 128-byte swizzle); got "
                              f"BN={self.BN}, BK={self.BK}")
@@ -202,17 +202,23 @@ class ConvConfig:
     @classmethod
     def heuristic(cls, shape: dict, dtype: str) -> "ConvConfig":
         # The patch: as wide as the output row allows (TW <= 32 keeps the box's rows long and the patch
-        # compact), TH = 128 / TW. BN: the power of 2 in {256, 128, 64} that wastes least of Co's last
-        # band (384 -> 128 x 3, 320 -> 64 x 5, 512 -> 256 x 2); 256 needs 8 warps (two warpgroups) and
-        # 3 stages to fit its accumulator and ring, like the GEMM's 128 x 256 tile. First guesses; the
-        # 06 plan's knob sweep measures them.
+        # compact), TH = 128 / TW. BN (H200 run 20261201T16, first fprop run): 128 where Co allows —
+        # BN = 64 ran the SD 320-channel shapes at 439 TFLOP/s against 497-502 for BN = 128 (n64 wgmma
+        # reads A twice as often per FLOP; 128 wastes 64 of 384 columns and still wins); 256 (8 warps,
+        # 3 stages, the GEMM's tile) when Co is a multiple of 256 (ResNet 256 / 1024 channels: 1.00-1.03x
+        # cuDNN). Below two waves of tiles on the SMs (the 1x1 and stride-2 SD shapes: 192 tiles on 132
+        # SMs) the 4-warp tile halves its patch to BM = 64, doubling the tiles.
         OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+        OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
         tw = min(32, triton.next_power_of_2(OW))
         th = 128 // tw
         co = shape["Co"]
-        bn = min((256, 128, 64), key=lambda n: (cdiv(co, n) * n - co, -n))
-        if bn == 256:
+        if co % 256 == 0:
             return cls(TH=th, TW=tw, BN=256, num_stages=3, num_warps=8)
+        bn = 128 if co >= 128 else 64
+        tiles = shape["B"] * cdiv(OH, th) * cdiv(OW, tw) * cdiv(co, bn)
+        if tiles < 2 * H200_SMS and th >= 2:
+            th //= 2
         return cls(TH=th, TW=tw, BN=bn)
 
 
