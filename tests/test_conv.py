@@ -139,7 +139,8 @@ def test_heuristic_reasons():
     h = conv.ConvConfig.heuristic
     assert h(SHAPES[0], "bfloat16").BN == 128  # 384 = 3 x 128
     assert h(SHAPES[1], "bfloat16").BN == 128  # 320: 128 measured faster than 64 (5 x 64 exact)
-    assert h(SHAPES[1], "bfloat16").BM == 64  # stride 2 at 32 x 32 outputs: 192 tiles of 128 < 2 waves
+    assert (h(SHAPES[1], "bfloat16").TH, h(SHAPES[1], "bfloat16").TW) == (8, 16)  # stride 2: 8 x 16 patches
+    assert (h(SHAPES[0], "bfloat16").TH, h(SHAPES[0], "bfloat16").TW) == (4, 32)  # stride 1: rows up to 32 wide
     big = h(SHAPES[2], "bfloat16")
     assert big.BN == 256 and big.num_warps == 8 and big.num_stages == 3 and big.BM == 128
     assert h(dict(B=1, Ci=64, Co=64, H=7, W=7, R=3, stride=1, pad=1), "bfloat16").TW == 8  # 7-wide output rows

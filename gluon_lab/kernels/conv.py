@@ -201,25 +201,23 @@ class ConvConfig:
 
     @classmethod
     def heuristic(cls, shape: dict, dtype: str) -> "ConvConfig":
-        # The patch: as wide as the output row allows (TW <= 32 keeps the box's rows long and the patch
-        # compact), TH = 128 / TW. BN (H200 run 20261201T16, first fprop run): 128 where Co allows —
-        # BN = 64 ran the SD 320-channel shapes at 439 TFLOP/s against 497-502 for BN = 128 (n64 wgmma
-        # reads A twice as often per FLOP; 128 wastes 64 of 384 columns and still wins); 256 (8 warps,
-        # 3 stages, the GEMM's tile) when Co is a multiple of 256 (ResNet 256 / 1024 channels: 1.00-1.03x
-        # cuDNN). Below two waves of tiles on the SMs (the 1x1 and stride-2 SD shapes: 192 tiles on 132
-        # SMs) the 4-warp tile halves its patch to BM = 64, doubling the tiles.
+        # Measured on the H200 (06 runs of 2026-12-01, knob sweep over the six plan shapes):
+        # * patch: stride 1 as wide as the output row allows up to 32 (TH = 128 / TW); stride 2 at most
+        #   16 wide — 8 x 16 ran the SD stride-2 shape at 392 TFLOP/s against 322-349 for 4 x 32 and
+        #   2 x 32 (the parity-split boxes);
+        # * BN 128 where Co allows: BN = 64 ran the SD 320-channel shapes at 439 against 495-502 (n64
+        #   wgmma reads A twice as often per FLOP; 128 wastes 64 of 384 columns and still wins); 256 (8
+        #   warps, 3 stages, the GEMM's tile) when Co is a multiple of 256 (ResNet 256 / 1024 channels:
+        #   547 vs 521 TFLOP/s for 128 at 14 x 14);
+        # * BM stays 128: halving the patch to fill more waves (1x1 and stride-2 SD shapes, 192 tiles on
+        #   132 SMs) measured no gain (1x1: 249-268 vs 258) and lost at stride 2 (322 vs 349).
         OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
-        OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
-        tw = min(32, triton.next_power_of_2(OW))
+        tw = min(32 if shape["stride"] == 1 else 16, triton.next_power_of_2(OW))
         th = 128 // tw
         co = shape["Co"]
         if co % 256 == 0:
             return cls(TH=th, TW=tw, BN=256, num_stages=3, num_warps=8)
-        bn = 128 if co >= 128 else 64
-        tiles = shape["B"] * cdiv(OH, th) * cdiv(OW, tw) * cdiv(co, bn)
-        if tiles < 2 * H200_SMS and th >= 2:
-            th //= 2
-        return cls(TH=th, TW=tw, BN=bn)
+        return cls(TH=th, TW=tw, BN=128 if co >= 128 else 64)
 
 
 def a_path(shape: dict) -> tuple[str, str]:
