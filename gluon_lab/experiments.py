@@ -1027,11 +1027,11 @@ CONV_SHAPES = (  # (B, Ci, Co, H, W, R, stride, pad): around the issue's two anc
 @dataclass(frozen=True)
 class ConvPlan:
     """Pattern 6. 'fprop': every shape x (torch = cuDNN with cudnn.benchmark, channels-last; triton;
-    gluon-pipelined), bf16, CUDA-graph timing; 'fprop-sweep': gluon-pipelined's tile / ring knobs on
-    two shapes."""
+    gluon-pipelined; gluon-ws), bf16, CUDA-graph timing; 'fprop-sweep': gluon-pipelined's tile / ring
+    knobs on every shape."""
     shapes: tuple = CONV_SHAPES
     dtype: str = "bfloat16"
-    variants: tuple = ("torch", "triton", "gluon-pipelined")
+    variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")
     sweep_shapes: tuple = CONV_SHAPES
     sweep_knobs: tuple = (  # (TH, TW, BN, num_stages, num_warps); TH 0: the heuristic's patch
         (0, 0, 128, 4, 4), (0, 0, 128, 5, 4), (0, 0, 64, 4, 4), (0, 0, 256, 3, 8), (2, 32, 128, 4, 4),

@@ -112,8 +112,11 @@ cm.show(ana.census_view(ana.census_table()))
 cm.show(cm.headline(ana.headline_numbers(allrec, spec)))
 
 # %% tags=["headline"]
-cm.show(ana.tflops_table(allrec))
+fig = ana.headline_figure(allrec, spec, slug)
 cm.show(cm.missing_note(ana.fprop(allrec), "the conv2d fprop plan"))
+
+# %%
+cm.show(ana.tflops_table(allrec))
 
 # %%
 fig = ana.roofline(allrec, spec, slug)
@@ -128,7 +131,10 @@ fig = ana.roofline(allrec, spec, slug)
 cm.show(ana.targets(allrec))
 
 # %% [markdown]
-# The Gluon tile's knobs on two shapes (patch TH × TW, BN, ring stages, warps), the heuristic beside them.
+# The Gluon tile's knobs on every plan shape (patch TH × TW, BN, ring stages, warps), the heuristic's
+# record beside them. The heuristic was set from this sweep (run `20261201T161620Z`), so the sweep's records
+# count as stale: the kernel they ran is the current one, only `ConvConfig.heuristic` (part of the
+# variant's source hash) changed after them; the heuristic column is the newest run's.
 
 # %%
 cm.show(ana.sweep_table(allrec))

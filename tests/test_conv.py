@@ -135,6 +135,20 @@ def test_gluon_fprop_census(shape):
     assert [1, cfg.TH, 1, cfg.TW, cfg.BK] in boxes and [cfg.BN, 1, cfg.BK] in boxes
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['Ci']}-{s['Co']}-R{s['R']}-s{s['stride']}")
+def test_gluon_ws_fprop_census(shape):
+    """gluon-ws: the boxes are issued at ONE place (the 1-warp producer's loop: 2 UTMALDG in the code),
+    the producer runs at its setmaxnreg budget, the consumers' wgmma as in gluon-pipelined."""
+    cfg = conv.WsConvConfig.heuristic(shape, "bfloat16")
+    spec = conv.fprop_ws_codegen(shape, "bfloat16")
+    c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+    assert c["sass"]["UTMALDG"] == 2 and c["sass"]["UTMASTG"] == 1, c["sass"]
+    assert cfg.producer_regs in c["setmaxnreg_values"] and c["sass"]["USETMAXREG"] > 0, c["setmaxnreg_values"]
+    assert c["sass"]["HGMMA"] == (cfg.BK // 16) * (cfg.BM // 64) // (cfg.num_warps // 4), c["sass"]
+    assert c["ld_global"] == 0 and c["st_global"] == 0 and c["spill_bytes"] == 0, c
+
+
 def test_heuristic_reasons():
     h = conv.ConvConfig.heuristic
     assert h(SHAPES[0], "bfloat16").BN == 128  # 384 = 3 x 128

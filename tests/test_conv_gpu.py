@@ -11,7 +11,7 @@ from gluon_lab import bench, registry, specs
 
 pytestmark = pytest.mark.gpu
 SPEC = specs.get("conv2d")
-VARIANTS = ("torch", "triton", "gluon-pipelined")
+VARIANTS = ("torch", "triton", "gluon-pipelined", "gluon-ws")
 
 
 def _inputs(shape, dtype="bfloat16", seed=0):
@@ -55,9 +55,10 @@ def test_every_variant_matches_float64(shape, dtype):
                                    dict(B=1, Ci=64, Co=64, H=15, W=16, R=3, stride=2, pad=1)])
 def test_gluon_refuses_by_rule_and_the_others_take_it(shape):
     inp = _inputs(shape, seed=5)
-    assert not registry.eligible(registry.get_variant("conv2d", "gluon-pipelined"), inp)
-    with pytest.raises(ValueError, match="multiples of 8|needs even H and W"):
-        gll.conv2d(*inp, variant="gluon-pipelined")
+    for v in ("gluon-pipelined", "gluon-ws"):
+        assert not registry.eligible(registry.get_variant("conv2d", v), inp)
+        with pytest.raises(ValueError, match=f"variant '{v}' of conv2d: .*(multiples of 8|needs even H and W)"):
+            gll.conv2d(*inp, variant=v)
     ref = SPEC.reference(*inp)
     for v in ("torch", "triton", "auto"):
         assert bench.compare(gll.conv2d(*inp, variant=v), ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"], v

@@ -305,6 +305,178 @@ def fprop_codegen(shape: dict, dtype: str, config: ConvConfig | None = None):
 
 
 # ----------------------------------------------------------------------------------------------
+# warp-specialized fprop ("gluon-ws"): pattern 4's producer / consumer split on the same boxes
+
+@gluon.jit
+def _conv_ws_producer(x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
+                      R: gl.constexpr, STRIDE: gl.constexpr, PAD: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      GROUP_M: gl.constexpr):
+    """1 warp: for every k-step of every tile of this CTA, wait for the slot to be EMPTY, then issue its
+    A and B boxes (completing on FULL). The coordinate math lives here, off the MMA warps."""
+    TH: gl.constexpr = x_desc.block_type.shape[1]
+    TW: gl.constexpr = x_desc.block_type.shape[3]
+    BK: gl.constexpr = x_desc.block_type.shape[4]
+    BN: gl.constexpr = w_desc.block_type.shape[0]
+    start = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    num_pid_n = gl.cdiv(Co, BN)
+    my_tiles = (n_tiles_m * num_pid_n - start + nprog - 1) // nprog
+    g = 0
+    for i in range(my_tiles):
+        b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, n_tiles_m, num_pid_n, TH, TW, BN, GROUP_M)
+        for rs in range(R * R):
+            for c0 in range(0, Ci, BK):
+                slot = g % NUM_STAGES
+                mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
+                _conv_issue(x_desc, w_desc, a_bufs, b_bufs, full_bars, slot, rs, c0, b, oh0, ow0, co0, Ci, True, R,
+                            STRIDE, PAD)
+                g += 1
+
+
+@gluon.jit
+def _conv_ws_consumer(y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m,
+                      R: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr):
+    """num_warps warps (whole warpgroups on one BM-row tile): wait FULL, async wgmma, release the previous
+    step's slot once its MMA retired; epilogue through smem and one TMA store per tile."""
+    TH: gl.constexpr = a_bufs.shape[2]
+    TW: gl.constexpr = a_bufs.shape[4]
+    BK: gl.constexpr = a_bufs.shape[5]
+    BN: gl.constexpr = b_bufs.shape[1]
+    BM: gl.constexpr = TH * TW
+    dtype: gl.constexpr = y_desc.dtype
+    a_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BK], dtype)
+    b_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BK], dtype)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    start = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    num_pid_n = gl.cdiv(y_desc.shape[3], BN)
+    my_tiles = (n_tiles_m * num_pid_n - start + nprog - 1) // nprog
+    k_steps = R * R * gl.cdiv(Ci, BK)
+    g = 0
+    for i in range(my_tiles):
+        b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, n_tiles_m, num_pid_n, TH, TW, BN, GROUP_M)
+        acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+        for kk in range(k_steps):
+            slot = g % NUM_STAGES
+            mbarrier.wait(full_bars.index(slot), (g // NUM_STAGES) & 1)
+            a = a_bufs.index(slot)._reinterpret(dtype, [BM, BK], a_mma)
+            bt = b_bufs.index(slot)._reinterpret(dtype, [BN, BK], b_mma).permute((1, 0))
+            acc = warpgroup_mma(a, bt, acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            if kk > 0:  # the MMA of step g - 1 has retired: its slot goes back to the producer
+                mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
+            g += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
+        tma.store_wait(0)
+        c_smem.store(acc.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(y_desc, [b, oh0, ow0, co0], c_smem._reinterpret(dtype, [1, TH, TW, BN],
+                                                                                        y_desc.layout))
+    tma.store_wait(0)
+
+
+@gluon.jit
+def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_tiles_m, R: gl.constexpr, STRIDE: gl.constexpr,
+                         PAD: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                         PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    TH: gl.constexpr = x_desc.block_type.shape[1]
+    TW: gl.constexpr = x_desc.block_type.shape[3]
+    BK: gl.constexpr = x_desc.block_type.shape[4]
+    BN: gl.constexpr = w_desc.block_type.shape[0]
+    dtype: gl.constexpr = x_desc.dtype
+    c_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TH * TW, BN], dtype)
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, TH, 1, TW, BK], x_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BN, 1, BK], w_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, [TH * TW, BN], c_lay)
+    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(empty_bars.index(i), count=1)
+        mbarrier.init(full_bars.index(i), count=1)
+    gl.warp_specialize([
+        (_conv_ws_consumer, (y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, R,
+                             NUM_STAGES, GROUP_M, num_warps)),
+        (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m,
+                             y_desc.shape[3], R, STRIDE, PAD, NUM_STAGES, GROUP_M)),
+    ], [1], [PRODUCER_REGS])
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(empty_bars.index(i))
+        mbarrier.invalidate(full_bars.index(i))
+
+
+@dataclasses.dataclass(frozen=True)
+class WsConvConfig(ConvConfig):
+    """ConvConfig plus the 1-warp producer's setmaxnreg budget (24..256, a multiple of 8; it only computes
+    coordinates, pattern 4's default)."""
+    producer_regs: int = 40
+
+    @classmethod
+    def heuristic(cls, shape: dict, dtype: str) -> "WsConvConfig":
+        # the pipelined kernel's tile (the same boxes and ring; first guess, the 06 plan measures it)
+        return cls(**dataclasses.asdict(ConvConfig.heuristic(shape, dtype)))
+
+    def validate(self, dtype: str):
+        super().validate(dtype)
+        if not 24 <= self.producer_regs <= 256 or self.producer_regs % 8:
+            raise ValueError(f"producer_regs must be a multiple of 8 in 24..256 (setmaxnreg); got {self.producer_regs}")
+        return self
+
+
+def ws_configure(shape: dict, dtype: str, overrides: dict) -> WsConvConfig:
+    known = {f.name for f in dataclasses.fields(WsConvConfig)}
+    return dataclasses.replace(WsConvConfig.heuristic(shape, dtype),
+                               **{k: v for k, v in overrides.items() if k in known}).validate(dtype)
+
+
+def _launch_args(x, weight, stride, padding, cfg: ConvConfig):
+    """(y, (x_desc, w_desc, y_desc), Ci, n_th, n_tw, n_m, grid) of an fprop launch."""
+    import torch
+    from .hopper import num_sms
+    B, Ci, H, W = x.shape
+    Co, R = weight.shape[0], weight.shape[2]
+    OH, OW = out_size(H, R, stride, padding), out_size(W, R, stride, padding)
+    y = torch.empty((B, Co, OH, OW), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+    lx, lw, ly = _layouts(cfg, dtype_name(x))
+    st = stride
+    x_desc = descriptor(x, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx, shape=[B, H // st, st, W // st, st * Ci],
+                        strides=[H * W * Ci, st * W * Ci, W * Ci, st * Ci, 1])
+    w_desc = descriptor(weight_ohwi(weight), [cfg.BN, 1, cfg.BK], lw, shape=[Co, R * R, Ci], strides=[R * R * Ci, Ci, 1])
+    y_desc = descriptor(y, [1, cfg.TH, cfg.TW, cfg.BN], ly, shape=[B, OH, OW, Co], strides=[OH * OW * Co, OW * Co, Co, 1])
+    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
+    n_m = B * n_th * n_tw
+    grid = (max(1, min(n_m * cdiv(Co, cfg.BN), num_sms(x.device))), )
+    return y, (x_desc, w_desc, y_desc), Ci, n_th, n_tw, n_m, grid
+
+
+def ws_check(x, weight, stride=1, padding=0):
+    try:
+        check(x, weight, stride, padding)
+    except ValueError as e:
+        raise ValueError(str(e).replace("'gluon-pipelined'", "'gluon-ws'")) from None
+
+
+def fprop_ws(x, weight, stride=1, padding=0, config: WsConvConfig | None = None):
+    ws_check(x, weight, stride, padding)
+    dtype = dtype_name(x)
+    cfg = (config or WsConvConfig.heuristic(_shape_of(x, weight, stride, padding), dtype)).validate(dtype)
+    y, descs, Ci, n_th, n_tw, n_m, grid = _launch_args(x, weight, stride, padding, cfg)
+    conv_fprop_ws_kernel[grid](*descs, Ci, n_th, n_tw, n_m, R=weight.shape[2], STRIDE=stride, PAD=padding,
+                               NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs,
+                               num_warps=cfg.num_warps)
+    return y
+
+
+def fprop_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None):
+    cfg = (config or WsConvConfig.heuristic(shape, dtype)).validate(dtype)
+    spec = fprop_codegen(shape, dtype, config=cfg)
+    ce = dict(spec["constexprs"], PRODUCER_REGS=cfg.producer_regs)
+    sig = dict(spec["signature"], PRODUCER_REGS="constexpr")
+    return {**spec, "fn": conv_fprop_ws_kernel, "signature": sig, "constexprs": ce}
+
+
+# ----------------------------------------------------------------------------------------------
 # the plain Triton baseline: implicit GEMM with masked pointer gathers (any Ci, Co, stride)
 
 @triton.jit
@@ -379,6 +551,16 @@ def _register():
              roots=(conv_fprop_kernel, ConvConfig, fprop, check, a_path, _layouts, weight_ohwi),
              description="persistent implicit GEMM: tiled TMA boxes of x shifted per (r, s) (parity-split view for "
                          "stride 2), NUM_STAGES ring across tiles, async wgmma, TMA-store epilogue")(gluon_fn)
+
+    def ws_fn(x, weight, stride=1, padding=0, out=None, config=None):
+        return fprop_ws(x, weight, stride, padding, config=config)
+
+    register("conv2d", "gluon-ws", pattern="warp-specialized", needs_hopper=True, check=ws_check,
+             configure=ws_configure, codegen=fprop_ws_codegen, knobs={**KNOBS, "producer_regs": (24, 40, 56)},
+             roots=(conv_fprop_ws_kernel, WsConvConfig, ConvConfig, fprop_ws, ws_check, check, a_path, _layouts,
+                    _launch_args, weight_ohwi),
+             description="warp-specialized implicit GEMM: a 1-warp TMA producer (setmaxnreg) for the shifted x boxes "
+                         "and weight boxes, consumer warpgroups on wgmma, empty/full ring")(ws_fn)
 
     def triton_fn(x, weight, stride=1, padding=0, out=None):
         return triton_variant(x, weight, stride, padding)
