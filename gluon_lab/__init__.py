@@ -26,4 +26,6 @@ from .registry import variants
 __version__ = "0.1.0"
 OPS = specs.names()
 globals().update(_PUBLIC)
-__all__ = [*_PUBLIC, "variants", "OPS", "GPUUnavailableError"]
+from .specs.conv import conv2d_input_grad_like_torch  # noqa: E402  (torch.nn.grad.conv2d_input's argument order)
+
+__all__ = [*_PUBLIC, "conv2d_input_grad_like_torch", "variants", "OPS", "GPUUnavailableError"]

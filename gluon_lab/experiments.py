@@ -1028,10 +1028,11 @@ CONV_SHAPES = (  # (B, Ci, Co, H, W, R, stride, pad): around the issue's two anc
 class ConvPlan:
     """Pattern 6. 'fprop': every shape x (torch = cuDNN with cudnn.benchmark, channels-last; triton;
     gluon-pipelined; gluon-ws), bf16, CUDA-graph timing; 'fprop-sweep': gluon-pipelined's tile / ring
-    knobs on every shape."""
+    knobs on every shape; 'dgrad': the same shapes' input gradients (cuDNN, Triton, Gluon at stride 1)."""
     shapes: tuple = CONV_SHAPES
     dtype: str = "bfloat16"
     variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")
+    dgrad_variants: tuple = ("torch", "triton", "gluon-pipelined")
     sweep_shapes: tuple = CONV_SHAPES
     sweep_knobs: tuple = (  # (TH, TW, BN, num_stages, num_warps); TH 0: the heuristic's patch
         (0, 0, 128, 4, 4), (0, 0, 128, 5, 4), (0, 0, 64, 4, 4), (0, 0, 256, 3, 8), (2, 32, 128, 4, 4),
@@ -1047,8 +1048,21 @@ def _conv_shape(t) -> dict:
     return dict(zip(("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), t))
 
 
-def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep")) -> list[dict]:
+def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad")) -> list[dict]:
+    from . import registry
     cases = []
+    if "dgrad" in parts:  # the same shapes' input gradients: cuDNN, the Triton dgrad, the Gluon one where it runs
+        for t in plan.shapes:
+            shape = _conv_shape(t)
+            for v in plan.dgrad_variants:
+                if v != "torch" and v not in registry.variants("conv2d_input_grad"):
+                    continue
+                if v.startswith("gluon") and shape["stride"] != 1:
+                    continue  # stride-2 dgrad: not built in Gluon (the variant refuses it)
+                c = {"op": "conv2d_input_grad", "variant": v, "shape": shape, "dtype": plan.dtype, "timer": "cudagraph"}
+                if v == "torch":
+                    c["config"] = {"cudnn_benchmark": True}
+                cases.append(c)
     if "fprop" in parts:
         for t in plan.shapes:
             for v in plan.variants:
@@ -1067,7 +1081,7 @@ def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep")) -> list[dict]:
 
 
 def run_conv(results_dir: str = "results", quick: bool = False, plan: ConvPlan | None = None,
-             parts=("fprop", "fprop-sweep")):
+             parts=("fprop", "fprop-sweep", "dgrad")):
     import torch
     torch.backends.cudnn.benchmark = True  # the torch variant's cuDNN baseline, as the issue measures it
     plan = plan or (ConvPlan.quick() if quick else ConvPlan())

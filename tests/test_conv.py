@@ -169,3 +169,57 @@ def test_triton_baseline_census():
     spec = conv.triton_codegen(SHAPES[1], "bfloat16")
     c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
     assert c["cp_async"] > 0 and c["wgmma"] > 0 and c["tma_load"] == 0  # pointer gathers, pipelined by Triton
+
+
+# ---- dgrad (conv2d_input_grad) -------------------------------------------------------------------
+DSPEC = specs.get("conv2d_input_grad")
+
+
+def _dinputs(B=2, Ci=16, Co=24, H=10, W=9, R=3, stride=1, pad=1, dtype="bfloat16", seed=0):
+    return bench.make_inputs("conv2d_input_grad", dict(B=B, Ci=Ci, Co=Co, H=H, W=W, R=R, stride=stride, pad=pad), dtype,
+                             seed=seed, device_="cpu")
+
+
+@pytest.mark.parametrize("R,stride,pad", [(3, 1, 1), (3, 2, 1), (1, 1, 0), (1, 2, 0), (3, 1, 0), (3, 2, 0)])
+def test_dgrad_reference_is_autograd_of_conv2d(R, stride, pad):
+    dy, w, H, W, s, p = _dinputs(R=R, stride=stride, pad=pad)
+    x = torch.zeros(2, 16, H, W, dtype=torch.float64, requires_grad=True)
+    F.conv2d(x, w.double(), stride=stride, padding=pad).backward(dy.double())
+    torch.testing.assert_close(DSPEC.reference(dy, w, H, W, s, p), x.grad, atol=1e-10, rtol=1e-10)
+    got = gll.conv2d_input_grad(dy, w, H, W, s, p)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert bench.compare(got, x.grad, "bfloat16", DSPEC.tolerance["bfloat16"])["passed"]
+    torch.testing.assert_close(gll.conv2d_input_grad_like_torch((2, 16, H, W), w, dy, s, p), got)
+
+
+def test_dgrad_clear_errors():
+    dy, w, H, W, s, p = _dinputs()
+    cases = [
+        ((dy, w, H + 3, W, s, p), ValueError, r"input size 13 x 9 .* gives a 13 x 9 output; grad_output is 10 x 9"),
+        ((dy, w[:20], H, W, s, p), ValueError, r"weight.shape\[0\] must equal grad_output.shape\[1\] \(Co = 24\)"),
+        ((dy.contiguous(), w, H, W, s, p), ValueError, "grad_output must be channels-last"),
+        ((dy, w, 0, W, s, p), ValueError, "input_h must be a positive int"),
+        ((dy, w, H, W, 3, p), ValueError, r"stride must be one of \(1, 2\)"),
+    ]
+    for args, exc, msg in cases:
+        with pytest.raises(exc, match=msg):
+            gll.conv2d_input_grad(*args)
+    with pytest.raises(ValueError, match=r"input_size \(B, Ci\) = \(2, 8\) must match"):
+        gll.conv2d_input_grad_like_torch((2, 8, H, W), w, dy, s, p)
+    assert library.schema(DSPEC).startswith("conv2d_input_grad(Tensor grad_output, Tensor weight, SymInt input_h")
+
+
+@pytest.mark.slow
+def test_gluon_dgrad_is_the_fprop_kernel_on_rotated_filters():
+    """Stride-1 dgrad compiles to the fprop kernel (same census) at padding R - 1 - pad; the rotated
+    filters equal W flipped with Ci and Co swapped."""
+    shape = dict(B=8, Ci=320, Co=384, H=64, W=64, R=3, stride=1, pad=0)
+    spec = conv.dgrad_codegen(shape, "bfloat16")
+    assert spec["fn"] is conv.conv_fprop_kernel and spec["constexprs"]["PAD"] == 2
+    c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+    cfg = conv.dgrad_configure(shape, "bfloat16", {})
+    assert c["sass"]["UTMALDG"] == 2 * cfg.num_stages and c["ld_global"] == 0 and c["spill_bytes"] == 0
+    w = torch.randn(5, 3, 3, 3)
+    wr = conv.dgrad_weight(w)
+    assert wr.shape == (3, 5, 3, 3) and torch.equal(wr[1, 2, 0, 2], w[2, 1, 2, 0])
+    assert wr.is_contiguous(memory_format=torch.channels_last)

@@ -86,3 +86,26 @@ def test_weight_oihw_and_fast_path_replay():
         y = gll.conv2d(x, w.contiguous(), s, p, variant="gluon-pipelined")
     assert bench.compare(y, ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"]
     assert fastpath.plan_of("conv2d", x, w.contiguous(), s, p, variant="gluon-pipelined") is not None
+
+
+# ---- dgrad ----------------------------------------------------------------------------------------
+DSPEC = specs.get("conv2d_input_grad")
+DVARIANTS = ("torch", "triton", "gluon-pipelined")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_dgrad_every_variant_matches_float64(shape, dtype):
+    inp = bench.make_inputs("conv2d_input_grad", shape, dtype, seed=shape["Co"] + shape["W"])
+    ref = DSPEC.reference(*inp)
+    for v in DVARIANTS:
+        if v == "gluon-pipelined" and shape["stride"] != 1:
+            with pytest.raises(ValueError, match="takes stride 1"):
+                gll.conv2d_input_grad(*inp, variant=v)
+            continue
+        _poison(ref.numel() * 2)
+        dx = gll.conv2d_input_grad(*inp, variant=v)
+        torch.cuda.synchronize()
+        assert dx.shape == ref.shape and dx.is_contiguous(memory_format=torch.channels_last), (v, dx.shape)
+        ok = bench.compare(dx, ref, dtype, DSPEC.tolerance[dtype])
+        assert ok["passed"], (v, ok)

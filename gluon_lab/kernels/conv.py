@@ -535,6 +535,111 @@ def triton_codegen(shape: dict, dtype: str, config=None):
 
 
 # ----------------------------------------------------------------------------------------------
+# dgrad (op conv2d_input_grad)
+
+def dgrad_weight(weight):
+    """W'[ci, co, r, s] = W[co, ci, R-1-r, R-1-s] as a channels-last [Ci, Co, R, R] tensor (OHWI memory
+    [Ci, R, R, Co]): the filters of the stride-1 convolution that is dgrad. One small copy per call."""
+    w = weight.flip(2, 3).permute(1, 2, 3, 0).contiguous()  # [Ci, R, R, Co]
+    return w.permute(0, 3, 1, 2)
+
+
+def dgrad_check(grad_output, weight, input_h, input_w, stride=1, padding=0, variant="gluon-pipelined"):
+    if stride != 1:
+        raise ValueError(f"variant {variant!r} of conv2d_input_grad takes stride 1 (dgrad is then a stride-1 "
+                         "convolution of grad_output with the rotated filters); a stride-2 dgrad decomposes into 4 "
+                         "stride-1 sub-convolutions, not built yet: use variant='triton' or 'torch'")
+    B, Co, OH, OW = grad_output.shape
+    R = weight.shape[2]
+    shape = {"B": B, "Ci": Co, "Co": weight.shape[1], "H": OH, "W": OW, "R": R, "stride": 1, "pad": R - 1 - padding}
+    path, why = a_path(shape)
+    if path == "none":
+        raise ValueError(f"variant {variant!r} of conv2d_input_grad: {why} (here Ci is grad_output's Co and Co the "
+                         "input's Ci)")
+    for name, t in (("grad_output", grad_output), ("weight", weight)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"variant {variant!r} needs {name}'s data pointer 16-byte aligned (TMA); got address % 16 "
+                             f"= {t.data_ptr() % 16}")
+    return shape
+
+
+def dgrad_configure(shape: dict, dtype: str, overrides: dict) -> ConvConfig:
+    """The fprop problem dgrad runs (Ci <-> Co swapped, padding R - 1 - pad) takes fprop's heuristic."""
+    R = shape["R"]
+    f = {**shape, "Ci": shape["Co"], "Co": shape["Ci"], "H": out_size(shape["H"], R, 1, shape["pad"]),
+         "W": out_size(shape["W"], R, 1, shape["pad"]), "pad": R - 1 - shape["pad"]}
+    return configure(f, dtype, overrides)
+
+
+def dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0, config: ConvConfig | None = None):
+    dgrad_check(grad_output, weight, input_h, input_w, stride, padding)
+    R = weight.shape[2]
+    return fprop_any_pad(grad_output, dgrad_weight(weight), R - 1 - padding, config)
+
+
+def fprop_any_pad(x, weight, padding: int, config: ConvConfig | None = None):
+    """The stride-1 fprop kernel at any padding (TMA's zero fill pads by any amount; the public conv2d's
+    rule is padding in {0, 1})."""
+    dtype = dtype_name(x)
+    shape = _shape_of(x, weight, 1, padding)
+    cfg = (config or ConvConfig.heuristic(shape, dtype)).validate(dtype)
+    y, descs, Ci, n_th, n_tw, n_m, grid = _launch_args(x, weight, 1, padding, cfg)
+    conv_fprop_kernel[grid](*descs, Ci, n_th, n_tw, n_m, R=weight.shape[2], STRIDE=1, PAD=padding,
+                            NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+    return y
+
+
+def dgrad_codegen(shape: dict, dtype: str, config: ConvConfig | None = None):
+    R = shape["R"]
+    f = {**shape, "Ci": shape["Co"], "Co": shape["Ci"], "H": out_size(shape["H"], R, 1, shape["pad"]),
+         "W": out_size(shape["W"], R, 1, shape["pad"]), "pad": R - 1 - shape["pad"]}
+    return fprop_codegen(f, dtype, config=config or dgrad_configure(shape, dtype, {}))
+
+
+@triton.jit
+def conv_dgrad_triton_kernel(dy_ptr, w_ptr, dx_ptr, B, H, W, Ci, Co, OH, OW, R: tl.constexpr, STRIDE: tl.constexpr,
+                             PAD: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """dx[b, ih, iw, ci] = sum over (r, s, co) of dy[b, oh, ow, co] w[co, r, s, ci] where ih + pad - r = oh * stride
+    (masked where that has no integer oh in range): one [BM input pixels x BN input channels] tile per program."""
+    m = tl.program_id(0) * BM + tl.arange(0, BM)
+    n = tl.program_id(1) * BN + tl.arange(0, BN)
+    M = B * H * W
+    b = m // (H * W)
+    rem = m % (H * W)
+    ih = rem // W
+    iw = rem % W
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for rs in range(R * R):
+        th = ih + PAD - rs // R
+        tw = iw + PAD - rs % R
+        oh = th // STRIDE
+        ow = tw // STRIDE
+        ok = (m < M) & (th >= 0) & (tw >= 0) & (th % STRIDE == 0) & (tw % STRIDE == 0) & (oh < OH) & (ow < OW)
+        base = ((b * OH + oh).to(tl.int64) * OW + ow) * Co
+        for c0 in range(0, Co, BK):
+            c = c0 + tl.arange(0, BK)
+            a = tl.load(dy_ptr + base[:, None] + c[None, :], mask=ok[:, None] & (c[None, :] < Co), other=0.0)
+            wv = tl.load(w_ptr + (c[:, None].to(tl.int64) * (R * R) + rs) * Ci + n[None, :],
+                         mask=(c[:, None] < Co) & (n[None, :] < Ci), other=0.0)
+            acc = tl.dot(a, wv, acc)
+    tl.store(dx_ptr + m[:, None].to(tl.int64) * Ci + n[None, :], acc.to(dx_ptr.dtype.element_ty),
+             mask=(m < M)[:, None] & (n < Ci)[None, :])
+
+
+def dgrad_triton(grad_output, weight, input_h, input_w, stride=1, padding=0):
+    import torch
+    B, Co, OH, OW = grad_output.shape
+    Ci, R = weight.shape[1], weight.shape[2]
+    dx = torch.empty((B, Ci, input_h, input_w), dtype=grad_output.dtype, device=grad_output.device,
+                     memory_format=torch.channels_last)
+    t = TRITON_TILE
+    conv_dgrad_triton_kernel[(cdiv(B * input_h * input_w, t["BM"]), cdiv(Ci, t["BN"]))](
+        grad_output, weight_ohwi(weight), dx, B, input_h, input_w, Ci, Co, OH, OW, R=R, STRIDE=stride, PAD=padding,
+        BM=t["BM"], BN=t["BN"], BK=t["BK"], num_warps=t["num_warps"], num_stages=t["num_stages"])
+    return dx
+
+
+# ----------------------------------------------------------------------------------------------
 # registration
 
 KNOBS = {"TH": (2, 4, 8), "TW": (16, 32, 64), "BN": (64, 128, 256), "num_stages": (3, 4, 5), "num_warps": (4, 8)}
@@ -564,6 +669,23 @@ def _register():
 
     def triton_fn(x, weight, stride=1, padding=0, out=None):
         return triton_variant(x, weight, stride, padding)
+
+    def dgrad_fn(grad_output, weight, input_h, input_w, stride=1, padding=0, out=None, config=None):
+        return dgrad(grad_output, weight, input_h, input_w, stride, padding, config=config)
+
+    register("conv2d_input_grad", "gluon-pipelined", pattern="implicit-gemm", needs_hopper=True, check=dgrad_check,
+             configure=dgrad_configure, codegen=dgrad_codegen, knobs=KNOBS,
+             roots=(conv_fprop_kernel, ConvConfig, dgrad, dgrad_check, dgrad_configure, dgrad_weight, fprop_any_pad,
+                    _launch_args, a_path, _layouts, weight_ohwi),
+             description="stride-1 dgrad as the fprop kernel on grad_output with the rotated filters (padding R-1-pad)")(
+        dgrad_fn)
+
+    def dgrad_triton_fn(grad_output, weight, input_h, input_w, stride=1, padding=0, out=None):
+        return dgrad_triton(grad_output, weight, input_h, input_w, stride, padding)
+
+    register("conv2d_input_grad", "triton", pattern="baseline",
+             roots=(conv_dgrad_triton_kernel, dgrad_triton, weight_ohwi),
+             description="plain Triton dgrad: masked gathers of grad_output per tap (any stride), tl.dot")(dgrad_triton_fn)
 
     register("conv2d", "triton", pattern="baseline", codegen=triton_codegen,
              roots=(conv_triton_kernel, triton_variant, weight_ohwi),

@@ -140,3 +140,110 @@ CONV2D = define(OpSpec(
     tolerance={"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}, compute_bound=True, marker="s"))
 
 __all__ = ["CONV2D", "out_size", "gemm_shape", "weight_ohwi"]
+
+
+# ----------------------------------------------------------------------------------------------
+# conv2d_input_grad: dgrad, the input gradient
+
+def validate_dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0):
+    import torch
+    check_tensor("grad_output", grad_output, ndim_min=4, dtypes=("bfloat16", "float16"))
+    check_tensor("weight", weight, ndim_min=4, dtypes=("bfloat16", "float16"))
+    if grad_output.dim() != 4 or weight.dim() != 4:
+        raise ValueError(f"grad_output [B, Co, OH, OW] and weight [Co, Ci, R, S] must be 4-D; got "
+                         f"{tuple(grad_output.shape)} and {tuple(weight.shape)}")
+    _int_rule("stride", stride, STRIDES)
+    _int_rule("padding", padding, PADDINGS)
+    for name, v in (("input_h", input_h), ("input_w", input_w)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive int (the input's spatial size); got {v!r}")
+    B, Co, OH, OW = grad_output.shape
+    wco, Ci, R, S = weight.shape
+    if wco != Co:
+        raise ValueError(f"weight.shape[0] must equal grad_output.shape[1] (Co = {Co}); got {wco}")
+    if R != S or R not in KERNEL_SIZES:
+        raise ValueError(f"weight's kernel must be square with R = S in {KERNEL_SIZES}; got {R}x{S}")
+    if weight.dtype != grad_output.dtype:
+        raise TypeError(f"weight.dtype must equal grad_output.dtype ({grad_output.dtype}); got {weight.dtype}")
+    if weight.device != grad_output.device:
+        raise ValueError(f"weight must be on grad_output's device ({grad_output.device}); got {weight.device}")
+    if min(B, Co, Ci) < 1:
+        raise ValueError(f"grad_output and weight must have no empty dimension; got {tuple(grad_output.shape)}, "
+                         f"{tuple(weight.shape)}")
+    if (out_size(input_h, R, stride, padding), out_size(input_w, R, stride, padding)) != (OH, OW):
+        raise ValueError(f"input size {input_h} x {input_w} with a {R}x{R} kernel, stride {stride}, padding {padding} "
+                         f"gives a {out_size(input_h, R, stride, padding)} x {out_size(input_w, R, stride, padding)} output; "
+                         f"grad_output is {OH} x {OW}")
+    if not grad_output.is_contiguous(memory_format=torch.channels_last):
+        raise ValueError(f"grad_output must be channels-last in memory (NHWC); got strides {tuple(grad_output.stride())}."
+                         " Use .to(memory_format=torch.channels_last)")
+    if not (weight.is_contiguous() or weight.is_contiguous(memory_format=torch.channels_last)):
+        raise ValueError(f"weight must be contiguous (OIHW) or channels-last (OHWI); got strides {tuple(weight.stride())}")
+    return {}
+
+
+def _dgrad_size(grad_output, weight, input_h, input_w):
+    return (grad_output.shape[0], weight.shape[1], input_h, input_w)
+
+
+def reference_dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0):
+    import torch
+    return torch.nn.grad.conv2d_input(_dgrad_size(grad_output, weight, input_h, input_w), weight.double(),
+                                      grad_output.double(), stride=stride, padding=padding)
+
+
+def eager_dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0):
+    """torch.nn.grad.conv2d_input (cuDNN's dgrad on the GPU), channels-last out."""
+    import torch
+    dx = torch.nn.grad.conv2d_input(_dgrad_size(grad_output, weight, input_h, input_w), weight, grad_output,
+                                    stride=stride, padding=padding)
+    return dx.contiguous(memory_format=torch.channels_last)
+
+
+def _shape_dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0):
+    return {"B": grad_output.shape[0], "Ci": weight.shape[1], "Co": weight.shape[0], "H": input_h, "W": input_w,
+            "R": weight.shape[2], "stride": stride, "pad": padding}
+
+
+def _bytes_dgrad(shape, dtype):
+    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
+    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+    B, Ci, Co, R = shape["B"], shape["Ci"], shape["Co"], shape["R"]
+    return (B * OH * OW * Co + Co * Ci * R * R + B * shape["H"] * shape["W"] * Ci) * ITEMSIZE[dtype]
+
+
+def _make_dgrad(shape, dtype, rnd, scale=1.0):
+    B, Ci, Co, H, W, R = (shape[k] for k in ("B", "Ci", "Co", "H", "W", "R"))
+    st, p = shape.get("stride", 1), shape.get("pad", 0)
+    OH, OW = out_size(H, R, st, p), out_size(W, R, st, p)
+    dy = rnd(B, OH, OW, Co, std=scale).permute(0, 3, 1, 2)
+    w = rnd(Co, R, R, Ci, std=(Co * R * R) ** -0.5).permute(0, 3, 1, 2)
+    return (dy, w, H, W, st, p)
+
+
+CONV2D_INPUT_GRAD = define(OpSpec(
+    name="conv2d_input_grad", family="conv",
+    inputs=(Operand("grad_output", doc="[B, Co, OH, OW], channels-last in memory (NHWC)"),
+            Operand("weight", doc="[Co, Ci, R, R], OIHW or channels-last (OHWI)"),
+            Operand("input_h", kind="int", doc="H of the input"), Operand("input_w", kind="int", doc="W of the input"),
+            IntOperand("stride", default=1, doc="1 or 2"), IntOperand("padding", default=0, doc="0 or 1")),
+    outputs=("grad_input", ),
+    doc="The input gradient (dgrad) of conv2d: grad_input [B, Ci, input_h, input_w] channels-last from grad_output "
+        "and weight, fp32 accumulation (= torch.nn.grad.conv2d_input((B, Ci, input_h, input_w), weight, grad_output, "
+        "stride, padding); gll.conv2d_input_grad_like_torch takes that argument order).",
+    validate=validate_dgrad, reference=reference_dgrad, eager=eager_dgrad, formula=None, shape_of=_shape_dgrad,
+    shape_keys=("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), bytes=_bytes_dgrad, flops=_flops,
+    make_inputs=_make_dgrad, dtypes=("bfloat16", "float16"), bucket=_bucket,
+    tolerance={"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}, compute_bound=True, marker="D"))
+
+
+def conv2d_input_grad_like_torch(input_size, weight, grad_output, stride=1, padding=0, *, variant="auto"):
+    """gll.conv2d_input_grad in torch.nn.grad.conv2d_input's argument order (input_size = (B, Ci, H, W))."""
+    import gluon_lab as gll
+    if len(tuple(input_size)) != 4:
+        raise ValueError(f"input_size must be (B, Ci, H, W); got {tuple(input_size)!r}")
+    B, Ci, H, W = (int(v) for v in input_size)
+    if hasattr(grad_output, "shape") and hasattr(weight, "shape") and (B, Ci) != (grad_output.shape[0], weight.shape[1]):
+        raise ValueError(f"input_size (B, Ci) = ({B}, {Ci}) must match grad_output.shape[0] and weight.shape[1] "
+                         f"({grad_output.shape[0]}, {weight.shape[1]})")
+    return gll.conv2d_input_grad(grad_output, weight, H, W, stride, padding, variant=variant)
