@@ -1,5 +1,5 @@
 """gluon_lab.analysis.convolution (notebook 06) on fixture records (a subset of the H200 runs of
-2026-12-01 16:13-16:28 UTC, tests/fixtures/records/h200/06-convolution.jsonl: the final fprop run, part
+2026-12-01 16:13-16:5x UTC, tests/fixtures/records/h200/06-convolution.jsonl: the final fprop run, part
 of the knob sweep, and the first run's cuDNN records): every number it shows is recomputed here from
 the records, and it degrades to missing notes without them."""
 import json
@@ -29,7 +29,7 @@ def _raw():
 
 def test_tflops_and_ratios_are_recomputed_within_one_run(df, ctx):
     t = ana.tflops_table(df)
-    run = [r for r in _raw() if r["run_id"] == max(x["run_id"] for x in _raw()) and r["op"] == "conv2d"]
+    run = [r for r in _raw() if r["op"] == "conv2d" and r["run_id"] == max(x["run_id"] for x in _raw() if x["op"] == "conv2d")]
     by = {(r["shape"]["Ci"], r["shape"]["R"], r["shape"]["stride"], r["shape"]["B"]): r for r in run if r["variant"] == "torch"}
     ours = {(r["shape"]["Ci"], r["shape"]["R"], r["shape"]["stride"], r["shape"]["B"]): r for r in run
             if r["variant"] == "gluon-pipelined"}
@@ -41,6 +41,15 @@ def test_tflops_and_ratios_are_recomputed_within_one_run(df, ctx):
     assert nums["Gluon fprop vs cuDNN"].startswith(f"{plots.geomean(list(want.values())):.2f}× geomean over 6 shapes")
     g = ana.targets(df)
     assert g is not None and len(g.data) == 6
+    # dgrad: the Gluon (stride-1) vs cuDNN ratio of the dgrad run, shown where it ran
+    d = [r for r in _raw() if r["op"] == "conv2d_input_grad"]
+    key = lambda r: (r["shape"]["Ci"], r["shape"]["R"], r["shape"]["stride"], r["shape"]["B"])  # noqa: E731
+    base = {key(r): r["ms_median"] for r in d if r["variant"] == "torch"}
+    want_d = sorted(round(base[key(r)] / r["ms_median"], 2) for r in d if r["variant"] == "gluon-pipelined")
+    import pandas as pd
+    col = pd.to_numeric(g.data["dgrad ≥ 1.5× cuDNN"], errors="coerce")
+    assert sorted(round(x, 2) for x in col.dropna()) == want_d and len(want_d) == 4
+    assert nums["Gluon dgrad vs cuDNN"].startswith(f"{plots.geomean([base[key(r)] / r['ms_median'] for r in d if r['variant'] == 'gluon-pipelined']):.2f}× geomean over 4 stride-1 shapes")
     import matplotlib.pyplot as plt
     fig = ana.headline_figure(df, ctx.spec, ctx.slug)
     assert len(fig.axes[0].patches) == 24  # 6 shapes x 4 variants
@@ -54,7 +63,8 @@ def test_sweep_paths_and_takeaways(df, ctx):
     assert set(ap["A path"]) == {"tma", "none"}
     lines = ana.takeaways(df, ctx.spec)
     assert any(l.startswith("cuDNN (cudnn.benchmark) varies between runs") for l in lines)
-    assert any(l.startswith("Not built yet: dgrad and wgrad") for l in lines)
+    assert any(l.startswith("Not built yet: wgrad and the stride-2 dgrad") for l in lines)
+    assert any(l.startswith("dgrad (stride 1: the fprop kernel on grad_output") for l in lines)
 
 
 def test_degrades_without_records(df, ctx):
