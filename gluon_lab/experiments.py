@@ -1028,7 +1028,8 @@ CONV_SHAPES = (  # (B, Ci, Co, H, W, R, stride, pad): around the issue's two anc
 class ConvPlan:
     """Pattern 6. 'fprop': every shape x (torch = cuDNN with cudnn.benchmark, channels-last; triton;
     gluon-pipelined; gluon-ws), bf16, CUDA-graph timing; 'fprop-sweep': gluon-pipelined's tile / ring
-    knobs on every shape; 'dgrad': the same shapes' input gradients (cuDNN, Triton, Gluon at stride 1)."""
+    knobs on every shape; 'dgrad': the same shapes' input gradients (cuDNN, Triton, Gluon at stride 1);
+    'wgrad': their filter gradients (cuDNN, the Gluon split-K kernel)."""
     shapes: tuple = CONV_SHAPES
     dtype: str = "bfloat16"
     variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")
@@ -1048,7 +1049,7 @@ def _conv_shape(t) -> dict:
     return dict(zip(("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), t))
 
 
-def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad")) -> list[dict]:
+def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad", "wgrad")) -> list[dict]:
     from . import registry
     cases = []
     if "dgrad" in parts:  # the same shapes' input gradients: cuDNN, the Triton dgrad, the Gluon one where it runs
@@ -1060,6 +1061,14 @@ def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad")) -> list[
                 if v.startswith("gluon") and shape["stride"] != 1:
                     continue  # stride-2 dgrad: not built in Gluon (the variant refuses it)
                 c = {"op": "conv2d_input_grad", "variant": v, "shape": shape, "dtype": plan.dtype, "timer": "cudagraph"}
+                if v == "torch":
+                    c["config"] = {"cudnn_benchmark": True}
+                cases.append(c)
+    if "wgrad" in parts:  # the filter gradients: cuDNN and the Gluon split-K kernel
+        for t in plan.shapes:
+            for v in ("torch", "gluon-pipelined"):
+                c = {"op": "conv2d_weight_grad", "variant": v, "shape": _conv_shape(t), "dtype": plan.dtype,
+                     "timer": "cudagraph"}
                 if v == "torch":
                     c["config"] = {"cudnn_benchmark": True}
                 cases.append(c)
@@ -1081,7 +1090,7 @@ def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad")) -> list[
 
 
 def run_conv(results_dir: str = "results", quick: bool = False, plan: ConvPlan | None = None,
-             parts=("fprop", "fprop-sweep", "dgrad")):
+             parts=("fprop", "fprop-sweep", "dgrad", "wgrad")):
     import torch
     torch.backends.cudnn.benchmark = True  # the torch variant's cuDNN baseline, as the issue measures it
     plan = plan or (ConvPlan.quick() if quick else ConvPlan())

@@ -223,3 +223,48 @@ def test_gluon_dgrad_is_the_fprop_kernel_on_rotated_filters():
     wr = conv.dgrad_weight(w)
     assert wr.shape == (3, 5, 3, 3) and torch.equal(wr[1, 2, 0, 2], w[2, 1, 2, 0])
     assert wr.is_contiguous(memory_format=torch.channels_last)
+
+
+# ---- wgrad (conv2d_weight_grad) ------------------------------------------------------------------
+WSPEC = specs.get("conv2d_weight_grad")
+
+
+@pytest.mark.parametrize("R,stride,pad", [(3, 1, 1), (3, 2, 1), (1, 1, 0), (1, 2, 0), (3, 1, 0)])
+def test_wgrad_reference_is_autograd_of_conv2d(R, stride, pad):
+    inp = bench.make_inputs("conv2d_weight_grad", dict(B=2, Ci=16, Co=24, H=10, W=9, R=R, stride=stride, pad=pad),
+                            "bfloat16", seed=1, device_="cpu")
+    x, dy = inp[0], inp[1]
+    w = torch.zeros(24, 16, R, R, dtype=torch.float64, requires_grad=True)
+    F.conv2d(x.double(), w, stride=stride, padding=pad).backward(dy.double())
+    torch.testing.assert_close(WSPEC.reference(*inp), w.grad, atol=1e-10, rtol=1e-10)
+    got = gll.conv2d_weight_grad(*inp)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert bench.compare(got, w.grad, "bfloat16", WSPEC.tolerance["bfloat16"])["passed"]
+    torch.testing.assert_close(gll.conv2d_weight_grad_like_torch(x, (24, 16, R, R), dy, stride, pad), got)
+
+
+def test_wgrad_clear_errors():
+    x, dy, R, s, p = bench.make_inputs("conv2d_weight_grad", dict(B=2, Ci=16, Co=24, H=10, W=9, R=3, stride=1, pad=1),
+                                       "bfloat16", seed=1, device_="cpu")
+    with pytest.raises(ValueError, match=r"grad_output's spatial size must be 10 x 9"):
+        gll.conv2d_weight_grad(x, dy[:, :, :8], R, s, p)
+    with pytest.raises(ValueError, match=r"kernel_size must be one of \(1, 3\)"):
+        gll.conv2d_weight_grad(x, dy, 5, s, p)
+    with pytest.raises(ValueError, match="grad_output must be channels-last"):
+        gll.conv2d_weight_grad(x, dy.contiguous(), R, s, p)
+    with pytest.raises(ValueError, match=r"weight_size \(Co, Ci\) = \(24, 8\) must match"):
+        gll.conv2d_weight_grad_like_torch(x, (24, 8, 3, 3), dy, s, p)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['Ci']}-{s['Co']}-R{s['R']}-s{s['stride']}")
+def test_gluon_wgrad_census(shape):
+    """wgrad: both operands by TMA (2 boxes per k-step, NUM_STAGES in the code), wgmma with the grad_output
+    box as a transposed A, no register loads of either operand, the partial sums leave as fp32 atomics
+    (no plain stores), no spills."""
+    cfg = conv.WgradConfig.heuristic(shape, "bfloat16")
+    spec = conv.wgrad_codegen(shape, "bfloat16")
+    c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+    assert c["sass"]["UTMALDG"] == 2 * cfg.num_stages and c["sass"]["HGMMA"] == (cfg.TH * cfg.TW // 16) * (cfg.BM // 64)
+    assert c["ld_global"] == 0 and c["st_global"] == 0 and c["spill_bytes"] == 0, c
+    assert c["smem_bytes"] <= cfg.smem_bytes("bfloat16") + 1024

@@ -109,3 +109,32 @@ def test_dgrad_every_variant_matches_float64(shape, dtype):
         assert dx.shape == ref.shape and dx.is_contiguous(memory_format=torch.channels_last), (v, dx.shape)
         ok = bench.compare(dx, ref, dtype, DSPEC.tolerance[dtype])
         assert ok["passed"], (v, ok)
+
+
+# ---- wgrad ----------------------------------------------------------------------------------------
+WSPEC = specs.get("conv2d_weight_grad")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape", CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_wgrad_every_variant_matches_float64(shape, dtype):
+    inp = bench.make_inputs("conv2d_weight_grad", shape, dtype, seed=shape["Co"] + shape["H"])
+    ref = WSPEC.reference(*inp)
+    for v in ("torch", "gluon-pipelined"):
+        _poison(ref.numel() * 4)
+        gw = gll.conv2d_weight_grad(*inp, variant=v)
+        torch.cuda.synchronize()
+        assert gw.shape == ref.shape and gw.is_contiguous(memory_format=torch.channels_last), (v, gw.shape)
+        ok = bench.compare(gw, ref, dtype, WSPEC.tolerance[dtype])
+        assert ok["passed"], (v, ok)
+
+
+@pytest.mark.parametrize("splits", [1, 3, 64])
+def test_wgrad_splits_sum_to_the_same_gradient(splits):
+    from gluon_lab.kernels import conv
+    shape = dict(B=3, Ci=64, Co=72, H=13, W=11, R=3, stride=1, pad=1)
+    inp = bench.make_inputs("conv2d_weight_grad", shape, "bfloat16", seed=4)
+    ref = WSPEC.reference(*inp)
+    cfg = conv.wgrad_configure(shape, "bfloat16", {"splits": splits})
+    gw = conv.wgrad(*inp, config=cfg)
+    assert bench.compare(gw, ref, "bfloat16", WSPEC.tolerance["bfloat16"])["passed"]

@@ -640,6 +640,207 @@ def dgrad_triton(grad_output, weight, input_h, input_w, stride=1, padding=0):
 
 
 # ----------------------------------------------------------------------------------------------
+# wgrad (op conv2d_weight_grad): grad_W[co, (r, s, ci)] = sum over output pixels m of dy[m, co] x_im2col[m, (r, s, ci)]
+
+@gluon.jit
+def _wgrad_issue(dy_desc, x_desc, a_bufs, b_bufs, bars, slot, q, cb, ib, dh, ph, dw, pw, Ci, n_th, n_tw, pred):
+    """Issue k-step q (a patch of output pixels) of the tile (co block cb, ci block ib) at tap (dh, ph, dw, pw):
+    the grad_output box [1, TH, TW, BM] and the x box [1, TH, 1, TW, BN] shifted as in fprop."""
+    TH: gl.constexpr = dy_desc.block_type.shape[1]
+    TW: gl.constexpr = dy_desc.block_type.shape[2]
+    BM: gl.constexpr = dy_desc.block_type.shape[3]
+    BN: gl.constexpr = x_desc.block_type.shape[4]
+    per_img = n_th * n_tw
+    b = q // per_img
+    rem = q % per_img
+    oh0 = (rem // n_tw) * TH
+    ow0 = (rem % n_tw) * TW
+    bar = bars.index(slot)
+    mbarrier.expect(bar, dy_desc.block_type.nbytes + x_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(dy_desc, [b, oh0, ow0, cb * BM], bar, a_bufs.index(slot), pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [b, oh0 + dh, ph, ow0 + dw, pw * Ci + ib * BN], bar, b_bufs.index(slot),
+                                    pred=pred)
+
+
+@gluon.jit
+def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_per_split, n_ci_blocks,
+                      n_co_blocks, R: gl.constexpr, STRIDE: gl.constexpr, PAD: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      num_warps: gl.constexpr):
+    """One (co block, tap, ci block) tile and one split of the output pixels per program: a NUM_STAGES TMA
+    ring over patches, async wgmma (A = grad_output box, transposed: pixels are the GEMM's K), and the fp32
+    partial sum atomically added into the [Co, R*R, Ci] workspace (split-K over B*OH*OW)."""
+    TH: gl.constexpr = dy_desc.block_type.shape[1]
+    TW: gl.constexpr = dy_desc.block_type.shape[2]
+    BM: gl.constexpr = dy_desc.block_type.shape[3]
+    BN: gl.constexpr = x_desc.block_type.shape[4]
+    BK: gl.constexpr = TH * TW
+    dtype: gl.constexpr = x_desc.dtype
+    a_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BK, BM], dtype)
+    b_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BK, BN], dtype)
+    pid = gl.program_id(0)
+    cb = pid % n_co_blocks
+    rest = pid // n_co_blocks
+    ib = rest % n_ci_blocks
+    rs = rest // n_ci_blocks
+    r = rs // R
+    s = rs % R
+    if STRIDE == 1:
+        dh = r - PAD
+        ph = 0
+        dw = s - PAD
+        pw = 0
+    else:
+        dh = (r - PAD) >> 1
+        ph = (r - PAD) & 1
+        dw = (s - PAD) >> 1
+        pw = (s - PAD) & 1
+    k0 = gl.program_id(1) * k_per_split
+    nk = gl.minimum(n_patches - k0, k_per_split)
+
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, TH, TW, BM], dy_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, TH, 1, TW, BN], x_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(bars.index(i), count=1)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    for p in gl.static_range(NUM_STAGES - 1):
+        _wgrad_issue(dy_desc, x_desc, a_bufs, b_bufs, bars, p, k0 + p, cb, ib, dh, ph, dw, pw, Ci, n_th, n_tw, p < nk)
+    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+    sl = 0
+    phase = 0
+    for kk in range(nk):
+        mbarrier.wait(bars.index(sl), phase)
+        a = a_bufs.index(sl)._reinterpret(dtype, [BK, BM], a_lay).permute((1, 0))
+        b = b_bufs.index(sl)._reinterpret(dtype, [BK, BN], b_lay)
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        ls = sl - 1 if sl > 0 else NUM_STAGES - 1
+        nxt = kk + NUM_STAGES - 1
+        _wgrad_issue(dy_desc, x_desc, a_bufs, b_bufs, bars, ls, k0 + nxt, cb, ib, dh, ph, dw, pw, Ci, n_th, n_tw,
+                     nxt < nk)
+        sl += 1
+        if sl == NUM_STAGES:
+            sl = 0
+            phase ^= 1
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(bars.index(i))
+    co = cb * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
+    ci = ib * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    off = gl.expand_dims(co.to(gl.int64) * (R * R * Ci) + rs * Ci, 1) + gl.expand_dims(ci, 0)
+    m = gl.expand_dims(co < Co, 1) & gl.expand_dims(ci < Ci, 0)
+    gl.atomic_add(ws_ptr + off, acc, mask=m, sem="relaxed")
+
+
+@dataclasses.dataclass(frozen=True)
+class WgradConfig:
+    """Patch TH x TW output pixels per k-step (BK = TH·TW), BM output channels x BN input channels per
+    tile, ring depth, warps, and the split of the B·OH·OW pixels (0: the heuristic's)."""
+    TH: int = 2
+    TW: int = 32
+    BM: int = 128
+    BN: int = 128
+    num_stages: int = 4
+    num_warps: int = 4
+    splits: int = 0
+
+    def smem_bytes(self, dtype: str) -> int:
+        return self.num_stages * self.TH * self.TW * (self.BM + self.BN) * ITEMSIZE[dtype] + 1024
+
+    def validate(self, dtype: str):
+        for k in ("TH", "TW", "BM", "BN"):
+            v = getattr(self, k)
+            if v & (v - 1) or not 1 <= v <= 256:
+                raise ValueError(f"WgradConfig.{k} must be a power of 2 in [1, 256]; got {v}")
+        if self.TH * self.TW < 16 or self.BM < 16 * self.num_warps or self.num_warps % 4:
+            raise ValueError(f"WgradConfig: TH*TW >= 16 (one k16 step), BM >= 16 x num_warps, whole warpgroups; got {self}")
+        if self.smem_bytes(dtype) > SMEM_LIMIT:
+            raise ValueError(f"{self} needs {self.smem_bytes(dtype)} B of shared memory > {SMEM_LIMIT}")
+        return self
+
+    @classmethod
+    def heuristic(cls, shape: dict, dtype: str) -> "WgradConfig":
+        # 64-pixel k-steps along an output row (TW up to 32), 128 x 128 tiles. First guess, not swept yet.
+        OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+        tw = min(32 if shape["stride"] == 1 else 16, triton.next_power_of_2(OW))
+        return cls(TH=max(1, 64 // tw), TW=tw)
+
+    def split_count(self, n_tiles: int, n_patches: int) -> int:
+        # about 4 programs per SM over all (tile, split) pairs, each split at least 16 patches long: the
+        # tiles alone (Co/128 x R*R x Ci/128: 81 for 384 channels and 3x3) are fewer than the SMs
+        if self.splits:
+            return max(1, min(self.splits, n_patches))
+        return max(1, min(cdiv(4 * H200_SMS, n_tiles), n_patches // 16))
+
+
+def wgrad_check(x, grad_output, kernel_size, stride=1, padding=0, variant="gluon-pipelined"):
+    B, Ci, H, W = x.shape
+    shape = {"B": B, "Ci": Ci, "Co": grad_output.shape[1], "H": H, "W": W, "R": kernel_size, "stride": stride,
+             "pad": padding}
+    path, why = a_path(shape)
+    if path == "none":
+        raise ValueError(f"variant {variant!r} of conv2d_weight_grad: {why}")
+    for name, t in (("x", x), ("grad_output", grad_output)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"variant {variant!r} needs {name}'s data pointer 16-byte aligned (TMA); got address % 16 "
+                             f"= {t.data_ptr() % 16}")
+    return shape
+
+
+def wgrad_configure(shape: dict, dtype: str, overrides: dict) -> WgradConfig:
+    known = {f.name for f in dataclasses.fields(WgradConfig)}
+    return dataclasses.replace(WgradConfig.heuristic(shape, dtype),
+                               **{k: v for k, v in overrides.items() if k in known}).validate(dtype)
+
+
+def _wgrad_layouts(cfg: WgradConfig, dtype: str):
+    bits = ITEMSIZE[dtype] * 8
+    return (gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=bits, rank=4),
+            gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=bits, rank=5))
+
+
+def wgrad(x, grad_output, kernel_size, stride=1, padding=0, config: WgradConfig | None = None):
+    import torch
+    shape = wgrad_check(x, grad_output, kernel_size, stride, padding)
+    dtype = dtype_name(x)
+    cfg = (config or WgradConfig.heuristic(shape, dtype)).validate(dtype)
+    B, Ci, H, W = x.shape
+    Co, OH, OW = grad_output.shape[1], grad_output.shape[2], grad_output.shape[3]
+    R, st = kernel_size, stride
+    ld, lx = _wgrad_layouts(cfg, dtype)
+    dy_desc = descriptor(grad_output, [1, cfg.TH, cfg.TW, cfg.BM], ld, shape=[B, OH, OW, Co],
+                         strides=[OH * OW * Co, OW * Co, Co, 1])
+    x_desc = descriptor(x, [1, cfg.TH, 1, cfg.TW, cfg.BN], lx, shape=[B, H // st, st, W // st, st * Ci],
+                        strides=[H * W * Ci, st * W * Ci, W * Ci, st * Ci, 1])
+    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
+    n_patches = B * n_th * n_tw
+    n_co, n_ci = cdiv(Co, cfg.BM), cdiv(Ci, cfg.BN)
+    n_tiles = n_co * R * R * n_ci
+    splits = cfg.split_count(n_tiles, n_patches)
+    per = cdiv(n_patches, splits)
+    splits = cdiv(n_patches, per)
+    ws = torch.zeros((Co, R, R, Ci), dtype=torch.float32, device=x.device)
+    conv_wgrad_kernel[(n_tiles, splits)](dy_desc, x_desc, ws, Ci, Co, n_th, n_tw, n_patches, per, n_ci, n_co, R=R,
+                                         STRIDE=stride, PAD=padding, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+    return ws.to(x.dtype).permute(0, 3, 1, 2)  # OHWI memory: a channels-last [Co, Ci, R, R]
+
+
+def wgrad_codegen(shape: dict, dtype: str, config: WgradConfig | None = None):
+    cfg = (config or WgradConfig.heuristic(shape, dtype)).validate(dtype)
+    ld, lx = _wgrad_layouts(cfg, dtype)
+    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
+    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
+    args = {"dy_desc": desc_type(dtype, [1, cfg.TH, cfg.TW, cfg.BM], ld),
+            "x_desc": desc_type(dtype, [1, cfg.TH, 1, cfg.TW, cfg.BN], lx), "ws_ptr": "*fp32", "Ci": shape["Ci"],
+            "Co": shape["Co"], "n_th": n_th, "n_tw": n_tw, "n_patches": shape["B"] * n_th * n_tw, "k_per_split": "i32",
+            "n_ci_blocks": cdiv(shape["Ci"], cfg.BN), "n_co_blocks": cdiv(shape["Co"], cfg.BM)}
+    ce = dict(R=shape["R"], STRIDE=shape["stride"], PAD=shape["pad"], NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+    return kernel_spec(conv_wgrad_kernel, args, ce, num_warps=cfg.num_warps)
+
+
+# ----------------------------------------------------------------------------------------------
 # registration
 
 KNOBS = {"TH": (2, 4, 8), "TW": (16, 32, 64), "BN": (64, 128, 256), "num_stages": (3, 4, 5), "num_warps": (4, 8)}
@@ -686,6 +887,17 @@ def _register():
     register("conv2d_input_grad", "triton", pattern="baseline",
              roots=(conv_dgrad_triton_kernel, dgrad_triton, weight_ohwi),
              description="plain Triton dgrad: masked gathers of grad_output per tap (any stride), tl.dot")(dgrad_triton_fn)
+
+    def wgrad_fn(x, grad_output, kernel_size, stride=1, padding=0, out=None, config=None):
+        return wgrad(x, grad_output, kernel_size, stride, padding, config=config)
+
+    register("conv2d_weight_grad", "gluon-pipelined", pattern="implicit-gemm", needs_hopper=True, check=wgrad_check,
+             configure=wgrad_configure, codegen=wgrad_codegen,
+             knobs={"TH": (1, 2, 4), "TW": (16, 32, 64), "BM": (64, 128), "BN": (64, 128, 256), "num_stages": (3, 4, 5),
+                    "splits": (0, 2, 4, 8, 16)},
+             roots=(conv_wgrad_kernel, WgradConfig, wgrad, wgrad_check, wgrad_configure, _wgrad_layouts, a_path),
+             description="split-K implicit GEMM over the output pixels: TMA boxes of grad_output (A, transposed) and of "
+                         "x shifted per tap (B), async wgmma, fp32 atomics into a workspace")(wgrad_fn)
 
     register("conv2d", "triton", pattern="baseline", codegen=triton_codegen,
              roots=(conv_triton_kernel, triton_variant, weight_ohwi),

@@ -247,3 +247,94 @@ def conv2d_input_grad_like_torch(input_size, weight, grad_output, stride=1, padd
         raise ValueError(f"input_size (B, Ci) = ({B}, {Ci}) must match grad_output.shape[0] and weight.shape[1] "
                          f"({grad_output.shape[0]}, {weight.shape[1]})")
     return gll.conv2d_input_grad(grad_output, weight, H, W, stride, padding, variant=variant)
+
+
+# ----------------------------------------------------------------------------------------------
+# conv2d_weight_grad: wgrad, the filter gradient
+
+def validate_wgrad(x, grad_output, kernel_size, stride=1, padding=0):
+    import torch
+    check_tensor("x", x, ndim_min=4, dtypes=("bfloat16", "float16"))
+    check_tensor("grad_output", grad_output, ndim_min=4, dtypes=("bfloat16", "float16"))
+    if x.dim() != 4 or grad_output.dim() != 4:
+        raise ValueError(f"x [B, Ci, H, W] and grad_output [B, Co, OH, OW] must be 4-D; got {tuple(x.shape)} and "
+                         f"{tuple(grad_output.shape)}")
+    _int_rule("kernel_size", kernel_size, KERNEL_SIZES)
+    _int_rule("stride", stride, STRIDES)
+    _int_rule("padding", padding, PADDINGS)
+    B, Ci, H, W = x.shape
+    if grad_output.shape[0] != B:
+        raise ValueError(f"grad_output.shape[0] must equal x.shape[0] (B = {B}); got {grad_output.shape[0]}")
+    want = (out_size(H, kernel_size, stride, padding), out_size(W, kernel_size, stride, padding))
+    if tuple(grad_output.shape[2:]) != want:
+        raise ValueError(f"grad_output's spatial size must be {want[0]} x {want[1]} (x {H} x {W}, a {kernel_size}x"
+                         f"{kernel_size} kernel, stride {stride}, padding {padding}); got {tuple(grad_output.shape[2:])}")
+    if grad_output.dtype != x.dtype:
+        raise TypeError(f"grad_output.dtype must equal x.dtype ({x.dtype}); got {grad_output.dtype}")
+    if grad_output.device != x.device:
+        raise ValueError(f"grad_output must be on x's device ({x.device}); got {grad_output.device}")
+    if min(B, Ci, grad_output.shape[1]) < 1 or min(want) < 1:
+        raise ValueError(f"x and grad_output must have no empty dimension; got {tuple(x.shape)}, {tuple(grad_output.shape)}")
+    for name, t in (("x", x), ("grad_output", grad_output)):
+        if not t.is_contiguous(memory_format=torch.channels_last):
+            raise ValueError(f"{name} must be channels-last in memory (NHWC); got strides {tuple(t.stride())}. Use "
+                             ".to(memory_format=torch.channels_last)")
+    return {}
+
+
+def reference_wgrad(x, grad_output, kernel_size, stride=1, padding=0):
+    import torch
+    return torch.nn.grad.conv2d_weight(x.double(), (grad_output.shape[1], x.shape[1], kernel_size, kernel_size),
+                                       grad_output.double(), stride=stride, padding=padding)
+
+
+def eager_wgrad(x, grad_output, kernel_size, stride=1, padding=0):
+    """torch.nn.grad.conv2d_weight (cuDNN's wgrad on the GPU); the gradient channels-last (OHWI)."""
+    import torch
+    gw = torch.nn.grad.conv2d_weight(x, (grad_output.shape[1], x.shape[1], kernel_size, kernel_size), grad_output,
+                                     stride=stride, padding=padding)
+    return gw.contiguous(memory_format=torch.channels_last)
+
+
+def _shape_wgrad(x, grad_output, kernel_size, stride=1, padding=0):
+    B, Ci, H, W = x.shape
+    return {"B": B, "Ci": Ci, "Co": grad_output.shape[1], "H": H, "W": W, "R": kernel_size, "stride": stride,
+            "pad": padding}
+
+
+def _make_wgrad(shape, dtype, rnd, scale=1.0):
+    B, Ci, Co, H, W, R = (shape[k] for k in ("B", "Ci", "Co", "H", "W", "R"))
+    st, p = shape.get("stride", 1), shape.get("pad", 0)
+    x = rnd(B, H, W, Ci, std=scale).permute(0, 3, 1, 2)
+    OH, OW = out_size(H, R, st, p), out_size(W, R, st, p)
+    dy = rnd(B, OH, OW, Co, std=(B * OH * OW) ** -0.5).permute(0, 3, 1, 2)
+    return (x, dy, R, st, p)
+
+
+CONV2D_WEIGHT_GRAD = define(OpSpec(
+    name="conv2d_weight_grad", family="conv",
+    inputs=(Operand("x", doc="[B, Ci, H, W], channels-last in memory (NHWC)"),
+            Operand("grad_output", doc="[B, Co, OH, OW], channels-last in memory"),
+            Operand("kernel_size", kind="int", doc="R = S, 1 or 3"),
+            IntOperand("stride", default=1, doc="1 or 2"), IntOperand("padding", default=0, doc="0 or 1")),
+    outputs=("grad_weight", ),
+    doc="The filter gradient (wgrad) of conv2d: grad_weight [Co, Ci, R, R] channels-last (OHWI) from x and "
+        "grad_output, fp32 accumulation over every output pixel (= torch.nn.grad.conv2d_weight(x, (Co, Ci, R, R), "
+        "grad_output, stride, padding); gll.conv2d_weight_grad_like_torch takes that argument order).",
+    validate=validate_wgrad, reference=reference_wgrad, eager=eager_wgrad, formula=None, shape_of=_shape_wgrad,
+    shape_keys=("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), bytes=_bytes_dgrad, flops=_flops,
+    make_inputs=_make_wgrad, dtypes=("bfloat16", "float16"), bucket=_bucket,
+    tolerance={"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}, compute_bound=True, marker="W"))
+
+
+def conv2d_weight_grad_like_torch(input, weight_size, grad_output, stride=1, padding=0, *, variant="auto"):
+    """gll.conv2d_weight_grad in torch.nn.grad.conv2d_weight's argument order (weight_size = (Co, Ci, R, R))."""
+    import gluon_lab as gll
+    ws = tuple(int(v) for v in weight_size)
+    if len(ws) != 4 or ws[2] != ws[3]:
+        raise ValueError(f"weight_size must be (Co, Ci, R, R); got {tuple(weight_size)!r}")
+    if hasattr(input, "shape") and hasattr(grad_output, "shape") and (ws[0], ws[1]) != (grad_output.shape[1],
+                                                                                        input.shape[1]):
+        raise ValueError(f"weight_size (Co, Ci) = ({ws[0]}, {ws[1]}) must match grad_output.shape[1] and input.shape[1] "
+                         f"({grad_output.shape[1]}, {input.shape[1]})")
+    return gll.conv2d_weight_grad(input, grad_output, ws[2], stride, padding, variant=variant)
