@@ -5,7 +5,8 @@
 #     summary: A 2-D convolution as a GEMM whose A operand is gathered from the image by tiled TMA
 #       boxes (no im2col mode in triton 3.6.0), shifted per kernel tap, with a parity-split view for
 #       stride 2; a persistent wgmma pipeline as in the GEMM. Measured against cuDNN and a plain Triton
-#       implicit GEMM on UNet and ResNet shapes. The forward pass is built; dgrad and wgrad follow.
+#       implicit GEMM on UNet and ResNet shapes, with the backward pair (dgrad as the same kernel on
+#       rotated filters at stride 1, wgrad as a split-K GEMM over the output pixels).
 #   jupytext:
 #     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
 #     text_representation:
@@ -21,15 +22,23 @@
 # ---
 
 # %% [markdown]
-# # 06 — Implicit-GEMM convolution on Hopper (fprop)
+# # 06 — Implicit-GEMM convolution on Hopper: fprop, dgrad, wgrad
 #
 # `gll.conv2d(x, weight, stride, padding)` is `torch.nn.functional.conv2d` for channels-last (NHWC in
 # memory) bf16/fp16 activations: R = S ∈ {1, 3}, stride 1 or 2, padding 0 or 1, fp32 accumulation.
 # As a GEMM it is **M = B·OH·OW** output pixels × **N = Co** output channels × **K = R·R·Ci**:
 # row m of A is the receptive field of one output pixel (im2col), column n of B the filter of one
-# output channel. The backward passes are GEMMs too — dgrad (the input gradient) a convolution of
-# grad_out with the rotated filters, wgrad `grad_W[Co, R·R·Ci] = grad_outᵀ[Co, M] @ im2col(x)[M, R·R·Ci]`
-# with the long K = M — and are the next step of this pattern (not built yet).
+# output channel. The backward passes are GEMMs too:
+# * **dgrad** `gll.conv2d_input_grad(grad_output, weight, H, W, stride, padding)` (or
+#   `gll.conv2d_input_grad_like_torch(input_size, weight, grad_output, ...)`, torch.nn.grad's order):
+#   at stride 1 it *is* a convolution — of grad_output with the filters flipped in (r, s) and Ci/Co
+#   swapped, at padding R − 1 − pad — so it runs the fprop kernel (M = B·H·W, N = Ci, K = R·R·Co).
+#   Stride 2 (a transposed convolution: 4 stride-1 sub-problems by output parity) is not built in
+#   Gluon; the Triton dgrad (masked gathers per tap) and cuDNN take it;
+# * **wgrad** `gll.conv2d_weight_grad(x, grad_output, R, stride, padding)` (and `…_like_torch`):
+#   `grad_W[Co, (r, s, Ci)] = grad_outᵀ[Co, M] @ im2col(x)[M, (r, s, Ci)]` — the long K = M = B·OH·OW
+#   is split over CTAs (fp32 atomics into a workspace). Its operands are the same boxes turned
+#   around: the grad_output patch box is A (transposed: pixels are K), the x box shifted per tap is B.
 #
 # The question here is how A gets into shared memory. Hopper's copy engine has an im2col mode, but
 # triton 3.6.0 exposes tiled TMA only. So an M-tile is a **spatial patch** of TH × TW output pixels of
@@ -46,7 +55,7 @@ results_dir = None         # None: the repository's results/; else a path (relat
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
 run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
 compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
-parts = ["fprop", "fprop-sweep"]  # measure mode: which parts of the plan run
+parts = ["fprop", "fprop-sweep", "dgrad", "wgrad"]  # measure mode: which parts of the plan run
 
 # %%
 from gluon_lab.analysis import common as cm, convolution as ana
@@ -62,7 +71,8 @@ print(ctx.describe())
 # same function on the H200): six shapes around the issue's anchors (the Gluon example's 128 × 384 →
 # 384 at 64 × 64, SD UNet 3 × 3 at stride 1 and 2, a 1 × 1 shortcut, ResNet-50 stage-3 and downsample
 # shapes), each with cuDNN (`cudnn.benchmark = True`, channels-last), the plain Triton implicit GEMM
-# and the Gluon fprop, bf16, CUDA-graph timing; and a knob sweep of the Gluon tile on two shapes.
+# and the Gluon fprop (pipelined and warp-specialized), bf16, CUDA-graph timing; a knob sweep of the
+# Gluon tile on every shape; and the same shapes' dgrad and wgrad.
 # Correctness against float64 is checked in every record.
 
 # %%
@@ -99,8 +109,10 @@ print(ana.kernel_source())
 #
 # Per k-step two `UTMALDG` (the code holds NUM_STAGES of them: the prologue's and the loop's), no
 # `ld.global` and no cp.async at all, BK/16 wgmma per 64-row block, one `UTMASTG` per tile, no spills.
-# The Triton baseline gathers A with cp.async (Triton pipelines its pointer loads) into wgmma.
-# `tests/test_conv.py` asserts these counts.
+# gluon-ws issues its boxes at one place (the producer warp: 2 `UTMALDG` in the code) under its
+# `setmaxnreg` budget. The Triton baseline gathers A with cp.async (Triton pipelines its pointer
+# loads) into wgmma. `tests/test_conv.py` asserts these counts, and the same for dgrad (the fprop
+# kernel at padding R − 1 − pad) and wgrad (2 boxes per k-step, fp32 atomics, no plain stores).
 
 # %%
 cm.show(ana.census_view(ana.census_table()))
@@ -122,10 +134,20 @@ cm.show(ana.tflops_table(allrec))
 fig = ana.roofline(allrec, spec, slug)
 
 # %% [markdown]
+# ### dgrad and wgrad
+#
+# The same shapes' input gradients (cuDNN's dgrad runs at about half its fprop here) and filter
+# gradients, each table from its own run (cuDNN and the Gluon kernels side by side).
+
+# %%
+cm.show(ana.tflops_table(allrec, ana.DGRAD))
+cm.show(ana.tflops_table(allrec, ana.WGRAD))
+
+# %% [markdown]
 # ## 6. Targets
 #
-# fprop ≥ 1.0× cuDNN on every shape (moonshot 1.1×); dgrad ≥ 1.5× and wgrad ≥ 1.0× cuDNN once they
-# exist.
+# fprop ≥ 1.0× cuDNN on every shape (moonshot 1.1×); dgrad ≥ 1.5× cuDNN (the Gluon dgrad: stride
+# 1); wgrad ≥ 1.0× cuDNN.
 
 # %% tags=["targets"]
 cm.show(ana.targets(allrec))

@@ -1,10 +1,10 @@
-"""Notebook 06-convolution: the implicit-GEMM convolution family on Hopper (fprop built so far).
+"""Notebook 06-convolution: the implicit-GEMM convolution family on Hopper (fprop, dgrad, wgrad).
 
 Kernel-facing (the only places this module reaches into kernels / experiments / codegen):
     measure()        gluon_lab.experiments.run_conv(results_dir=, quick=, parts=)
     plan_shapes()    gluon_lab.experiments.CONV_SHAPES
     kernel_source()  gluon_lab.kernels.conv: _conv_issue, _conv_tile, _conv_next, conv_fprop_kernel (.fn sources)
-    census_table()   gluon_lab.kernels.conv.{fprop,triton}_codegen -> codegen.compile_sm90 / census
+    census_table()   gluon_lab.kernels.conv.{fprop,fprop_ws,dgrad,wgrad,triton}_codegen -> codegen.compile_sm90 / census
     a_paths()        gluon_lab.kernels.conv.a_path, ConvConfig.heuristic
 
 Records: the newest record per case (results.latest); ratios are taken inside one run only.
@@ -81,6 +81,9 @@ def census_table():
         if conv.a_path(s)[0] != "none":
             rows[f"gluon-pipelined {label(s)}"] = cen(conv.fprop_codegen(s, "bfloat16"))
     s = plan_shapes()[1]
+    rows[f"gluon-ws {label(s)}"] = cen(conv.fprop_ws_codegen(s, "bfloat16"))
+    rows[f"dgrad gluon-pipelined {label(s)}"] = cen(conv.dgrad_codegen(s, "bfloat16"))
+    rows[f"wgrad gluon-pipelined {label(s)}"] = cen(conv.wgrad_codegen(s, "bfloat16"))
     rows[f"triton {label(s)}"] = cen(conv.triton_codegen(s, "bfloat16"))
     ct = codegen.census_table(rows)
     for k in ("UTMALDG", "UTMASTG", "HGMMA"):
