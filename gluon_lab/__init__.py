@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 OPS = specs.names()
 globals().update(_PUBLIC)
 # torch.nn.grad.conv2d_input / conv2d_weight's argument orders
-from .specs.conv import conv2d_input_grad_like_torch, conv2d_weight_grad_like_torch  # noqa: E402
+from .torch_order import conv2d_input_grad_like_torch, conv2d_weight_grad_like_torch  # noqa: E402
 
 __all__ = [*_PUBLIC, "conv2d_input_grad_like_torch", "conv2d_weight_grad_like_torch", "variants", "OPS",
            "GPUUnavailableError"]
