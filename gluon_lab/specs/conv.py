@@ -124,8 +124,15 @@ def _bucket(s):
     return (log2_bucket(M), log2_bucket(N), log2_bucket(K), s["R"], s["stride"])
 
 
+# what the three conv specs share: the shape keys, FLOPs, buckets, dtypes and tolerances (atol relative to
+# the RMS of the output, bench.compare: K-long fp32 sums of bf16 products, as matmul's)
+_CONV = dict(family="conv", formula=None, shape_keys=("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), flops=_flops,
+             dtypes=("bfloat16", "float16"), bucket=_bucket, tolerance={"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)},
+             compute_bound=True)
+
+
 CONV2D = define(OpSpec(
-    name="conv2d", family="conv",
+    name="conv2d",
     inputs=(Operand("x", doc="[B, Ci, H, W], channels-last in memory (NHWC)"),
             Operand("weight", doc="[Co, Ci, R, R], OIHW or channels-last (OHWI)"),
             IntOperand("stride", default=1, doc="1 or 2"), IntOperand("padding", default=0, doc="0 or 1")),
@@ -133,11 +140,8 @@ CONV2D = define(OpSpec(
     doc="2-D convolution (fprop) of channels-last bf16/fp16 x by weight, fp32 accumulation: R = S in {1, 3}, "
         "stride 1 or 2, padding 0 or 1, groups = dilation = 1. Returns y [B, Co, OH, OW] channels-last "
         "(= torch.nn.functional.conv2d).",
-    validate=validate, reference=reference, eager=eager, formula=None, shape_of=_shape,
-    shape_keys=("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), bytes=_bytes, flops=_flops, make_inputs=_make,
-    dtypes=("bfloat16", "float16"), bucket=_bucket,
-    # atol is relative to the RMS of y (bench.compare): K-long fp32 sums of bf16 products, as matmul's
-    tolerance={"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}, compute_bound=True, marker="s"))
+    validate=validate, reference=reference, eager=eager, shape_of=_shape, bytes=_bytes, make_inputs=_make, marker="s",
+    **_CONV))
 
 __all__ = ["CONV2D", "out_size", "gemm_shape", "weight_ohwi"]
 
@@ -222,7 +226,7 @@ def _make_dgrad(shape, dtype, rnd, scale=1.0):
 
 
 CONV2D_INPUT_GRAD = define(OpSpec(
-    name="conv2d_input_grad", family="conv",
+    name="conv2d_input_grad",
     inputs=(Operand("grad_output", doc="[B, Co, OH, OW], channels-last in memory (NHWC)"),
             Operand("weight", doc="[Co, Ci, R, R], OIHW or channels-last (OHWI)"),
             Operand("input_h", kind="int", doc="H of the input"), Operand("input_w", kind="int", doc="W of the input"),
@@ -231,10 +235,8 @@ CONV2D_INPUT_GRAD = define(OpSpec(
     doc="The input gradient (dgrad) of conv2d: grad_input [B, Ci, input_h, input_w] channels-last from grad_output "
         "and weight, fp32 accumulation (= torch.nn.grad.conv2d_input((B, Ci, input_h, input_w), weight, grad_output, "
         "stride, padding); gll.conv2d_input_grad_like_torch takes that argument order).",
-    validate=validate_dgrad, reference=reference_dgrad, eager=eager_dgrad, formula=None, shape_of=_shape_dgrad,
-    shape_keys=("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), bytes=_bytes_dgrad, flops=_flops,
-    make_inputs=_make_dgrad, dtypes=("bfloat16", "float16"), bucket=_bucket,
-    tolerance={"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}, compute_bound=True, marker="D"))
+    validate=validate_dgrad, reference=reference_dgrad, eager=eager_dgrad, shape_of=_shape_dgrad, bytes=_bytes_dgrad,
+    make_inputs=_make_dgrad, marker="D", **_CONV))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,7 +302,7 @@ def _make_wgrad(shape, dtype, rnd, scale=1.0):
 
 
 CONV2D_WEIGHT_GRAD = define(OpSpec(
-    name="conv2d_weight_grad", family="conv",
+    name="conv2d_weight_grad",
     inputs=(Operand("x", doc="[B, Ci, H, W], channels-last in memory (NHWC)"),
             Operand("grad_output", doc="[B, Co, OH, OW], channels-last in memory"),
             Operand("kernel_size", kind="int", doc="R = S, 1 or 3"),
@@ -309,7 +311,5 @@ CONV2D_WEIGHT_GRAD = define(OpSpec(
     doc="The filter gradient (wgrad) of conv2d: grad_weight [Co, Ci, R, R] channels-last (OHWI) from x and "
         "grad_output, fp32 accumulation over every output pixel (= torch.nn.grad.conv2d_weight(x, (Co, Ci, R, R), "
         "grad_output, stride, padding); gll.conv2d_weight_grad_like_torch takes that argument order).",
-    validate=validate_wgrad, reference=reference_wgrad, eager=eager_wgrad, formula=None, shape_of=_shape_wgrad,
-    shape_keys=("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), bytes=_bytes_dgrad, flops=_flops,
-    make_inputs=_make_wgrad, dtypes=("bfloat16", "float16"), bucket=_bucket,
-    tolerance={"bfloat16": (1e-2, 1e-2), "float16": (2e-3, 2e-3)}, compute_bound=True, marker="W"))
+    validate=validate_wgrad, reference=reference_wgrad, eager=eager_wgrad, shape_of=_shape_wgrad, bytes=_bytes_dgrad,
+    make_inputs=_make_wgrad, marker="W", **_CONV))
