@@ -1049,6 +1049,13 @@ def _conv_shape(t) -> dict:
     return dict(zip(("B", "Ci", "Co", "H", "W", "R", "stride", "pad"), t))
 
 
+def _conv_case(op: str, v: str, shape: dict, dtype: str) -> dict:
+    c = {"op": op, "variant": v, "shape": shape, "dtype": dtype, "timer": "cudagraph"}
+    if v == "torch":  # recorded with the case: cuDNN picks its algorithm by timing (set by run_conv)
+        c["config"] = {"cudnn_benchmark": True}
+    return c
+
+
 def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad", "wgrad")) -> list[dict]:
     from . import registry
     cases = []
@@ -1060,25 +1067,15 @@ def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad", "wgrad"))
                     continue
                 if v.startswith("gluon") and shape["stride"] != 1:
                     continue  # stride-2 dgrad: not built in Gluon (the variant refuses it)
-                c = {"op": "conv2d_input_grad", "variant": v, "shape": shape, "dtype": plan.dtype, "timer": "cudagraph"}
-                if v == "torch":
-                    c["config"] = {"cudnn_benchmark": True}
-                cases.append(c)
+                cases.append(_conv_case("conv2d_input_grad", v, shape, plan.dtype))
     if "wgrad" in parts:  # the filter gradients: cuDNN and the Gluon split-K kernel
         for t in plan.shapes:
             for v in ("torch", "gluon-pipelined"):
-                c = {"op": "conv2d_weight_grad", "variant": v, "shape": _conv_shape(t), "dtype": plan.dtype,
-                     "timer": "cudagraph"}
-                if v == "torch":
-                    c["config"] = {"cudnn_benchmark": True}
-                cases.append(c)
+                cases.append(_conv_case("conv2d_weight_grad", v, _conv_shape(t), plan.dtype))
     if "fprop" in parts:
         for t in plan.shapes:
             for v in plan.variants:
-                c = {"op": "conv2d", "variant": v, "shape": _conv_shape(t), "dtype": plan.dtype, "timer": "cudagraph"}
-                if v == "torch":  # recorded with the case: cuDNN picks its algorithm by timing (set by run_conv)
-                    c["config"] = {"cudnn_benchmark": True}
-                cases.append(c)
+                cases.append(_conv_case("conv2d", v, _conv_shape(t), plan.dtype))
     if "fprop-sweep" in parts:
         for t in plan.sweep_shapes:
             for th, tw, bn, st, nw in plan.sweep_knobs:

@@ -50,6 +50,11 @@ def label(s: dict) -> str:
     return f"{s['B']}x{s['Ci']}→{s['Co']} {s['H']}x{s['W']} {s['R']}x{s['R']} s{s['stride']}"
 
 
+def labels(d) -> list[str]:
+    """The shape label of every record of a frame."""
+    return [label({k: int(r[k]) for k in KEYS}) for _, r in d.iterrows()]
+
+
 def a_paths(shapes=None):
     """Per shape: the A path of the Gluon fprop (or why none), its heuristic tile, and the GEMM view."""
     import pandas as pd
@@ -111,7 +116,7 @@ def fprop(df, op: str = OP):
     if not len(d):
         return d
     d = d[~d["config_key"].str.contains('"study"', regex=False)]
-    d["shape"] = [label({k: int(r[k]) for k in KEYS}) for _, r in d.iterrows()]
+    d["shape"] = labels(d)
     d["us"] = 1000 * d["ms_median"].astype(float)
     return d
 
@@ -174,7 +179,7 @@ def sweep_table(df):
     s = d[d["config_key"].str.contains('"study": "fprop-sweep"', regex=False)].copy()
     if not len(s):
         return None
-    s["shape"] = [label({k: int(r[k]) for k in KEYS}) for _, r in s.iterrows()]
+    s["shape"] = labels(s)
     s["config"] = [f"{c['TH']}x{c['TW']}x{c['BN']} {c['num_stages']}st {c['num_warps']}w" for c in s["config"]]
     piv = s.pivot_table(index="shape", columns="config", values="tflops")
     f = fprop(df)
@@ -302,7 +307,7 @@ def takeaways(df, spec) -> list[str]:
     if len(df):
         tc = cm.passed(df[(df["op"] == OP) & (df["variant"] == BASE)]).copy()
         if len(tc) and tc["run_id"].nunique() > 1:
-            tc["shape"] = [label({k: int(r[k]) for k in KEYS}) for _, r in tc.iterrows()]
+            tc["shape"] = labels(tc)
             g = tc.groupby("shape")["tflops"].agg(["min", "max", "count"])
             g = g[g["count"] > 1]
             if len(g):

@@ -102,24 +102,13 @@ def inductor_census(ctx: cm.Context):
                 rows.append({"D": D, "style": style, "kernel": "(capture failed)", "note": e.get("error", "")})
                 continue
             c = codegen.ptx_census(e["ptx"])
-            info = codegen.ptxas_info(_local_ptx_version(e["ptx"]))
+            info = codegen.ptxas_info(codegen.local_ptx(e["ptx"]))  # CUDA 13 PTX, this ptxas
             rows.append({"D": D, "style": style, "kernel": e["name"], "launched": e.get("launched"),
                          "num_warps": e.get("num_warps"),
                          "ld.global by bits": c["ld_global_by_bits"], "st.global by bits": c["st_global_by_bits"],
                          "bar.sync": c["bar_sync"], "registers": info.get("registers"),
                          "loops": e.get("source", "").count("for r0_offset in")})
     return pd.DataFrame(rows)
-
-
-def _local_ptx_version(ptx: str) -> str:
-    """The GPU image's CUDA 13 toolchain writes `.version 9.0`; the wheel's ptxas here takes up to its own
-    ISA version. The kernels use sm_90 instructions both know, so only the header line is lowered (for
-    the register count; the load / store / barrier census reads the PTX as written)."""
-    import re
-    from .. import codegen
-    v = codegen._ptx_version()
-    return ptx if v is None else re.sub(r"^\.version \d+\.\d+", f".version {v // 10}.{v % 10}", ptx, count=1,
-                                       flags=re.M)
 
 
 def inductor_summary(ic):
@@ -210,7 +199,8 @@ def best_gluon(d):
 
 
 def with_best(d):
-    return d if not len(d) else __import__("pandas").concat([d, best_gluon(d)], ignore_index=True)
+    import pandas as pd
+    return d if not len(d) else pd.concat([d, best_gluon(d)], ignore_index=True)
 
 
 def copy_at_size(df):

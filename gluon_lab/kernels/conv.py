@@ -36,7 +36,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from ..specs.conv import out_size, weight_ohwi
 from .gemm import _tile_coords
-from .hopper import GL_DTYPE, H200_SMS, ITEMSIZE, SMEM_LIMIT, cdiv, desc_type, descriptor, dtype_name, kernel_spec
+from .hopper import (GL_DTYPE, H200_SMS, ITEMSIZE, SMEM_LIMIT, cdiv, desc_type, descriptor, dtype_name, kernel_spec,
+                     short_dtype)
 
 
 @gluon.jit
@@ -524,7 +525,7 @@ def triton_variant(x, weight, stride=1, padding=0):
 
 
 def triton_codegen(shape: dict, dtype: str, config=None):
-    p = f"*{ {'bfloat16': 'bf16', 'float16': 'fp16'}[dtype] }".replace(" ", "")
+    p = f"*{short_dtype(dtype)}"
     OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
     OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
     args = {"x_ptr": p, "w_ptr": p, "y_ptr": p, "B": shape["B"], "H": shape["H"], "W": shape["W"], "Ci": shape["Ci"],

@@ -24,6 +24,10 @@ def check_like(name: str, t, x, shape: tuple, what: str, x_name: str = "x"):
     check_tensor(name, t)
     if tuple(t.shape) != tuple(shape):
         raise ValueError(f"{name} must have {what}; got {tuple(t.shape)}")
+    check_same_dtype_device(name, t, x, x_name)
+
+
+def check_same_dtype_device(name: str, t, x, x_name: str = "x"):
     if t.dtype != x.dtype:
         raise TypeError(f"{name}.dtype must equal {x_name}.dtype ({x.dtype}); got {t.dtype}")
     if t.device != x.device:

@@ -16,7 +16,7 @@ Byte model: x, weight and y once each. FLOPs: 2·M·N·K. SOL against tensor-cor
 from __future__ import annotations
 
 from ._base import ITEMSIZE, IntOperand, Operand, OpSpec, define, log2_bucket
-from ._rules import check_tensor
+from ._rules import check_same_dtype_device, check_tensor
 
 KERNEL_SIZES = (1, 3)
 STRIDES = (1, 2)
@@ -35,8 +35,24 @@ def _int_rule(name: str, v, allowed: tuple):
     return v
 
 
-def validate(x, weight, stride=1, padding=0):
+def _channels_last(name: str, t, hint: str = "Use .to(memory_format=torch.channels_last)"):
     import torch
+    if not t.is_contiguous(memory_format=torch.channels_last):
+        raise ValueError(f"{name} must be channels-last in memory (NHWC); got strides {tuple(t.stride())}. {hint}")
+
+
+def _weight_layout(weight):
+    import torch
+    if not (weight.is_contiguous() or weight.is_contiguous(memory_format=torch.channels_last)):
+        raise ValueError(f"weight must be contiguous (OIHW) or channels-last (OHWI); got strides {tuple(weight.stride())}")
+
+
+def _square_kernel(R: int, S: int):
+    if R != S or R not in KERNEL_SIZES:
+        raise ValueError(f"weight's kernel must be square with R = S in {KERNEL_SIZES}; got {R}x{S}")
+
+
+def validate(x, weight, stride=1, padding=0):
     check_tensor("x", x, ndim_min=4, dtypes=("bfloat16", "float16"))
     check_tensor("weight", weight, ndim_min=4, dtypes=("bfloat16", "float16"))
     if x.dim() != 4:
@@ -51,24 +67,17 @@ def validate(x, weight, stride=1, padding=0):
         rule = (f" (groups = {Ci // wci}: grouped convolutions are not supported, groups must be 1)"
                 if wci and Ci % wci == 0 else "")
         raise ValueError(f"weight.shape[1] must equal x.shape[1] (Ci = {Ci}); got {wci}{rule}")
-    if R != S or R not in KERNEL_SIZES:
-        raise ValueError(f"weight's kernel must be square with R = S in {KERNEL_SIZES}; got {R}x{S}")
-    if weight.dtype != x.dtype:
-        raise TypeError(f"weight.dtype must equal x.dtype ({x.dtype}); got {weight.dtype}")
-    if weight.device != x.device:
-        raise ValueError(f"weight must be on x's device ({x.device}); got {weight.device}")
+    _square_kernel(R, S)
+    check_same_dtype_device("weight", weight, x)
     if min(B, Ci, H, W, Co) < 1:
         raise ValueError(f"x and weight must have no empty dimension; got x {tuple(x.shape)}, weight "
                          f"{tuple(weight.shape)}")
     if out_size(H, R, stride, padding) < 1 or out_size(W, R, stride, padding) < 1:
         raise ValueError(f"the output would be empty: H x W = {H} x {W} with a {R}x{R} kernel, stride {stride}, "
                          f"padding {padding}")
-    if not x.is_contiguous(memory_format=torch.channels_last):
-        raise ValueError(f"x must be channels-last in memory (NHWC, strides (H*W*Ci, 1, W*Ci, Ci)); got strides "
-                         f"{tuple(x.stride())}. Use x.to(memory_format=torch.channels_last), or pass an NHWC "
-                         "tensor as x_nhwc.permute(0, 3, 1, 2)")
-    if not (weight.is_contiguous() or weight.is_contiguous(memory_format=torch.channels_last)):
-        raise ValueError(f"weight must be contiguous (OIHW) or channels-last (OHWI); got strides {tuple(weight.stride())}")
+    _channels_last("x", x, "Use x.to(memory_format=torch.channels_last), or pass an NHWC tensor as "
+                   "x_nhwc.permute(0, 3, 1, 2)")
+    _weight_layout(weight)
     return {}
 
 
@@ -150,7 +159,6 @@ __all__ = ["CONV2D", "out_size", "gemm_shape", "weight_ohwi"]
 # conv2d_input_grad: dgrad, the input gradient
 
 def validate_dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0):
-    import torch
     check_tensor("grad_output", grad_output, ndim_min=4, dtypes=("bfloat16", "float16"))
     check_tensor("weight", weight, ndim_min=4, dtypes=("bfloat16", "float16"))
     if grad_output.dim() != 4 or weight.dim() != 4:
@@ -165,12 +173,8 @@ def validate_dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0):
     wco, Ci, R, S = weight.shape
     if wco != Co:
         raise ValueError(f"weight.shape[0] must equal grad_output.shape[1] (Co = {Co}); got {wco}")
-    if R != S or R not in KERNEL_SIZES:
-        raise ValueError(f"weight's kernel must be square with R = S in {KERNEL_SIZES}; got {R}x{S}")
-    if weight.dtype != grad_output.dtype:
-        raise TypeError(f"weight.dtype must equal grad_output.dtype ({grad_output.dtype}); got {weight.dtype}")
-    if weight.device != grad_output.device:
-        raise ValueError(f"weight must be on grad_output's device ({grad_output.device}); got {weight.device}")
+    _square_kernel(R, S)
+    check_same_dtype_device("weight", weight, grad_output, "grad_output")
     if min(B, Co, Ci) < 1:
         raise ValueError(f"grad_output and weight must have no empty dimension; got {tuple(grad_output.shape)}, "
                          f"{tuple(weight.shape)}")
@@ -178,11 +182,8 @@ def validate_dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0):
         raise ValueError(f"input size {input_h} x {input_w} with a {R}x{R} kernel, stride {stride}, padding {padding} "
                          f"gives a {out_size(input_h, R, stride, padding)} x {out_size(input_w, R, stride, padding)} output; "
                          f"grad_output is {OH} x {OW}")
-    if not grad_output.is_contiguous(memory_format=torch.channels_last):
-        raise ValueError(f"grad_output must be channels-last in memory (NHWC); got strides {tuple(grad_output.stride())}."
-                         " Use .to(memory_format=torch.channels_last)")
-    if not (weight.is_contiguous() or weight.is_contiguous(memory_format=torch.channels_last)):
-        raise ValueError(f"weight must be contiguous (OIHW) or channels-last (OHWI); got strides {tuple(weight.stride())}")
+    _channels_last("grad_output", grad_output)
+    _weight_layout(weight)
     return {}
 
 
@@ -243,7 +244,6 @@ CONV2D_INPUT_GRAD = define(OpSpec(
 # conv2d_weight_grad: wgrad, the filter gradient
 
 def validate_wgrad(x, grad_output, kernel_size, stride=1, padding=0):
-    import torch
     check_tensor("x", x, ndim_min=4, dtypes=("bfloat16", "float16"))
     check_tensor("grad_output", grad_output, ndim_min=4, dtypes=("bfloat16", "float16"))
     if x.dim() != 4 or grad_output.dim() != 4:
@@ -259,16 +259,11 @@ def validate_wgrad(x, grad_output, kernel_size, stride=1, padding=0):
     if tuple(grad_output.shape[2:]) != want:
         raise ValueError(f"grad_output's spatial size must be {want[0]} x {want[1]} (x {H} x {W}, a {kernel_size}x"
                          f"{kernel_size} kernel, stride {stride}, padding {padding}); got {tuple(grad_output.shape[2:])}")
-    if grad_output.dtype != x.dtype:
-        raise TypeError(f"grad_output.dtype must equal x.dtype ({x.dtype}); got {grad_output.dtype}")
-    if grad_output.device != x.device:
-        raise ValueError(f"grad_output must be on x's device ({x.device}); got {grad_output.device}")
+    check_same_dtype_device("grad_output", grad_output, x)
     if min(B, Ci, grad_output.shape[1]) < 1 or min(want) < 1:
         raise ValueError(f"x and grad_output must have no empty dimension; got {tuple(x.shape)}, {tuple(grad_output.shape)}")
     for name, t in (("x", x), ("grad_output", grad_output)):
-        if not t.is_contiguous(memory_format=torch.channels_last):
-            raise ValueError(f"{name} must be channels-last in memory (NHWC); got strides {tuple(t.stride())}. Use "
-                             ".to(memory_format=torch.channels_last)")
+        _channels_last(name, t)
     return {}
 
 
