@@ -25,6 +25,12 @@ CASES = {
     "ws-gemm": ("matmul", "gluon-ws", {"M": 300, "N": 264, "K": 520}, {}),
     "ws-norm": ("rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "ws-add-rms-norm": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
+    "conv-fprop": ("conv2d", "gluon-pipelined", {"B": 2, "Ci": 40, "Co": 72, "H": 13, "W": 11, "R": 3, "stride": 1,
+                                                 "pad": 1}, {}),
+    "conv-gather": ("conv2d", "gluon-gather", {"B": 2, "Ci": 24, "Co": 36, "H": 13, "W": 11, "R": 3, "stride": 2,
+                                               "pad": 1}, {}),
+    "conv-dgrad-s2": ("conv2d_input_grad", "gluon-pipelined", {"B": 2, "Ci": 96, "Co": 64, "H": 14, "W": 18, "R": 3,
+                                                               "stride": 2, "pad": 1}, {}),
     # diagnostic, not a lab variant: ws_gemm_kernel with the trailing mbarrier.invalidate loop cut
     # (racecheck reported a hazard between a read at kernel entry and those invalidates)
     "ws-gemm-noinval": ("matmul", "diag:ws-gemm-noinval", {"M": 300, "N": 264, "K": 520}, {}),

@@ -1024,25 +1024,45 @@ CONV_SHAPES = (  # (B, Ci, Co, H, W, R, stride, pad): around the issue's two anc
 )
 
 
+GATHER_SHAPES = (  # shapes without a tiled-TMA path (gluon-gather's cp.async gather)
+    (8, 320, 320, 65, 65, 3, 2, 1),  # the SD stride-2 shape at an odd size: no parity-split view
+    (32, 3, 32, 224, 224, 3, 2, 1),  # an RGB stem (3x3, stride 2): 3 channels padded to 8 on the host
+)
+
+
 @dataclass(frozen=True)
 class ConvPlan:
     """Pattern 6. 'fprop': every shape x (torch = cuDNN with cudnn.benchmark, channels-last; triton;
-    gluon-pipelined; gluon-ws), bf16, CUDA-graph timing; 'fprop-sweep': gluon-pipelined's tile / ring
-    knobs on every shape; 'dgrad': the same shapes' input gradients (cuDNN, Triton, Gluon at stride 1);
-    'wgrad': their filter gradients (cuDNN, the Gluon split-K kernel)."""
+    gluon-pipelined; gluon-ws; gluon-gather), bf16, CUDA-graph timing; 'gather': the shapes only the cp.async
+    gather takes (torch, triton, gluon-gather); 'fprop-sweep': gluon-pipelined's tile / ring knobs on every
+    shape; 'dgrad': the same shapes' input gradients (cuDNN, Triton, Gluon: stride**2 sub-problems);
+    'wgrad': their filter gradients (cuDNN, Triton, the Gluon split-K kernel); 'wgrad-sweep': the split-K
+    kernel's knobs; 'timeline': per-tile %globaltimer stamps of the INSTRUMENT fprop build."""
     shapes: tuple = CONV_SHAPES
     dtype: str = "bfloat16"
-    variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")
+    variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws", "gluon-gather")
+    gather_shapes: tuple = GATHER_SHAPES
+    gather_variants: tuple = ("torch", "triton", "gluon-gather")
     dgrad_variants: tuple = ("torch", "triton", "gluon-pipelined")
+    wgrad_variants: tuple = ("torch", "triton", "gluon-pipelined")
     sweep_shapes: tuple = CONV_SHAPES
     sweep_knobs: tuple = (  # (TH, TW, BN, num_stages, num_warps); TH 0: the heuristic's patch
         (0, 0, 128, 4, 4), (0, 0, 128, 5, 4), (0, 0, 64, 4, 4), (0, 0, 256, 3, 8), (2, 32, 128, 4, 4),
-        (2, 32, 128, 6, 4), (8, 16, 128, 4, 4), (4, 16, 128, 4, 4), (2, 64, 128, 4, 4))
+        (8, 16, 128, 4, 4), (4, 16, 128, 4, 4), (2, 64, 128, 4, 4),
+        # BM = 256 patches on 2 consumer warpgroups (the 128 x 256 GEMM tile, transposed): B reused twice as often
+        (8, 32, 128, 3, 8), (16, 16, 128, 3, 8), (4, 64, 128, 3, 8), (8, 32, 64, 4, 8), (16, 16, 64, 4, 8))
+    wgrad_sweep_knobs: tuple = (  # (TH, TW, BM, BN, num_stages, num_warps, splits); TH 0: the heuristic's patch
+        (0, 0, 128, 128, 4, 4, 0), (0, 0, 128, 128, 6, 4, 0), (0, 0, 64, 128, 4, 4, 0), (0, 0, 128, 64, 4, 4, 0),
+        (0, 0, 128, 256, 3, 8, 0), (0, 0, 128, 128, 4, 8, 0), (4, 32, 128, 128, 3, 4, 0), (2, 64, 128, 128, 3, 4, 0),
+        (0, 0, 128, 128, 4, 4, 2), (0, 0, 128, 128, 4, 4, 4), (0, 0, 128, 128, 4, 4, 16))
+    timeline_shapes: tuple = ((128, 384, 384, 64, 64, 3, 1, 1), (8, 640, 320, 32, 32, 1, 1, 0))
 
     @classmethod
     def quick(cls):
         return cls(shapes=((2, 64, 64, 16, 16, 3, 1, 1), (2, 64, 128, 16, 16, 3, 2, 1)),
-                   sweep_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ), sweep_knobs=((0, 0, 64, 4, 4), ))
+                   gather_shapes=((2, 3, 32, 17, 17, 3, 2, 1), ), sweep_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ),
+                   sweep_knobs=((0, 0, 64, 4, 4), ), wgrad_sweep_knobs=((0, 0, 64, 64, 4, 4, 0), ),
+                   timeline_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ))
 
 
 def _conv_shape(t) -> dict:
@@ -1056,26 +1076,27 @@ def _conv_case(op: str, v: str, shape: dict, dtype: str) -> dict:
     return c
 
 
-def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad", "wgrad")) -> list[dict]:
+CONV_PARTS = ("fprop", "gather", "fprop-sweep", "dgrad", "wgrad", "wgrad-sweep", "timeline")
+
+
+def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
     from . import registry
     cases = []
-    if "dgrad" in parts:  # the same shapes' input gradients: cuDNN, the Triton dgrad, the Gluon one where it runs
-        for t in plan.shapes:
-            shape = _conv_shape(t)
-            for v in plan.dgrad_variants:
-                if v != "torch" and v not in registry.variants("conv2d_input_grad"):
-                    continue
-                if v.startswith("gluon") and shape["stride"] != 1:
-                    continue  # stride-2 dgrad: not built in Gluon (the variant refuses it)
-                cases.append(_conv_case("conv2d_input_grad", v, shape, plan.dtype))
-    if "wgrad" in parts:  # the filter gradients: cuDNN and the Gluon split-K kernel
-        for t in plan.shapes:
-            for v in ("torch", "gluon-pipelined"):
-                cases.append(_conv_case("conv2d_weight_grad", v, _conv_shape(t), plan.dtype))
+
+    def add(op, variants, shapes):
+        for t in shapes:
+            for v in variants:
+                if v == "torch" or v in registry.variants(op):
+                    cases.append(_conv_case(op, v, _conv_shape(t), plan.dtype))
+
+    if "dgrad" in parts:  # the same shapes' input gradients: cuDNN, the Triton dgrad, the Gluon sub-problems
+        add("conv2d_input_grad", plan.dgrad_variants, plan.shapes)
+    if "wgrad" in parts:  # the filter gradients: cuDNN, the Triton and the Gluon split-K kernels
+        add("conv2d_weight_grad", plan.wgrad_variants, plan.shapes)
     if "fprop" in parts:
-        for t in plan.shapes:
-            for v in plan.variants:
-                cases.append(_conv_case("conv2d", v, _conv_shape(t), plan.dtype))
+        add("conv2d", plan.variants, plan.shapes)
+    if "gather" in parts:
+        add("conv2d", plan.gather_variants, plan.gather_shapes)
     if "fprop-sweep" in parts:
         for t in plan.sweep_shapes:
             for th, tw, bn, st, nw in plan.sweep_knobs:
@@ -1083,15 +1104,42 @@ def conv_cases(plan: ConvPlan, parts=("fprop", "fprop-sweep", "dgrad", "wgrad"))
                 if resolves("conv2d", "gluon-pipelined", _conv_shape(t), plan.dtype, knobs):
                     cases.append({"op": "conv2d", "variant": "gluon-pipelined", "shape": _conv_shape(t),
                                   "dtype": plan.dtype, "timer": "cudagraph", "config": {**knobs, "study": "fprop-sweep"}})
+    if "wgrad-sweep" in parts:
+        for t in plan.shapes:
+            for th, tw, bm, bn, st, nw, sp in plan.wgrad_sweep_knobs:
+                knobs = {"BM": bm, "BN": bn, "num_stages": st, "num_warps": nw, "splits": sp,
+                         **({"TH": th, "TW": tw} if th else {})}
+                if resolves("conv2d_weight_grad", "gluon-pipelined", _conv_shape(t), plan.dtype, knobs):
+                    cases.append({"op": "conv2d_weight_grad", "variant": "gluon-pipelined", "shape": _conv_shape(t),
+                                  "dtype": plan.dtype, "timer": "cudagraph", "config": {**knobs, "study": "wgrad-sweep"}})
     return cases
 
 
-def run_conv(results_dir: str = "results", quick: bool = False, plan: ConvPlan | None = None,
-             parts=("fprop", "fprop-sweep", "dgrad", "wgrad")):
+def capture_conv_timeline(shapes=ConvPlan.timeline_shapes, dtype: str = "bfloat16") -> dict:
+    """The INSTRUMENT build of gluon-pipelined conv2d at its heuristic config, per shape: every program's
+    per-tile stamps {shape: {"config", "ns": [[[start, first_data, mma_done, stored], ... per tile], ... per CTA]}}
+    (record_stamps; run twice, the second run kept: warm caches and clocks)."""
+    from . import bench, registry
+    from .kernels import conv
+    v = registry.get_variant("conv2d", "gluon-pipelined")
+    out = {}
+    for t in shapes:
+        shape = _conv_shape(t)
+        x, w, st, pad = bench.make_inputs("conv2d", shape, dtype, seed=21)
+        cfg = v.resolve(shape, dtype, {})
+        got = record_stamps(lambda c, trace: conv.fprop(x, w, st, pad, config=c, trace=trace), {"heuristic": cfg},
+                            conv.CONV_TRACE_FIELDS)
+        out[",".join(map(str, t))] = {"shape": shape, **got["heuristic"]}
+    return {"dtype": dtype, "fields": ["start", "first_data", "mma_done", "stored"], "timelines": out}
+
+
+def run_conv(results_dir: str = "results", quick: bool = False, plan: ConvPlan | None = None, parts=CONV_PARTS):
     import torch
     torch.backends.cudnn.benchmark = True  # the torch variant's cuDNN baseline, as the issue measures it
     plan = plan or (ConvPlan.quick() if quick else ConvPlan())
     recs, s = measure_plan("06-convolution", results_dir, quick, conv_cases(plan, parts))
+    if "timeline" in parts:
+        save_timeline(s, results_dir, "06-convolution", lambda: capture_conv_timeline(plan.timeline_shapes, plan.dtype))
     return recs, s.save()
 
 

@@ -97,13 +97,41 @@ def test_custom_op_schema_and_opcheck():
 @pytest.mark.parametrize("shape,path", [
     (dict(B=1, Ci=64, Co=64, H=8, W=8, R=3, stride=1, pad=1), "tma"),
     (dict(B=1, Ci=64, Co=64, H=8, W=8, R=3, stride=2, pad=1), "tma"),
-    (dict(B=1, Ci=64, Co=64, H=7, W=8, R=3, stride=2, pad=1), "none"),  # odd H: no parity split
-    (dict(B=1, Ci=3, Co=64, H=8, W=8, R=3, stride=1, pad=1), "none"),  # RGB: 6-byte channel stride
-    (dict(B=1, Ci=64, Co=36, H=8, W=8, R=1, stride=1, pad=0), "none"),  # Co % 8
+    (dict(B=1, Ci=64, Co=64, H=7, W=8, R=3, stride=2, pad=1), "cp.async"),  # odd H: no parity split
+    (dict(B=1, Ci=3, Co=64, H=8, W=8, R=3, stride=1, pad=1), "pad + cp.async"),  # RGB: 6-byte channel stride
+    (dict(B=1, Ci=64, Co=36, H=8, W=8, R=1, stride=1, pad=0), "pad + cp.async"),  # Co % 8
 ])
 def test_a_path_names_the_rule(shape, path):
     got, why = conv.a_path(shape)
     assert got == path and why
+    if path != "tma":  # the TMA kernels refuse it, naming the rule and the variant that runs it
+        x = torch.empty(shape["B"], shape["Ci"], shape["H"], shape["W"], dtype=torch.bfloat16).to(
+            memory_format=torch.channels_last)
+        w = torch.empty(shape["Co"], shape["Ci"], shape["R"], shape["R"], dtype=torch.bfloat16)
+        with pytest.raises(ValueError, match=r"needs the tiled-TMA path: .*use variant='gluon-gather'"):
+            conv.check(x, w, shape["stride"], shape["pad"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [dict(B=8, Ci=320, Co=320, H=63, W=63, R=3, stride=2, pad=1),
+                                   dict(B=8, Ci=3, Co=32, H=224, W=224, R=3, stride=2, pad=1)],
+                         ids=["odd-HW-stride2", "rgb-stem"])
+def test_gluon_gather_census(shape):
+    """gluon-gather: every k-step's A and B by 16-byte cp.async (BM·BK/8 + BN·BK/8 copies over the threads,
+    at the NUM_STAGES − 2 prologue steps and the loop's one), no TMA loads and no register gathers; per step a
+    wait_group, an async-proxy fence and a CTA barrier before the wgmma; a TMA-store epilogue; no spills."""
+    import re
+    cfg = conv.GatherConfig.heuristic(shape, "bfloat16")
+    spec = conv.gather_codegen(shape, "bfloat16")
+    k = codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"})
+    c = codegen.census(k)
+    per_step = (cfg.BM + cfg.BN) * cfg.BK // 8 // (32 * cfg.num_warps)
+    assert c["cp_async"] == per_step * (cfg.num_stages - 2 + 1), c
+    assert set(re.findall(r"cp\.async\.cg\.shared\.global \[[^\]]+\], \[[^\]]+\], (0x\w+)", k.asm["ptx"])) == {"0x10"}
+    assert c["tma_load"] == 0 and c["ld_global"] == 0 and c["sass"]["UTMASTG"] == 1, c
+    assert c["fence_proxy_async"] >= 1 and c["bar_sync"] >= 1 and "cp.async.wait_group" in k.asm["ptx"]
+    assert c["sass"]["HGMMA"] == (cfg.BK // 16) * (cfg.BM // 64) // (cfg.num_warps // 4), c["sass"]
+    assert c["spill_bytes"] == 0 and c["smem_bytes"] >= cfg.num_stages * (cfg.BM + cfg.BN) * cfg.BK * 2
 
 
 def _census(shape, cfg=None, dtype="bfloat16"):
@@ -215,14 +243,58 @@ def test_gluon_dgrad_is_the_fprop_kernel_on_rotated_filters():
     filters equal W flipped with Ci and Co swapped."""
     shape = dict(B=8, Ci=320, Co=384, H=64, W=64, R=3, stride=1, pad=0)
     spec = conv.dgrad_codegen(shape, "bfloat16")
-    assert spec["fn"] is conv.conv_fprop_kernel and spec["constexprs"]["PAD"] == 2
+    assert spec["fn"] is conv.conv_fprop_kernel and spec["constexprs"]["PAD_H"] == 2
     c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
     cfg = conv.dgrad_configure(shape, "bfloat16", {})
     assert c["sass"]["UTMALDG"] == 2 * cfg.num_stages and c["ld_global"] == 0 and c["spill_bytes"] == 0
+    # stride 2: the largest sub-problem (R = 3, pad 1: the 2 x 2 taps of the odd parities) on the same kernel
+    s2 = conv.dgrad_codegen({**shape, "stride": 2, "pad": 1}, "bfloat16")
+    assert s2["fn"] is conv.conv_fprop_kernel and (s2["constexprs"]["RH"], s2["constexprs"]["RW"]) == (2, 2)
+    assert s2["signature"]["OPH"] == "constexpr" and s2["constexprs"]["OPH"] == 1  # written at parity 1
     w = torch.randn(5, 3, 3, 3)
     wr = conv.dgrad_weight(w)
     assert wr.shape == (3, 5, 3, 3) and torch.equal(wr[1, 2, 0, 2], w[2, 1, 2, 0])
     assert wr.is_contiguous(memory_format=torch.channels_last)
+
+
+def _emulate_launch(L, dy, w_all, dx):
+    """What one fprop-kernel launch computes, in float64 on the CPU: out[i, j] = sum over taps (th, tw) and
+    channels of dy[i + th - pad_h, j + tw - pad_w] * w_all[:, tap0 + th * RW + tw, :] (zero outside),
+    written to dx[:, :, P*i + oph, P*j + opw]."""
+    B, C, OH, OW = dy.shape
+    ph, pw = max(0, L.pad_h), max(0, L.pad_w)
+    pad = F.pad(dy, (pw, pw + L.RW, ph, ph + L.RH))
+    out = torch.zeros(B, w_all.shape[0], L.OH, L.OW, dtype=torch.float64)
+    for th in range(L.RH):
+        for tw in range(L.RW):
+            h0, w0 = th - L.pad_h + ph, tw - L.pad_w + pw
+            a = pad[:, :, h0:h0 + L.OH, w0:w0 + L.OW]
+            out += torch.einsum("bchw,oc->bohw", a, w_all[:, L.tap0 + th * L.RW + tw, :])
+    dx[:, :, L.oph::L.P, L.opw::L.P] = out
+
+
+@pytest.mark.parametrize("R,stride,pad", [(3, 1, 1), (3, 1, 0), (1, 1, 0), (3, 2, 1), (3, 2, 0), (1, 2, 0),
+                                          (1, 2, 1)])
+def test_dgrad_subproblems_reproduce_the_reference(R, stride, pad):
+    """The stride**2 launches dgrad makes (sub-filters, tap shifts, output parities), emulated in float64
+    on the CPU, equal torch.nn.grad.conv2d_input; parities no tap reaches are exactly the zero ones."""
+    H, W = 12, 10
+    OH, OW = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
+    g = torch.Generator().manual_seed(R * 10 + stride * 3 + pad)
+    dy = torch.randn(2, 16, OH, OW, generator=g, dtype=torch.float64).to(memory_format=torch.channels_last)
+    w = torch.randn(16, 8, R, R, generator=g, dtype=torch.float64)
+    dx = torch.full((2, 8, H, W), float("nan"), dtype=torch.float64)
+    subs = conv.dgrad_subproblems(R, pad, stride)
+    assert len(subs) == stride * stride
+    for ph, pw, rt, st, _, _ in subs:
+        if not (rt and st):
+            dx[:, :, ph::stride, pw::stride] = 0
+    launches = conv.dgrad_launches(dy, w, dx, stride, pad)
+    assert sum(L.RH * L.RW for L in launches) == conv._dgrad_filters(w, R, pad, stride).shape[1] <= R * R
+    for L in launches:
+        _emulate_launch(L, dy, conv._dgrad_filters(w, R, pad, stride), dx)
+    ref = torch.nn.grad.conv2d_input((2, 8, H, W), w, dy, stride=stride, padding=pad)
+    torch.testing.assert_close(dx, ref, atol=1e-10, rtol=1e-10)
 
 
 # ---- wgrad (conv2d_weight_grad) ------------------------------------------------------------------

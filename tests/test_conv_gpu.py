@@ -11,7 +11,7 @@ from gluon_lab import bench, registry, specs
 
 pytestmark = pytest.mark.gpu
 SPEC = specs.get("conv2d")
-VARIANTS = ("torch", "triton", "gluon-pipelined", "gluon-ws")
+VARIANTS = ("torch", "triton", "gluon-pipelined", "gluon-ws", "gluon-gather")
 
 
 def _inputs(shape, dtype="bfloat16", seed=0):
@@ -51,17 +51,26 @@ def test_every_variant_matches_float64(shape, dtype):
         assert ok["passed"], (v, ok)
 
 
-@pytest.mark.parametrize("shape", [dict(B=1, Ci=3, Co=64, H=16, W=16, R=3, stride=1, pad=1),
-                                   dict(B=1, Ci=64, Co=64, H=15, W=16, R=3, stride=2, pad=1)])
-def test_gluon_refuses_by_rule_and_the_others_take_it(shape):
+@pytest.mark.parametrize("shape", [dict(B=1, Ci=3, Co=64, H=16, W=16, R=3, stride=1, pad=1),  # RGB input
+                                   dict(B=2, Ci=3, Co=32, H=35, W=33, R=3, stride=2, pad=1),  # stem, odd size
+                                   dict(B=1, Ci=64, Co=36, H=9, W=10, R=1, stride=1, pad=0),  # Co % 8
+                                   dict(B=1, Ci=64, Co=64, H=15, W=16, R=3, stride=2, pad=1),  # odd H, stride 2
+                                   dict(B=3, Ci=72, Co=136, H=17, W=13, R=3, stride=2, pad=0)])
+def test_tma_kernels_refuse_by_rule_and_gluon_gather_takes_it(shape):
+    """Shapes without a tiled-TMA path: gluon-pipelined / gluon-ws refuse naming the rule and gluon-gather;
+    gluon-gather (cp.async, channels padded to 8 on the host where needed), torch, triton, auto take them."""
     inp = _inputs(shape, seed=5)
     for v in ("gluon-pipelined", "gluon-ws"):
         assert not registry.eligible(registry.get_variant("conv2d", v), inp)
-        with pytest.raises(ValueError, match=f"variant '{v}' of conv2d: .*(multiples of 8|needs even H and W)"):
+        with pytest.raises(ValueError, match=f"variant '{v}' of conv2d needs the tiled-TMA path: .*gluon-gather"):
             gll.conv2d(*inp, variant=v)
     ref = SPEC.reference(*inp)
-    for v in ("torch", "triton", "auto"):
-        assert bench.compare(gll.conv2d(*inp, variant=v), ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"], v
+    for v in ("gluon-gather", "torch", "triton", "auto"):
+        _poison(ref.numel() * 2)
+        y = gll.conv2d(*inp, variant=v)
+        torch.cuda.synchronize()
+        assert y.shape == ref.shape and y.is_contiguous(memory_format=torch.channels_last), (v, y.stride())
+        assert bench.compare(y, ref, "bfloat16", SPEC.tolerance["bfloat16"])["passed"], v
 
 
 @pytest.mark.parametrize("v", VARIANTS)
@@ -99,16 +108,59 @@ def test_dgrad_every_variant_matches_float64(shape, dtype):
     inp = bench.make_inputs("conv2d_input_grad", shape, dtype, seed=shape["Co"] + shape["W"])
     ref = DSPEC.reference(*inp)
     for v in DVARIANTS:
-        if v == "gluon-pipelined" and shape["stride"] != 1:
-            with pytest.raises(ValueError, match="takes stride 1"):
-                gll.conv2d_input_grad(*inp, variant=v)
-            continue
         _poison(ref.numel() * 2)
         dx = gll.conv2d_input_grad(*inp, variant=v)
         torch.cuda.synchronize()
         assert dx.shape == ref.shape and dx.is_contiguous(memory_format=torch.channels_last), (v, dx.shape)
         ok = bench.compare(dx, ref, dtype, DSPEC.tolerance[dtype])
         assert ok["passed"], (v, ok)
+
+
+@pytest.mark.parametrize("shape", [dict(B=2, Ci=96, Co=64, H=14, W=18, R=3, stride=2, pad=1),  # 96 % BN: spill
+                                   dict(B=2, Ci=64, Co=128, H=16, W=12, R=1, stride=2, pad=0),  # odd parities zero
+                                   dict(B=1, Ci=200, Co=48, H=10, W=22, R=3, stride=2, pad=0),  # uncovered last row
+                                   dict(B=2, Ci=40, Co=24, H=12, W=8, R=1, stride=2, pad=1)])  # 1x1 with padding
+def test_stride2_dgrad_sub_problems(shape):
+    """The Gluon stride-2 dgrad (4 launches, one per output parity, through the parity-split view of dx) on
+    NaN-poisoned memory, vs float64; repeated calls with fresh inputs (the fast path's replay) too."""
+    ref_of = DSPEC.reference
+    for seed in (1, 2, 3):
+        inp = bench.make_inputs("conv2d_input_grad", shape, "bfloat16", seed=seed)
+        ref = ref_of(*inp)
+        _poison(ref.numel() * 2)
+        dx = gll.conv2d_input_grad(*inp, variant="gluon-pipelined")
+        torch.cuda.synchronize()
+        assert not torch.isnan(dx).any(), "an element of dx was never written"
+        assert bench.compare(dx, ref, "bfloat16", DSPEC.tolerance["bfloat16"])["passed"], seed
+
+
+def test_stride2_dgrad_refuses_an_odd_input_size():
+    inp = bench.make_inputs("conv2d_input_grad", dict(B=1, Ci=64, Co=64, H=15, W=16, R=3, stride=2, pad=1), "bfloat16",
+                            seed=0)
+    with pytest.raises(ValueError, match=r"at stride 2 needs an even input size .* got 15 x 16"):
+        gll.conv2d_input_grad(*inp, variant="gluon-pipelined")
+    ref = DSPEC.reference(*inp)
+    assert bench.compare(gll.conv2d_input_grad(*inp, variant="triton"), ref, "bfloat16",
+                         DSPEC.tolerance["bfloat16"])["passed"]
+
+
+def test_instrumented_fprop_writes_a_timeline():
+    """The INSTRUMENT build of the fprop kernel computes the same y and leaves, for every tile a program ran,
+    four ordered %globaltimer stamps (start <= first data <= MMAs done <= store issued)."""
+    from gluon_lab.kernels import conv
+    from gluon_lab.kernels.pipelined import TRACE_CTAS, TRACE_ITERS
+    shape = dict(B=4, Ci=128, Co=256, H=32, W=32, R=3, stride=1, pad=1)
+    x, w, s, p = _inputs(shape, seed=9)
+    trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * conv.CONV_TRACE_FIELDS, dtype=torch.int64, device="cuda")
+    y = conv.fprop(x, w, s, p, trace=trace)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, conv.fprop(x, w, s, p), atol=0, rtol=0)
+    t = trace.view(TRACE_CTAS, TRACE_ITERS, 4).cpu()
+    cfg = conv.ConvConfig.heuristic(shape, "bfloat16")
+    n_tiles = 4 * (32 // cfg.TH) * (32 // cfg.TW) * (256 // cfg.BN)
+    ran = t[(t > 0).all(-1)]
+    assert len(ran) == n_tiles, (len(ran), n_tiles)
+    assert (ran[:, 1:] >= ran[:, :-1]).all()
 
 
 # ---- wgrad ----------------------------------------------------------------------------------------
@@ -120,7 +172,7 @@ WSPEC = specs.get("conv2d_weight_grad")
 def test_wgrad_every_variant_matches_float64(shape, dtype):
     inp = bench.make_inputs("conv2d_weight_grad", shape, dtype, seed=shape["Co"] + shape["H"])
     ref = WSPEC.reference(*inp)
-    for v in ("torch", "gluon-pipelined"):
+    for v in ("torch", "triton", "gluon-pipelined"):
         _poison(ref.numel() * 4)
         gw = gll.conv2d_weight_grad(*inp, variant=v)
         torch.cuda.synchronize()

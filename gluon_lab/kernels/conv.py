@@ -20,8 +20,13 @@ boxes:
   [B, OH, OW, Co] (clipped at the image edge: ragged patches and Co tails cost nothing extra).
 
 Which A path a shape takes (`a_path`): "tma" when Ci and Co are multiples of 8 (16-byte TMA strides)
-and, for stride 2, H and W are even; otherwise the Triton baseline (a cp.async gather for those is not
-built yet).
+and, for stride 2, H and W are even; otherwise "cp.async" (variant gluon-gather: masked 16-byte cp.async
+of each pixel's channels into the NVMMA-swizzled ring, any stride and size) and, for Ci or Co not a
+multiple of 8, "pad + cp.async" (the channels padded to a multiple of 8 on the host first).
+
+dgrad (conv2d_input_grad) is the same kernel on grad_output: one launch per output parity of dx
+(stride**2 sub-problems with their sub-filters, dgrad_subproblems). wgrad (conv2d_weight_grad) is a
+split-K kernel over the output pixels (conv_wgrad_kernel).
 """
 from __future__ import annotations
 
@@ -31,31 +36,33 @@ import triton
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_wait)
 
 from ..specs.conv import out_size, weight_ohwi
 from .gemm import _tile_coords
 from .hopper import (GL_DTYPE, H200_SMS, ITEMSIZE, SMEM_LIMIT, cdiv, desc_type, descriptor, dtype_name, kernel_spec,
                      short_dtype)
+from .pipelined import TRACE_CTAS, TRACE_ITERS, globaltimer
 
 
 @gluon.jit
-def _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow0, co0, Ci, pred, R: gl.constexpr,
-                STRIDE: gl.constexpr, PAD: gl.constexpr):
-    """Issue k-step (rs, c0) of the tile at (image b, patch origin oh0, ow0; output channels co0)."""
-    r = rs // R
-    s = rs % R
+def _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow0, co0, Ci, pred, RW: gl.constexpr,
+                STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr):
+    """Issue k-step (tap rs = r·RW + s, channels c0..) of the tile at (image b, patch origin oh0, ow0; output
+    channels co0): the x box shifted by (r − PAD_H, s − PAD_W) and the weight box [BN, 1, BK] of that tap."""
+    r = rs // RW
+    s = rs % RW
     if STRIDE == 1:
-        dh = r - PAD
+        dh = r - PAD_H
         ph = 0
-        dw = s - PAD
+        dw = s - PAD_W
         pw = 0
     else:  # (r - pad) = 2 * dh + ph, floor division (dh = -1 for the top padding row)
-        dh = (r - PAD) >> 1
-        ph = (r - PAD) & 1
-        dw = (s - PAD) >> 1
-        pw = (s - PAD) & 1
+        dh = (r - PAD_H) >> 1
+        ph = (r - PAD_H) & 1
+        dw = (s - PAD_W) >> 1
+        pw = (s - PAD_W) & 1
     bar = bars.index(slot)
     mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(x_desc, [b, oh0 + dh, ph, ow0 + dw, pw * Ci + c0], bar, a_bufs.index(slot),
@@ -75,28 +82,39 @@ def _conv_tile(t, n_th, n_tw, num_pid_m, num_pid_n, TH: gl.constexpr, TW: gl.con
 
 
 @gluon.jit
-def _conv_next(rs, c0, i, b, oh0, ow0, co0, Ci, start, nprog, n_th, n_tw, num_pid_m, num_pid_n, R: gl.constexpr,
+def _conv_next(rs, c0, i, b, oh0, ow0, co0, Ci, start, nprog, n_th, n_tw, num_pid_m, num_pid_n, TAPS: gl.constexpr,
                BK: gl.constexpr, TH: gl.constexpr, TW: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
     """The load stream one k-step on (incremental: tile divisions once per tile)."""
     c0 += BK
     if c0 >= Ci:
         c0 = 0
         rs += 1
-        if rs == R * R:
+        if rs == TAPS:
             rs = 0
             i += 1
             b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, num_pid_m, num_pid_n, TH, TW, BN, GROUP_M)
     return rs, c0, i, b, oh0, ow0, co0
 
 
+CONV_TRACE_FIELDS: gl.constexpr = gl.constexpr(4)  # INSTRUMENT stamps per tile: start, first data, MMAs done, stored
+
+
 @gluon.jit
-def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_tiles_m, R: gl.constexpr, STRIDE: gl.constexpr,
-                      PAD: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr):
+def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH, OPW, t_ptr, RH: gl.constexpr,
+                      RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr,
+                      NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, INSTRUMENT: gl.constexpr,
+                      num_warps: gl.constexpr):
+    """The persistent implicit GEMM of an RH x RW filter (fprop: RH = RW = R; a stride-2 dgrad runs it once per
+    output parity with that parity's sub-filter). y_desc is the 5-D output view [B, OH', P, OW', P·Co] and tile
+    (b, oh0, ow0, co0) is stored at [b, oh0, OPH, ow0, OPW·Co + co0] (P = 1, OPH = OPW = 0 for fprop).
+    INSTRUMENT: program pid < TRACE_CTAS writes, per tile i < TRACE_ITERS, four %globaltimer stamps to
+    t_ptr[pid, i, :] (tile start, first k-step's data ready, last MMA retired, TMA store issued)."""
     TH: gl.constexpr = x_desc.block_type.shape[1]
     TW: gl.constexpr = x_desc.block_type.shape[3]
     BK: gl.constexpr = x_desc.block_type.shape[4]
     BN: gl.constexpr = w_desc.block_type.shape[0]
     BM: gl.constexpr = TH * TW
+    TAPS: gl.constexpr = RH * RW
     dtype: gl.constexpr = x_desc.dtype
     gl.static_assert(NUM_STAGES >= 2, "the ring needs >= 2 slots")
     a_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BK], dtype)
@@ -106,9 +124,9 @@ def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_tiles_m, R: gl.c
     start = gl.program_id(0)
     nprog = gl.num_programs(0)
     num_pid_m = n_tiles_m
-    num_pid_n = gl.cdiv(y_desc.shape[3], BN)
+    num_pid_n = gl.cdiv(Co, BN)
     my_tiles = (num_pid_m * num_pid_n - start + nprog - 1) // nprog
-    k_steps = R * R * gl.cdiv(Ci, BK)
+    k_steps = TAPS * gl.cdiv(Ci, BK)
     total = my_tiles * k_steps
 
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, TH, 1, TW, BK], x_desc.layout)
@@ -126,39 +144,55 @@ def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_tiles_m, R: gl.c
     ld_b, ld_oh, ld_ow, ld_co = _conv_tile(start, n_th, n_tw, num_pid_m, num_pid_n, TH, TW, BN, GROUP_M)
     for p in gl.static_range(NUM_STAGES - 1):
         _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, p, ld_rs, ld_c0, ld_b, ld_oh, ld_ow, ld_co, Ci, p < total,
-                    R, STRIDE, PAD)
+                    RW, STRIDE, PAD_H, PAD_W)
         ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co = _conv_next(ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co, Ci,
-                                                                   start, nprog, n_th, n_tw, num_pid_m, num_pid_n, R,
-                                                                   BK, TH, TW, BN, GROUP_M)
+                                                                   start, nprog, n_th, n_tw, num_pid_m, num_pid_n,
+                                                                   TAPS, BK, TH, TW, BN, GROUP_M)
     g = 0
     s = 0
     ph = 0
     for i in range(my_tiles):
         b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, num_pid_m, num_pid_n, TH, TW, BN, GROUP_M)
+        if INSTRUMENT:
+            t0 = globaltimer()
+            t1 = t0
         acc = gl.zeros([BM, BN], gl.float32, acc_layout)
         for kk in range(k_steps):
             mbarrier.wait(bars.index(s), ph)
+            if INSTRUMENT:
+                if kk == 0:
+                    t1 = globaltimer()
             a = a_bufs.index(s)._reinterpret(dtype, [BM, BK], a_mma)
             bt = b_bufs.index(s)._reinterpret(dtype, [BN, BK], b_mma).permute((1, 0))
             acc = warpgroup_mma(a, bt, acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
             ls = s - 1 if s > 0 else NUM_STAGES - 1  # the slot of step g - 1, whose MMA has retired
             _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, ls, ld_rs, ld_c0, ld_b, ld_oh, ld_ow, ld_co, Ci,
-                        g + NUM_STAGES - 1 < total, R, STRIDE, PAD)
+                        g + NUM_STAGES - 1 < total, RW, STRIDE, PAD_H, PAD_W)
             ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co = _conv_next(ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co,
                                                                        Ci, start, nprog, n_th, n_tw, num_pid_m,
-                                                                       num_pid_n, R, BK, TH, TW, BN, GROUP_M)
+                                                                       num_pid_n, TAPS, BK, TH, TW, BN, GROUP_M)
             g += 1
             s += 1
             if s == NUM_STAGES:
                 s = 0
                 ph ^= 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        if INSTRUMENT:
+            t2 = globaltimer()
         tma.store_wait(0)  # the previous tile's store has read c_smem
         c_smem.store(acc.to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, [b, oh0, ow0, co0], c_smem._reinterpret(dtype, [1, TH, TW, BN],
-                                                                                        y_desc.layout))
+        tma.async_copy_shared_to_global(y_desc, [b, oh0, OPH, ow0, OPW * Co + co0],
+                                        c_smem._reinterpret(dtype, [1, TH, 1, TW, BN], y_desc.layout))
+        if INSTRUMENT:
+            if (start < TRACE_CTAS) & (i < TRACE_ITERS):
+                t3 = globaltimer()
+                base_t = (start * TRACE_ITERS + i) * CONV_TRACE_FIELDS
+                gl.store(t_ptr + base_t, t0)
+                gl.store(t_ptr + base_t + 1, t1)
+                gl.store(t_ptr + base_t + 2, t2)
+                gl.store(t_ptr + base_t + 3, t3)
     tma.store_wait(0)
     c_smem._keep_alive()
     for i in gl.static_range(NUM_STAGES):
@@ -222,13 +256,16 @@ class ConvConfig:
 
 
 def a_path(shape: dict) -> tuple[str, str]:
-    """(path, why) for a conv2d shape: how the Gluon fprop gathers A, or why it cannot."""
+    """(path, why) for a conv2d shape: how the Gluon fprop family gathers A. "tma": gluon-pipelined / gluon-ws
+    (tiled boxes); "cp.async": only gluon-gather can (a pixel-by-pixel gather); "pad + cp.async": gluon-gather
+    after padding the channels to a multiple of 8 on the host."""
     if shape["Ci"] % 8 or shape["Co"] % 8:
-        return "none", (f"Ci = {shape['Ci']} and Co = {shape['Co']} must be multiples of 8: TMA strides are multiples "
-                        "of 16 bytes (a cp.async gather for other channel counts is not built yet)")
+        return "pad + cp.async", (f"Ci = {shape['Ci']} and Co = {shape['Co']} must be multiples of 8 for TMA (strides "
+                                  "are multiples of 16 bytes) and 16-byte cp.async: gluon-gather pads the channels "
+                                  "to the next multiple of 8 on the host")
     if shape["stride"] == 2 and (shape["H"] % 2 or shape["W"] % 2):
-        return "none", (f"stride 2 needs even H and W (the parity-split view [B, H/2, 2, W/2, 2*Ci]); got "
-                        f"{shape['H']} x {shape['W']}")
+        return "cp.async", (f"stride 2 with an odd input size ({shape['H']} x {shape['W']}) has no parity-split view "
+                            "[B, H/2, 2, W/2, 2*Ci] for tiled TMA boxes: gluon-gather gathers pixel by pixel")
     return "tma", ("tiled TMA boxes of x shifted per (r, s)" + (", parity-split view for stride 2"
                                                                 if shape["stride"] == 2 else ""))
 
@@ -240,8 +277,9 @@ def _shape_of(x, weight, stride, padding) -> dict:
 
 def check(x, weight, stride=1, padding=0):
     path, why = a_path(_shape_of(x, weight, stride, padding))
-    if path == "none":
-        raise ValueError(f"variant 'gluon-pipelined' of conv2d: {why}")
+    if path != "tma":
+        raise ValueError(f"variant 'gluon-pipelined' of conv2d needs the tiled-TMA path: {why}; use "
+                         "variant='gluon-gather'")
     for name, t in (("x", x), ("weight", weight)):
         if t.data_ptr() % 16:
             raise ValueError(f"variant 'gluon-pipelined' needs {name}'s data pointer 16-byte aligned (TMA); got "
@@ -249,11 +287,10 @@ def check(x, weight, stride=1, padding=0):
 
 
 def _layouts(cfg: ConvConfig, dtype: str):
-    gdt = GL_DTYPE[dtype]
     sw = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=ITEMSIZE[dtype] * 8, rank=5)
     sw_w = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=ITEMSIZE[dtype] * 8, rank=3)
-    c = gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gdt)
-    y = gl.NVMMASharedLayout(swizzle_byte_width=c.swizzle_byte_width, element_bitwidth=ITEMSIZE[dtype] * 8, rank=4)
+    c = gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], GL_DTYPE[dtype])
+    y = gl.NVMMASharedLayout(swizzle_byte_width=c.swizzle_byte_width, element_bitwidth=ITEMSIZE[dtype] * 8, rank=5)
     return sw, sw_w, y
 
 
@@ -263,45 +300,106 @@ def configure(shape: dict, dtype: str, overrides: dict) -> ConvConfig:
                                **{k: v for k, v in overrides.items() if k in known}).validate(dtype)
 
 
-def fprop(x, weight, stride=1, padding=0, config: ConvConfig | None = None):
-    import torch
-    from .hopper import num_sms
-    check(x, weight, stride, padding)
-    shape = _shape_of(x, weight, stride, padding)
-    dtype = dtype_name(x)
-    cfg = (config or ConvConfig.heuristic(shape, dtype)).validate(dtype)
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One launch of the fprop kernel (or its warp-specialized twin): x as the [B, H/st, st, W/st, st·Ci] view,
+    the filter as [Co, RH·RW, Ci] (a view at tap `tap0` of a [Co, taps, Ci] tensor), the output as the 5-D
+    [B, OH', P, OW', P·Co] view written at parity (oph, opw)."""
+    x: object
+    w: object
+    y: object
+    B: int
+    H: int
+    W: int
+    Ci: int
+    Co: int
+    OH: int  # the output grid this launch covers (OH' x OW' pixels per image)
+    OW: int
+    RH: int
+    RW: int
+    stride: int
+    pad_h: int
+    pad_w: int
+    P: int = 1  # output parity split: 1 (fprop) or 2 (a stride-2 dgrad's sub-problem)
+    oph: int = 0
+    opw: int = 0
+    tap0: int = 0
+    taps: int = 0  # taps of the filter tensor w (0: RH·RW)
+
+    def descriptors(self, cfg: ConvConfig, dtype: str):
+        lx, lw, ly = _layouts(cfg, dtype)
+        st, Ci, Co, P = self.stride, self.Ci, self.Co, self.P
+        H, W, B = self.H, self.W, self.B
+        taps = self.taps or self.RH * self.RW
+        x_desc = descriptor(self.x, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx, shape=[B, H // st, st, W // st, st * Ci],
+                            strides=[H * W * Ci, st * W * Ci, W * Ci, st * Ci, 1])
+        w = self.w.view(-1)[self.tap0 * Ci:] if self.tap0 else self.w
+        w_desc = descriptor(w, [cfg.BN, 1, cfg.BK], lw, shape=[Co, self.RH * self.RW, Ci], strides=[taps * Ci, Ci, 1])
+        OH, OW = self.OH, self.OW
+        y_desc = descriptor(self.y, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly, shape=[B, OH, P, OW, P * Co],
+                            strides=[OH * P * OW * P * Co, P * OW * P * Co, OW * P * Co, P * Co, 1])
+        return x_desc, w_desc, y_desc
+
+    def grid_args(self, cfg: ConvConfig, device):
+        from .hopper import num_sms
+        n_th, n_tw = cdiv(self.OH, cfg.TH), cdiv(self.OW, cfg.TW)
+        n_m = self.B * n_th * n_tw
+        grid = (max(1, min(n_m * cdiv(self.Co, cfg.BN), num_sms(device))), )
+        return n_th, n_tw, n_m, grid
+
+    def run(self, cfg: ConvConfig, dtype: str, trace=None):
+        descs = self.descriptors(cfg, dtype)
+        n_th, n_tw, n_m, grid = self.grid_args(cfg, self.x.device)
+        common = dict(RH=self.RH, RW=self.RW, STRIDE=self.stride, PAD_H=self.pad_h, PAD_W=self.pad_w,
+                      NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+        args = (*descs, self.Ci, self.Co, n_th, n_tw, n_m, self.oph, self.opw)
+        if isinstance(cfg, WsConvConfig):
+            conv_fprop_ws_kernel[grid](*args, PRODUCER_REGS=cfg.producer_regs, **common)
+        else:
+            conv_fprop_kernel[grid](*args, trace, INSTRUMENT=trace is not None, **common)
+
+
+def fprop_launch(x, weight, stride, padding, y) -> Launch:
     B, Ci, H, W = x.shape
     Co, R = weight.shape[0], weight.shape[2]
-    OH, OW = out_size(H, R, stride, padding), out_size(W, R, stride, padding)
-    y = torch.empty((B, Co, OH, OW), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
-    lx, lw, ly = _layouts(cfg, dtype)
-    st = stride
-    x_desc = descriptor(x, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx, shape=[B, H // st, st, W // st, st * Ci],
-                        strides=[H * W * Ci, st * W * Ci, W * Ci, st * Ci, 1])
-    w = weight_ohwi(weight)
-    w_desc = descriptor(w, [cfg.BN, 1, cfg.BK], lw, shape=[Co, R * R, Ci], strides=[R * R * Ci, Ci, 1])
-    y_desc = descriptor(y, [1, cfg.TH, cfg.TW, cfg.BN], ly, shape=[B, OH, OW, Co], strides=[OH * OW * Co, OW * Co, Co, 1])
-    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
-    n_m = B * n_th * n_tw
-    n_tiles = n_m * cdiv(Co, cfg.BN)
-    conv_fprop_kernel[(max(1, min(n_tiles, num_sms(x.device))), )](
-        x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_m, R=R, STRIDE=stride, PAD=padding, NUM_STAGES=cfg.num_stages,
-        GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+    return Launch(x, weight_ohwi(weight), y, B, H, W, Ci, Co, y.shape[2], y.shape[3], R, R, stride, padding, padding)
+
+
+def _empty_out(x, Co, OH, OW):
+    import torch
+    return torch.empty((x.shape[0], Co, OH, OW), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+
+
+def fprop(x, weight, stride=1, padding=0, config: ConvConfig | None = None, trace=None):
+    """conv2d through the persistent TMA kernel. trace (int64, TRACE_CTAS·TRACE_ITERS·4 elements): the
+    INSTRUMENT build writes its per-tile %globaltimer stamps there (notebook 06's timeline)."""
+    check(x, weight, stride, padding)
+    dtype = dtype_name(x)
+    cfg = (config or ConvConfig.heuristic(_shape_of(x, weight, stride, padding), dtype)).validate(dtype)
+    R = weight.shape[2]
+    y = _empty_out(x, weight.shape[0], out_size(x.shape[2], R, stride, padding), out_size(x.shape[3], R, stride, padding))
+    fprop_launch(x, weight, stride, padding, y).run(cfg, dtype, trace)
     return y
 
 
-def fprop_codegen(shape: dict, dtype: str, config: ConvConfig | None = None):
-    cfg = (config or ConvConfig.heuristic(shape, dtype)).validate(dtype)
+def _codegen_args(shape: dict, dtype: str, cfg: ConvConfig, OH: int, OW: int) -> dict:
     lx, lw, ly = _layouts(cfg, dtype)
+    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
+    return {"x_desc": desc_type(dtype, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx),
+            "w_desc": desc_type(dtype, [cfg.BN, 1, cfg.BK], lw),
+            "y_desc": desc_type(dtype, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly),
+            # the ints as the runtime specializes them (divisibility by 16, 1 -> constexpr)
+            "Ci": shape["Ci"], "Co": shape["Co"], "n_th": n_th, "n_tw": n_tw, "n_tiles_m": shape["B"] * n_th * n_tw,
+            "OPH": 0, "OPW": 0}
+
+
+def fprop_codegen(shape: dict, dtype: str, config: ConvConfig | None = None, instrument: bool = False):
+    cfg = (config or ConvConfig.heuristic(shape, dtype)).validate(dtype)
     OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
     OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
-    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
-    args = {"x_desc": desc_type(dtype, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx),
-            "w_desc": desc_type(dtype, [cfg.BN, 1, cfg.BK], lw), "y_desc": desc_type(dtype, [1, cfg.TH, cfg.TW, cfg.BN], ly),
-            # the ints as the runtime specializes them (divisibility by 16, 1 -> constexpr)
-            "Ci": shape["Ci"], "n_th": n_th, "n_tw": n_tw, "n_tiles_m": shape["B"] * n_th * n_tw}
-    ce = dict(R=shape["R"], STRIDE=shape["stride"], PAD=shape["pad"], NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
-              num_warps=cfg.num_warps)
+    args = {**_codegen_args(shape, dtype, cfg, OH, OW), "t_ptr": "*i64" if instrument else None}
+    ce = dict(RH=shape["R"], RW=shape["R"], STRIDE=shape["stride"], PAD_H=shape["pad"], PAD_W=shape["pad"],
+              NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, INSTRUMENT=instrument, num_warps=cfg.num_warps)
     return kernel_spec(conv_fprop_kernel, args, ce, num_warps=cfg.num_warps)
 
 
@@ -310,8 +408,8 @@ def fprop_codegen(shape: dict, dtype: str, config: ConvConfig | None = None):
 
 @gluon.jit
 def _conv_ws_producer(x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
-                      R: gl.constexpr, STRIDE: gl.constexpr, PAD: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      GROUP_M: gl.constexpr):
+                      RH: gl.constexpr, RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr,
+                      PAD_W: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
     """1 warp: for every k-step of every tile of this CTA, wait for the slot to be EMPTY, then issue its
     A and B boxes (completing on FULL). The coordinate math lives here, off the MMA warps."""
     TH: gl.constexpr = x_desc.block_type.shape[1]
@@ -325,18 +423,19 @@ def _conv_ws_producer(x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci,
     g = 0
     for i in range(my_tiles):
         b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, n_tiles_m, num_pid_n, TH, TW, BN, GROUP_M)
-        for rs in range(R * R):
+        for rs in range(RH * RW):
             for c0 in range(0, Ci, BK):
                 slot = g % NUM_STAGES
                 mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
-                _conv_issue(x_desc, w_desc, a_bufs, b_bufs, full_bars, slot, rs, c0, b, oh0, ow0, co0, Ci, True, R,
-                            STRIDE, PAD)
+                _conv_issue(x_desc, w_desc, a_bufs, b_bufs, full_bars, slot, rs, c0, b, oh0, ow0, co0, Ci, True, RW,
+                            STRIDE, PAD_H, PAD_W)
                 g += 1
 
 
 @gluon.jit
-def _conv_ws_consumer(y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m,
-                      R: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr):
+def _conv_ws_consumer(y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m, OPH,
+                      OPW, TAPS: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                      num_warps: gl.constexpr):
     """num_warps warps (whole warpgroups on one BM-row tile): wait FULL, async wgmma, release the previous
     step's slot once its MMA retired; epilogue through smem and one TMA store per tile."""
     TH: gl.constexpr = a_bufs.shape[2]
@@ -351,9 +450,9 @@ def _conv_ws_consumer(y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci,
                                                          instr_shape=[16, BN, 16])
     start = gl.program_id(0)
     nprog = gl.num_programs(0)
-    num_pid_n = gl.cdiv(y_desc.shape[3], BN)
+    num_pid_n = gl.cdiv(Co, BN)
     my_tiles = (n_tiles_m * num_pid_n - start + nprog - 1) // nprog
-    k_steps = R * R * gl.cdiv(Ci, BK)
+    k_steps = TAPS * gl.cdiv(Ci, BK)
     g = 0
     for i in range(my_tiles):
         b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, n_tiles_m, num_pid_n, TH, TW, BN, GROUP_M)
@@ -373,15 +472,16 @@ def _conv_ws_consumer(y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci,
         tma.store_wait(0)
         c_smem.store(acc.to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, [b, oh0, ow0, co0], c_smem._reinterpret(dtype, [1, TH, TW, BN],
-                                                                                        y_desc.layout))
+        tma.async_copy_shared_to_global(y_desc, [b, oh0, OPH, ow0, OPW * Co + co0],
+                                        c_smem._reinterpret(dtype, [1, TH, 1, TW, BN], y_desc.layout))
     tma.store_wait(0)
 
 
 @gluon.jit
-def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_tiles_m, R: gl.constexpr, STRIDE: gl.constexpr,
-                         PAD: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                         PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH, OPW, RH: gl.constexpr,
+                         RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr,
+                         NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                         num_warps: gl.constexpr):
     TH: gl.constexpr = x_desc.block_type.shape[1]
     TW: gl.constexpr = x_desc.block_type.shape[3]
     BK: gl.constexpr = x_desc.block_type.shape[4]
@@ -397,10 +497,10 @@ def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, n_th, n_tw, n_tiles_m, R: g
         mbarrier.init(empty_bars.index(i), count=1)
         mbarrier.init(full_bars.index(i), count=1)
     gl.warp_specialize([
-        (_conv_ws_consumer, (y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, R,
-                             NUM_STAGES, GROUP_M, num_warps)),
-        (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m,
-                             y_desc.shape[3], R, STRIDE, PAD, NUM_STAGES, GROUP_M)),
+        (_conv_ws_consumer, (y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m,
+                             OPH, OPW, RH * RW, NUM_STAGES, GROUP_M, num_warps)),
+        (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
+                             RH, RW, STRIDE, PAD_H, PAD_W, NUM_STAGES, GROUP_M)),
     ], [1], [PRODUCER_REGS])
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(empty_bars.index(i))
@@ -431,26 +531,6 @@ def ws_configure(shape: dict, dtype: str, overrides: dict) -> WsConvConfig:
                                **{k: v for k, v in overrides.items() if k in known}).validate(dtype)
 
 
-def _launch_args(x, weight, stride, padding, cfg: ConvConfig):
-    """(y, (x_desc, w_desc, y_desc), Ci, n_th, n_tw, n_m, grid) of an fprop launch."""
-    import torch
-    from .hopper import num_sms
-    B, Ci, H, W = x.shape
-    Co, R = weight.shape[0], weight.shape[2]
-    OH, OW = out_size(H, R, stride, padding), out_size(W, R, stride, padding)
-    y = torch.empty((B, Co, OH, OW), dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
-    lx, lw, ly = _layouts(cfg, dtype_name(x))
-    st = stride
-    x_desc = descriptor(x, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx, shape=[B, H // st, st, W // st, st * Ci],
-                        strides=[H * W * Ci, st * W * Ci, W * Ci, st * Ci, 1])
-    w_desc = descriptor(weight_ohwi(weight), [cfg.BN, 1, cfg.BK], lw, shape=[Co, R * R, Ci], strides=[R * R * Ci, Ci, 1])
-    y_desc = descriptor(y, [1, cfg.TH, cfg.TW, cfg.BN], ly, shape=[B, OH, OW, Co], strides=[OH * OW * Co, OW * Co, Co, 1])
-    n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
-    n_m = B * n_th * n_tw
-    grid = (max(1, min(n_m * cdiv(Co, cfg.BN), num_sms(x.device))), )
-    return y, (x_desc, w_desc, y_desc), Ci, n_th, n_tw, n_m, grid
-
-
 def ws_check(x, weight, stride=1, padding=0):
     try:
         check(x, weight, stride, padding)
@@ -462,19 +542,208 @@ def fprop_ws(x, weight, stride=1, padding=0, config: WsConvConfig | None = None)
     ws_check(x, weight, stride, padding)
     dtype = dtype_name(x)
     cfg = (config or WsConvConfig.heuristic(_shape_of(x, weight, stride, padding), dtype)).validate(dtype)
-    y, descs, Ci, n_th, n_tw, n_m, grid = _launch_args(x, weight, stride, padding, cfg)
-    conv_fprop_ws_kernel[grid](*descs, Ci, n_th, n_tw, n_m, R=weight.shape[2], STRIDE=stride, PAD=padding,
-                               NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs,
-                               num_warps=cfg.num_warps)
+    R = weight.shape[2]
+    y = _empty_out(x, weight.shape[0], out_size(x.shape[2], R, stride, padding), out_size(x.shape[3], R, stride, padding))
+    fprop_launch(x, weight, stride, padding, y).run(cfg, dtype)
     return y
 
 
 def fprop_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None):
     cfg = (config or WsConvConfig.heuristic(shape, dtype)).validate(dtype)
-    spec = fprop_codegen(shape, dtype, config=cfg)
-    ce = dict(spec["constexprs"], PRODUCER_REGS=cfg.producer_regs)
-    sig = dict(spec["signature"], PRODUCER_REGS="constexpr")
-    return {**spec, "fn": conv_fprop_ws_kernel, "signature": sig, "constexprs": ce}
+    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
+    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+    ce = dict(RH=shape["R"], RW=shape["R"], STRIDE=shape["stride"], PAD_H=shape["pad"], PAD_W=shape["pad"],
+              NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs,
+              num_warps=cfg.num_warps)
+    return kernel_spec(conv_fprop_ws_kernel, _codegen_args(shape, dtype, cfg, OH, OW), ce, num_warps=cfg.num_warps)
+
+
+# ----------------------------------------------------------------------------------------------
+# the cp.async gather path ("gluon-gather"): A gathered pixel by pixel where tiled TMA boxes cannot express it
+
+@gluon.jit
+def _gather_issue(x_ptr, w_ptr, a_bufs, b_bufs, slot, step, row_base, ih0, iw0, m_ok, co, co_ok, H, W, Ci,
+                  n_cb, k_steps, R: gl.constexpr, BK: gl.constexpr, EVEN_C: gl.constexpr, LA: gl.constexpr):
+    """k-step `step` (tap rs, channel block cb) of this tile: 16-byte cp.async per (pixel, 8 channels) of x
+    (masked: outside the image, past Ci, past the last pixel -> zero fill) and of the weight rows; one
+    commit group per step (empty past the last step, so the group count stays uniform)."""
+    rs = step // n_cb
+    c0 = (step % n_cb) * BK
+    r = rs // R
+    s = rs % R
+    ih = ih0 + r
+    iw = iw0 + s
+    ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W) & (step < k_steps)
+    c = c0 + gl.arange(0, BK, layout=gl.SliceLayout(0, LA))
+    off = gl.multiple_of(row_base + (r * W + s) * Ci, 8)
+    a_ptrs = x_ptr + gl.expand_dims(off, 1) + gl.expand_dims(c, 0)
+    w_off = gl.multiple_of(co.to(gl.int64) * (R * R * Ci) + rs * Ci, 8)
+    w_ptrs = w_ptr + gl.expand_dims(w_off, 1) + gl.expand_dims(c, 0)
+    wk = co_ok & (step < k_steps)
+    if EVEN_C:
+        a_mask = gl.expand_dims(ok, 1)
+        w_mask = gl.expand_dims(wk, 1)
+    else:
+        a_mask = gl.expand_dims(ok, 1) & gl.expand_dims(c < Ci, 0)
+        w_mask = gl.expand_dims(wk, 1) & gl.expand_dims(c < Ci, 0)
+    async_copy.async_copy_global_to_shared(a_bufs.index(slot), a_ptrs, mask=a_mask)
+    async_copy.async_copy_global_to_shared(b_bufs.index(slot), w_ptrs, mask=w_mask)
+    async_copy.commit_group()
+
+
+@gluon.jit
+def conv_gather_kernel(x_ptr, w_ptr, y_desc, B, H, W, Ci_v, OH, OW, Co, R: gl.constexpr, STRIDE: gl.constexpr,
+                       PAD: gl.constexpr, BK: gl.constexpr, EVEN_C: gl.constexpr, NUM_STAGES: gl.constexpr,
+                       GROUP_M: gl.constexpr, num_warps: gl.constexpr):
+    """One [BM pixels x BN output channels] tile per program (GEMM rows = B·OH·OW pixels in order, any stride
+    and size): per k-step the pixels' input addresses for tap (r, s) are gathered with masked cp.async into
+    an NVMMA-swizzled ring of NUM_STAGES slots, NUM_STAGES − 2 steps ahead; each step waits for its group,
+    fences the async proxy, syncs the CTA (every thread's copies landed; the slot refilled now was read by the
+    MMA of step − 2, which all warps retired), then async wgmma. Epilogue: smem + a 2-D TMA store into y
+    [B·OH·OW, Co]. Ci = 8·Ci_v (the host passes channels in 16-byte units so the compiler sees the alignment)."""
+    BM: gl.constexpr = y_desc.block_type.shape[0]
+    BN: gl.constexpr = y_desc.block_type.shape[1]
+    dtype: gl.constexpr = y_desc.dtype
+    gl.static_assert(NUM_STAGES >= 3, "the ring refills the slot of step - 2: it needs >= 3 slots")
+    LA: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=dtype.primitive_bitwidth,
+                                              rank=2)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    Ci = Ci_v * 8
+    M = B * OH * OW
+    pid_m, pid_n = _tile_coords(gl.program_id(0), gl.cdiv(M, BM), gl.cdiv(Co, BN), GROUP_M)
+    m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
+    m_ok = m < M
+    b = m // (OH * OW)
+    rem = m % (OH * OW)
+    ih0 = (rem // OW) * STRIDE - PAD
+    iw0 = (rem % OW) * STRIDE - PAD
+    row_base = ((b * H + ih0).to(gl.int64) * W + iw0) * Ci  # tap (0, 0)'s address; tap (r, s) adds (r·W + s)·Ci
+    co = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, LA))
+    co_ok = co < Co
+    n_cb = gl.cdiv(Ci, BK)
+    k_steps = R * R * n_cb
+
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], smem)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BN, BK], smem)
+    for p in gl.static_range(NUM_STAGES - 2):
+        _gather_issue(x_ptr, w_ptr, a_bufs, b_bufs, p, p, row_base, ih0, iw0, m_ok, co, co_ok, H, W, Ci, n_cb,
+                      k_steps, R, BK, EVEN_C, LA)
+    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+    for kk in range(k_steps):
+        slot = kk % NUM_STAGES
+        async_copy.wait_group(NUM_STAGES - 3)  # this thread's copies of step kk have landed
+        fence_async_shared()  # ... and are visible to the async proxy (wgmma)
+        gl.thread_barrier()  # ... for every thread's copies; all warps retired the MMA of step kk - 2
+        acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        nxt = kk + NUM_STAGES - 2
+        _gather_issue(x_ptr, w_ptr, a_bufs, b_bufs, nxt % NUM_STAGES, nxt, row_base, ih0, iw0, m_ok, co, co_ok, H, W,
+                      Ci, n_cb, k_steps, R, BK, EVEN_C, LA)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    async_copy.wait_group(0)
+    c_smem = gl.allocate_shared_memory(dtype, [BM, BN], y_desc.layout)
+    c_smem.store(acc.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(y_desc, [pid_m * BM, pid_n * BN], c_smem)
+    tma.store_wait(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class GatherConfig:
+    """BM pixels x BN output channels per tile, BK channels per k-step, ring depth (>= 3), warps, grouped order."""
+    BM: int = 128
+    BN: int = 128
+    BK: int = 64
+    num_stages: int = 4
+    num_warps: int = 4
+    group_m: int = 8
+
+    def smem_bytes(self, dtype: str) -> int:
+        e = ITEMSIZE[dtype]
+        return self.num_stages * (self.BM + self.BN) * self.BK * e + self.BM * self.BN * e + 1024
+
+    def validate(self, dtype: str):
+        for k in ("BM", "BN", "BK"):
+            v = getattr(self, k)
+            if v & (v - 1) or not 16 <= v <= 256:
+                raise ValueError(f"GatherConfig.{k} must be a power of 2 in [16, 256]; got {v}")
+        if self.BK * ITEMSIZE[dtype] != 128 or self.BM < 16 * self.num_warps or self.num_warps % 4 or \
+                self.BM < 32 or self.num_stages < 3:
+            raise ValueError(f"GatherConfig: BK x itemsize 128 bytes (the 128-byte swizzle), BM >= 16 x num_warps "
+                             f"(whole warpgroups), num_stages >= 3; got {self}")
+        if self.smem_bytes(dtype) > SMEM_LIMIT:
+            raise ValueError(f"{self} needs {self.smem_bytes(dtype)} B of shared memory > {SMEM_LIMIT}")
+        return self
+
+    @classmethod
+    def heuristic(cls, shape: dict, dtype: str) -> "GatherConfig":
+        # the TMA kernel's 128 x 128 tile (BN 64 under 128 output channels); first guess, the 06 plan measures it
+        return cls(BN=128 if shape["Co"] >= 128 else 64)
+
+
+def gather_configure(shape: dict, dtype: str, overrides: dict) -> GatherConfig:
+    known = {f.name for f in dataclasses.fields(GatherConfig)}
+    return dataclasses.replace(GatherConfig.heuristic(shape, dtype),
+                               **{k: v for k, v in overrides.items() if k in known}).validate(dtype)
+
+
+def gather_check(x, weight, stride=1, padding=0):
+    for name, t in (("x", x), ("weight", weight)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"variant 'gluon-gather' needs {name}'s data pointer 16-byte aligned (16-byte cp.async); "
+                             f"got address % 16 = {t.data_ptr() % 16}")
+
+
+def _pad_channels(t, c8: int, dim: int):
+    """t with its channel dim `dim` zero-padded to c8 (a multiple of 8), channels-last: the host copy that lets
+    16-byte copies address every pixel (what upstream's conv does for RGB inputs)."""
+    import torch.nn.functional as F
+    pad = [0, 0] * (t.dim() - 1 - dim) + [0, c8 - t.shape[dim]]
+    import torch
+    return F.pad(t, pad).contiguous(memory_format=torch.channels_last)
+
+
+def gather(x, weight, stride=1, padding=0, config: GatherConfig | None = None):
+    """conv2d through the cp.async gather kernel. Ci or Co not a multiple of 8: x / weight / y are padded to
+    the next multiple of 8 channels on the host (copies included in the variant's time)."""
+    import torch
+    gather_check(x, weight, stride, padding)
+    dtype = dtype_name(x)
+    cfg = (config or GatherConfig.heuristic(_shape_of(x, weight, stride, padding), dtype)).validate(dtype)
+    B, Ci, H, W = x.shape
+    Co, R = weight.shape[0], weight.shape[2]
+    ci8, co8 = cdiv(Ci, 8) * 8, cdiv(Co, 8) * 8
+    if ci8 != Ci:
+        x, weight = _pad_channels(x, ci8, 1), _pad_channels(weight, ci8, 1)
+    if co8 != Co:
+        weight = _pad_channels(weight, co8, 0)
+    OH, OW = out_size(H, R, stride, padding), out_size(W, R, stride, padding)
+    y = _empty_out(x, co8, OH, OW)
+    ly = gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], GL_DTYPE[dtype])
+    y_desc = descriptor(y, [cfg.BM, cfg.BN], ly, shape=[B * OH * OW, co8], strides=[co8, 1])
+    grid = (cdiv(B * OH * OW, cfg.BM) * cdiv(co8, cfg.BN), )
+    conv_gather_kernel[grid](x, weight_ohwi(weight), y_desc, B, H, W, ci8 // 8, OH, OW, co8, R=R, STRIDE=stride,
+                             PAD=padding, BK=cfg.BK, EVEN_C=ci8 % cfg.BK == 0, NUM_STAGES=cfg.num_stages,
+                             GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+    if co8 != Co:
+        y = y[:, :Co].contiguous(memory_format=torch.channels_last)
+    return y
+
+
+def gather_codegen(shape: dict, dtype: str, config: GatherConfig | None = None):
+    cfg = (config or GatherConfig.heuristic(shape, dtype)).validate(dtype)
+    ci8, co8 = cdiv(shape["Ci"], 8) * 8, cdiv(shape["Co"], 8) * 8
+    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
+    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+    ly = gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], GL_DTYPE[dtype])
+    p = f"*{short_dtype(dtype)}"
+    args = {"x_ptr": p, "w_ptr": p, "y_desc": desc_type(dtype, [cfg.BM, cfg.BN], ly), "B": shape["B"],
+            "H": shape["H"], "W": shape["W"], "Ci_v": ci8 // 8, "OH": OH, "OW": OW, "Co": co8}
+    ce = dict(R=shape["R"], STRIDE=shape["stride"], PAD=shape["pad"], BK=cfg.BK, EVEN_C=ci8 % cfg.BK == 0,
+              NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
+    return kernel_spec(conv_gather_kernel, args, ce, num_warps=cfg.num_warps)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -538,63 +807,129 @@ def triton_codegen(shape: dict, dtype: str, config=None):
 # ----------------------------------------------------------------------------------------------
 # dgrad (op conv2d_input_grad)
 
+def dgrad_subproblems(R: int, pad: int, stride: int) -> list[tuple]:
+    """dgrad as stride-1 convolutions of grad_output, one per output parity (ph, pw) of dx (stride**2 of
+    them): dx[b, s·i + ph, s·j + pw] = Σ over the taps r with (ph + pad − r) % s == 0 of
+    dy[b, i + dh, j + dw] · W[·, ·, r, ·], dh = (ph + pad − r) / s. Returns [(ph, pw, rows, cols, pad_h,
+    pad_w)]: the filter rows / columns of the sub-filter in tap order (dh ascending: tap t shifts the box by
+    t − pad_h), or None for a parity no tap reaches (that part of dx is zero). Stride 1 is one sub-problem,
+    the rotated filter at padding R − 1 − pad."""
+    def axis(p):
+        taps = [r for r in range(R) if (p + pad - r) % stride == 0]
+        if not taps:
+            return None
+        dh0 = min((p + pad - r) // stride for r in taps)
+        return [p + pad - stride * (dh0 + t) for t in range(len(taps))], -dh0
+    out = []
+    for ph in range(stride):  # pw = 0 before pw = 1 within a row parity: see dgrad()
+        for pw in range(stride):
+            a, b = axis(ph), axis(pw)
+            out.append((ph, pw, a and a[0], b and b[0], a and a[1], b and b[1]))
+    return out
+
+
+_TAP_INDEX: dict = {}
+
+
+def _dgrad_filters(weight, R: int, pad: int, stride: int):
+    """Every sub-problem's sub-filter in one gather: [Ci, T, Co] (T taps in all), W'[ci, t, co] =
+    W[co, ci, r_t, s_t]; one small copy per call (the index tensors are cached per device)."""
+    import torch
+    key = (R, pad, stride, str(weight.device))
+    if key not in _TAP_INDEX:
+        rows, cols = [], []
+        for _, _, rt, st, _, _ in dgrad_subproblems(R, pad, stride):
+            if rt and st:
+                rows += [r for r in rt for _ in st]
+                cols += [s for _ in rt for s in st]
+        _TAP_INDEX[key] = (torch.tensor(rows, device=weight.device), torch.tensor(cols, device=weight.device))
+    ri, si = _TAP_INDEX[key]
+    return weight.permute(1, 2, 3, 0)[:, ri, si, :].contiguous()  # [Ci, T, Co]
+
+
 def dgrad_weight(weight):
     """W'[ci, co, r, s] = W[co, ci, R-1-r, R-1-s] as a channels-last [Ci, Co, R, R] tensor (OHWI memory
-    [Ci, R, R, Co]): the filters of the stride-1 convolution that is dgrad. One small copy per call."""
+    [Ci, R, R, Co]): the filters of the stride-1 convolution that is dgrad (the reference for the census)."""
     w = weight.flip(2, 3).permute(1, 2, 3, 0).contiguous()  # [Ci, R, R, Co]
     return w.permute(0, 3, 1, 2)
 
 
+def _fprop_view(shape: dict) -> dict:
+    """The fprop problem a dgrad sub-problem is, as ConvConfig.heuristic sees it: grad_output's Co channels in,
+    dx's Ci out, an output grid of (H / stride) x (W / stride) pixels."""
+    st = shape["stride"]
+    return {"B": shape["B"], "Ci": shape["Co"], "Co": shape["Ci"], "H": shape["H"] // st, "W": shape["W"] // st,
+            "R": 1, "stride": 1, "pad": 0}
+
+
 def dgrad_check(grad_output, weight, input_h, input_w, stride=1, padding=0, variant="gluon-pipelined"):
-    if stride != 1:
-        raise ValueError(f"variant {variant!r} of conv2d_input_grad takes stride 1 (dgrad is then a stride-1 "
-                         "convolution of grad_output with the rotated filters); a stride-2 dgrad decomposes into 4 "
-                         "stride-1 sub-convolutions, not built yet: use variant='triton' or 'torch'")
     B, Co, OH, OW = grad_output.shape
-    R = weight.shape[2]
-    shape = {"B": B, "Ci": Co, "Co": weight.shape[1], "H": OH, "W": OW, "R": R, "stride": 1, "pad": R - 1 - padding}
-    path, why = a_path(shape)
-    if path == "none":
-        raise ValueError(f"variant {variant!r} of conv2d_input_grad: {why} (here Ci is grad_output's Co and Co the "
-                         "input's Ci)")
+    Ci, R = weight.shape[1], weight.shape[2]
+    if stride == 2 and (input_h % 2 or input_w % 2):
+        raise ValueError(f"variant {variant!r} of conv2d_input_grad at stride 2 needs an even input size (dx is "
+                         f"written through the parity-split view [B, H/2, 2, W/2, 2*Ci]); got {input_h} x {input_w}: "
+                         "use variant='triton' or 'torch'")
+    if Ci % 8 or Co % 8:
+        raise ValueError(f"variant {variant!r} of conv2d_input_grad: Ci = {Ci} and Co = {Co} must be multiples of 8: "
+                         "TMA strides are multiples of 16 bytes")
     for name, t in (("grad_output", grad_output), ("weight", weight)):
         if t.data_ptr() % 16:
             raise ValueError(f"variant {variant!r} needs {name}'s data pointer 16-byte aligned (TMA); got address % 16 "
                              f"= {t.data_ptr() % 16}")
-    return shape
+    return {"B": B, "Ci": Ci, "Co": Co, "H": input_h, "W": input_w, "R": R, "stride": stride, "pad": padding}
 
 
 def dgrad_configure(shape: dict, dtype: str, overrides: dict) -> ConvConfig:
-    """The fprop problem dgrad runs (Ci <-> Co swapped, padding R - 1 - pad) takes fprop's heuristic."""
-    R = shape["R"]
-    f = {**shape, "Ci": shape["Co"], "Co": shape["Ci"], "H": out_size(shape["H"], R, 1, shape["pad"]),
-         "W": out_size(shape["W"], R, 1, shape["pad"]), "pad": R - 1 - shape["pad"]}
-    return configure(f, dtype, overrides)
+    """Each sub-problem (Ci <-> Co swapped) takes fprop's heuristic."""
+    return configure(_fprop_view(shape), dtype, overrides)
+
+
+def dgrad_launches(grad_output, weight, dx, stride: int, padding: int) -> list[Launch]:
+    """The fprop-kernel launches of a dgrad, in the order they must run (see dgrad)."""
+    B, Co, OH, OW = grad_output.shape
+    Ci, R = weight.shape[1], weight.shape[2]
+    w_all = _dgrad_filters(weight, R, padding, stride)
+    T = w_all.shape[1]
+    out, tap0 = [], 0
+    for ph, pw, rt, st, pad_h, pad_w in dgrad_subproblems(R, padding, stride):
+        if not (rt and st):
+            continue
+        out.append(Launch(grad_output, w_all, dx, B, OH, OW, Co, Ci, dx.shape[2] // stride, dx.shape[3] // stride,
+                          len(rt), len(st), 1, pad_h, pad_w, P=stride, oph=ph, opw=pw, tap0=tap0, taps=T))
+        tap0 += len(rt) * len(st)
+    return out
 
 
 def dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0, config: ConvConfig | None = None):
-    dgrad_check(grad_output, weight, input_h, input_w, stride, padding)
-    R = weight.shape[2]
-    return fprop_any_pad(grad_output, dgrad_weight(weight), R - 1 - padding, config)
-
-
-def fprop_any_pad(x, weight, padding: int, config: ConvConfig | None = None):
-    """The stride-1 fprop kernel at any padding (TMA's zero fill pads by any amount; the public conv2d's
-    rule is padding in {0, 1})."""
-    dtype = dtype_name(x)
-    shape = _shape_of(x, weight, 1, padding)
-    cfg = (config or ConvConfig.heuristic(shape, dtype)).validate(dtype)
-    y, descs, Ci, n_th, n_tw, n_m, grid = _launch_args(x, weight, 1, padding, cfg)
-    conv_fprop_kernel[grid](*descs, Ci, n_th, n_tw, n_m, R=weight.shape[2], STRIDE=1, PAD=padding,
-                            NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
-    return y
+    """dx as stride**2 launches of the fprop kernel on grad_output (one per output parity, each with its
+    sub-filter; dgrad_subproblems). At stride 2 dx is written through the view [B, H/2, 2, W/2, 2·Ci]: a
+    channel block past Ci of parity pw = 0 spills zeros into the first channels of parity pw = 1, which that
+    parity's launch (next on the stream) overwrites. Parities no tap reaches (1x1, stride 2) stay zero."""
+    import torch
+    shape = dgrad_check(grad_output, weight, input_h, input_w, stride, padding)
+    dtype = dtype_name(grad_output)
+    cfg = (config or ConvConfig.heuristic(_fprop_view(shape), dtype)).validate(dtype)
+    Ci, R = weight.shape[1], weight.shape[2]
+    subs = dgrad_subproblems(R, padding, stride)
+    alloc = torch.zeros if any(not (rt and st) for _, _, rt, st, _, _ in subs) else torch.empty
+    dx = alloc((grad_output.shape[0], Ci, input_h, input_w), dtype=grad_output.dtype, device=grad_output.device,
+               memory_format=torch.channels_last)
+    for launch in dgrad_launches(grad_output, weight, dx, stride, padding):
+        launch.run(cfg, dtype)
+    return dx
 
 
 def dgrad_codegen(shape: dict, dtype: str, config: ConvConfig | None = None):
-    R = shape["R"]
-    f = {**shape, "Ci": shape["Co"], "Co": shape["Ci"], "H": out_size(shape["H"], R, 1, shape["pad"]),
-         "W": out_size(shape["W"], R, 1, shape["pad"]), "pad": R - 1 - shape["pad"]}
-    return fprop_codegen(f, dtype, config=config or dgrad_configure(shape, dtype, {}))
+    """The kernel of the dgrad's largest sub-problem (stride 1: the one launch)."""
+    cfg = (config or dgrad_configure(shape, dtype, {})).validate(dtype)
+    subs = [s for s in dgrad_subproblems(shape["R"], shape["pad"], shape["stride"]) if s[2] and s[3]]
+    ph, pw, rt, st, pad_h, pad_w = max(subs, key=lambda s: len(s[2]) * len(s[3]))
+    f = _fprop_view(shape)
+    OH, OW = f["H"], f["W"]
+    args = {**_codegen_args(f, dtype, cfg, OH, OW), "OPH": ph, "OPW": pw, "t_ptr": None}
+    ce = dict(RH=len(rt), RW=len(st), STRIDE=1, PAD_H=pad_h, PAD_W=pad_w, NUM_STAGES=cfg.num_stages,
+              GROUP_M=cfg.group_m, INSTRUMENT=False, num_warps=cfg.num_warps)
+    return kernel_spec(conv_fprop_kernel, args, ce, num_warps=cfg.num_warps)
 
 
 @triton.jit
@@ -779,9 +1114,12 @@ def wgrad_check(x, grad_output, kernel_size, stride=1, padding=0, variant="gluon
     B, Ci, H, W = x.shape
     shape = {"B": B, "Ci": Ci, "Co": grad_output.shape[1], "H": H, "W": W, "R": kernel_size, "stride": stride,
              "pad": padding}
-    path, why = a_path(shape)
-    if path == "none":
-        raise ValueError(f"variant {variant!r} of conv2d_weight_grad: {why}")
+    if Ci % 8 or shape["Co"] % 8:
+        raise ValueError(f"variant {variant!r} of conv2d_weight_grad: Ci = {Ci} and Co = {shape['Co']} must be multiples "
+                         "of 8: TMA strides are multiples of 16 bytes; use variant='triton' or 'torch'")
+    if stride == 2 and (H % 2 or W % 2):
+        raise ValueError(f"variant {variant!r} of conv2d_weight_grad at stride 2 needs even H and W (the parity-split "
+                         f"view [B, H/2, 2, W/2, 2*Ci]); got {H} x {W}: use variant='triton' or 'torch'")
     for name, t in (("x", x), ("grad_output", grad_output)):
         if t.data_ptr() % 16:
             raise ValueError(f"variant {variant!r} needs {name}'s data pointer 16-byte aligned (TMA); got address % 16 "
@@ -841,6 +1179,73 @@ def wgrad_codegen(shape: dict, dtype: str, config: WgradConfig | None = None):
     return kernel_spec(conv_wgrad_kernel, args, ce, num_warps=cfg.num_warps)
 
 
+@triton.jit
+def conv_wgrad_triton_kernel(x_ptr, dy_ptr, ws_ptr, B, H, W, Ci, Co, OH, OW, m_per_split, R: tl.constexpr,
+                             STRIDE: tl.constexpr, PAD: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                             BK: tl.constexpr):
+    """grad_W[co, r, s, ci] = sum over output pixels m of dy[m, co] x[b, oh·stride + r − pad, ow·stride + s − pad, ci]:
+    one (co block, tap, ci block) tile and one split of the pixels per program, masked pointer gathers,
+    tl.dot, the fp32 partial sum atomically added into the [Co, R, R, Ci] workspace."""
+    pid = tl.program_id(0)
+    n_co = tl.cdiv(Co, BM)
+    n_ci = tl.cdiv(Ci, BN)
+    cb = pid % n_co
+    ib = (pid // n_co) % n_ci
+    rs = pid // (n_co * n_ci)
+    co = cb * BM + tl.arange(0, BM)
+    ci = ib * BN + tl.arange(0, BN)
+    M = B * OH * OW
+    m_lo = tl.program_id(1) * m_per_split
+    m_hi = tl.minimum(m_lo + m_per_split, M)
+    acc = tl.zeros([BM, BN], dtype=tl.float32)
+    for m0 in range(m_lo, m_hi, BK):
+        m = m0 + tl.arange(0, BK)
+        b = m // (OH * OW)
+        rem = m % (OH * OW)
+        ih = (rem // OW) * STRIDE + rs // R - PAD
+        iw = (rem % OW) * STRIDE + rs % R - PAD
+        ok = (m < m_hi) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+        a = tl.load(dy_ptr + m[None, :].to(tl.int64) * Co + co[:, None], mask=(co < Co)[:, None] & (m < m_hi)[None, :],
+                    other=0.0)
+        xb = tl.load(x_ptr + (((b * H + ih).to(tl.int64) * W + iw) * Ci)[:, None] + ci[None, :],
+                     mask=ok[:, None] & (ci < Ci)[None, :], other=0.0)
+        acc = tl.dot(a, xb, acc)
+    tl.atomic_add(ws_ptr + co[:, None].to(tl.int64) * (R * R * Ci) + rs * Ci + ci[None, :], acc,
+                  mask=(co < Co)[:, None] & (ci < Ci)[None, :], sem="relaxed")
+
+
+WGRAD_TRITON_TILE = dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
+
+
+def wgrad_triton(x, grad_output, kernel_size, stride=1, padding=0):
+    """The plain Triton wgrad: ~4 programs per SM over (tile, split) as the Gluon kernel, splits a multiple of
+    BK pixels long; then the workspace cast to x's dtype (channels-last [Co, Ci, R, R])."""
+    import torch
+    B, Ci, H, W = x.shape
+    Co, OH, OW = grad_output.shape[1], grad_output.shape[2], grad_output.shape[3]
+    R, t = kernel_size, WGRAD_TRITON_TILE
+    n_tiles = cdiv(Co, t["BM"]) * R * R * cdiv(Ci, t["BN"])
+    M = B * OH * OW
+    splits = max(1, min(cdiv(4 * H200_SMS, n_tiles), M // (16 * t["BK"])))
+    per = cdiv(cdiv(M, splits), t["BK"]) * t["BK"]
+    ws = torch.zeros((Co, R, R, Ci), dtype=torch.float32, device=x.device)
+    conv_wgrad_triton_kernel[(n_tiles, cdiv(M, per))](x, grad_output, ws, B, H, W, Ci, Co, OH, OW, per, R=R,
+                                                      STRIDE=stride, PAD=padding, BM=t["BM"], BN=t["BN"], BK=t["BK"],
+                                                      num_warps=t["num_warps"], num_stages=t["num_stages"])
+    return ws.to(x.dtype).permute(0, 3, 1, 2)
+
+
+def wgrad_triton_codegen(shape: dict, dtype: str, config=None):
+    p = f"*{short_dtype(dtype)}"
+    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
+    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
+    args = {"x_ptr": p, "dy_ptr": p, "ws_ptr": "*fp32", "B": shape["B"], "H": shape["H"], "W": shape["W"],
+            "Ci": shape["Ci"], "Co": shape["Co"], "OH": OH, "OW": OW, "m_per_split": "i32"}
+    t = WGRAD_TRITON_TILE
+    ce = dict(R=shape["R"], STRIDE=shape["stride"], PAD=shape["pad"], BM=t["BM"], BN=t["BN"], BK=t["BK"])
+    return kernel_spec(conv_wgrad_triton_kernel, args, ce, num_warps=t["num_warps"], num_stages=t["num_stages"])
+
+
 # ----------------------------------------------------------------------------------------------
 # registration
 
@@ -855,7 +1260,7 @@ def _register():
 
     register("conv2d", "gluon-pipelined", pattern="implicit-gemm", needs_hopper=True, check=check,
              configure=configure, codegen=fprop_codegen, knobs=KNOBS,
-             roots=(conv_fprop_kernel, ConvConfig, fprop, check, a_path, _layouts, weight_ohwi),
+             roots=(conv_fprop_kernel, ConvConfig, Launch, fprop, fprop_launch, check, a_path, _layouts, weight_ohwi),
              description="persistent implicit GEMM: tiled TMA boxes of x shifted per (r, s) (parity-split view for "
                          "stride 2), NUM_STAGES ring across tiles, async wgmma, TMA-store epilogue")(gluon_fn)
 
@@ -864,8 +1269,8 @@ def _register():
 
     register("conv2d", "gluon-ws", pattern="warp-specialized", needs_hopper=True, check=ws_check,
              configure=ws_configure, codegen=fprop_ws_codegen, knobs={**KNOBS, "producer_regs": (24, 40, 56)},
-             roots=(conv_fprop_ws_kernel, WsConvConfig, ConvConfig, fprop_ws, ws_check, check, a_path, _layouts,
-                    _launch_args, weight_ohwi),
+             roots=(conv_fprop_ws_kernel, WsConvConfig, ConvConfig, Launch, fprop_ws, fprop_launch, ws_check, check,
+                    a_path, _layouts, weight_ohwi),
              description="warp-specialized implicit GEMM: a 1-warp TMA producer (setmaxnreg) for the shifted x boxes "
                          "and weight boxes, consumer warpgroups on wgmma, empty/full ring")(ws_fn)
 
@@ -877,9 +1282,10 @@ def _register():
 
     register("conv2d_input_grad", "gluon-pipelined", pattern="implicit-gemm", needs_hopper=True, check=dgrad_check,
              configure=dgrad_configure, codegen=dgrad_codegen, knobs=KNOBS,
-             roots=(conv_fprop_kernel, ConvConfig, dgrad, dgrad_check, dgrad_configure, dgrad_weight, fprop_any_pad,
-                    _launch_args, a_path, _layouts, weight_ohwi),
-             description="stride-1 dgrad as the fprop kernel on grad_output with the rotated filters (padding R-1-pad)")(
+             roots=(conv_fprop_kernel, ConvConfig, Launch, dgrad, dgrad_check, dgrad_configure, dgrad_launches,
+                    dgrad_subproblems, _dgrad_filters, _fprop_view, _layouts),
+             description="dgrad as stride**2 fprop-kernel launches on grad_output, one per output parity with its "
+                         "sub-filter (stride 1: the rotated filter at padding R-1-pad); dx through a parity-split view")(
         dgrad_fn)
 
     def dgrad_triton_fn(grad_output, weight, input_h, input_w, stride=1, padding=0, out=None):
@@ -895,10 +1301,29 @@ def _register():
     register("conv2d_weight_grad", "gluon-pipelined", pattern="implicit-gemm", needs_hopper=True, check=wgrad_check,
              configure=wgrad_configure, codegen=wgrad_codegen,
              knobs={"TH": (1, 2, 4), "TW": (16, 32, 64), "BM": (64, 128), "BN": (64, 128, 256), "num_stages": (3, 4, 5),
-                    "splits": (0, 2, 4, 8, 16)},
-             roots=(conv_wgrad_kernel, WgradConfig, wgrad, wgrad_check, wgrad_configure, _wgrad_layouts, a_path),
+                    "num_warps": (4, 8), "splits": (0, 2, 4, 8, 16)},
+             roots=(conv_wgrad_kernel, WgradConfig, wgrad, wgrad_check, wgrad_configure, _wgrad_layouts),
              description="split-K implicit GEMM over the output pixels: TMA boxes of grad_output (A, transposed) and of "
                          "x shifted per tap (B), async wgmma, fp32 atomics into a workspace")(wgrad_fn)
+
+    def wgrad_triton_fn(x, grad_output, kernel_size, stride=1, padding=0, out=None):
+        return wgrad_triton(x, grad_output, kernel_size, stride, padding)
+
+    register("conv2d_weight_grad", "triton", pattern="baseline", codegen=wgrad_triton_codegen,
+             roots=(conv_wgrad_triton_kernel, wgrad_triton),
+             description="plain Triton wgrad: split-K over the output pixels, masked gathers of grad_output and x per "
+                         "tap, tl.dot, fp32 atomics into a workspace")(wgrad_triton_fn)
+
+    def gather_fn(x, weight, stride=1, padding=0, out=None, config=None):
+        return gather(x, weight, stride, padding, config=config)
+
+    register("conv2d", "gluon-gather", pattern="implicit-gemm", needs_hopper=True, check=gather_check,
+             configure=gather_configure, codegen=gather_codegen,
+             knobs={"BM": (64, 128), "BN": (64, 128, 256), "num_stages": (3, 4, 5), "num_warps": (4, 8)},
+             roots=(conv_gather_kernel, _gather_issue, GatherConfig, gather, gather_check, _pad_channels, weight_ohwi),
+             description="implicit GEMM with A gathered pixel by pixel: masked 16-byte cp.async of x and the weights "
+                         "into an NVMMA ring (any stride / size; channels padded to 8 on the host when needed), async "
+                         "wgmma, TMA-store epilogue")(gather_fn)
 
     register("conv2d", "triton", pattern="baseline", codegen=triton_codegen,
              roots=(conv_triton_kernel, triton_variant, weight_ohwi),
