@@ -1055,6 +1055,7 @@ class ConvPlan:
         (0, 0, 128, 128, 4, 4, 0), (0, 0, 128, 128, 6, 4, 0), (0, 0, 64, 128, 4, 4, 0), (0, 0, 128, 64, 4, 4, 0),
         (0, 0, 128, 256, 3, 8, 0), (0, 0, 128, 128, 4, 8, 0), (4, 32, 128, 128, 3, 4, 0), (2, 64, 128, 128, 3, 4, 0),
         (0, 0, 128, 128, 4, 4, 2), (0, 0, 128, 128, 4, 4, 4), (0, 0, 128, 128, 4, 4, 16))
+    gather_knobs: tuple = ((128, 128, 5, 4), (256, 128, 3, 8), (128, 64, 4, 4))  # (BM, BN, num_stages, num_warps)
     timeline_shapes: tuple = ((128, 384, 384, 64, 64, 3, 1, 1), (8, 640, 320, 32, 32, 1, 1, 0))
 
     @classmethod
@@ -1062,6 +1063,7 @@ class ConvPlan:
         return cls(shapes=((2, 64, 64, 16, 16, 3, 1, 1), (2, 64, 128, 16, 16, 3, 2, 1)),
                    gather_shapes=((2, 3, 32, 17, 17, 3, 2, 1), ), sweep_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ),
                    sweep_knobs=((0, 0, 64, 4, 4), ), wgrad_sweep_knobs=((0, 0, 64, 64, 4, 4, 0), ),
+                   gather_knobs=((128, 64, 4, 4), ),
                    timeline_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ))
 
 
@@ -1097,6 +1099,12 @@ def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
         add("conv2d", plan.variants, plan.shapes)
     if "gather" in parts:
         add("conv2d", plan.gather_variants, plan.gather_shapes)
+        for t in plan.gather_shapes:
+            for bm, bn, st, nw in plan.gather_knobs:
+                knobs = {"BM": bm, "BN": bn, "num_stages": st, "num_warps": nw}
+                if resolves("conv2d", "gluon-gather", _conv_shape(t), plan.dtype, knobs):
+                    cases.append({"op": "conv2d", "variant": "gluon-gather", "shape": _conv_shape(t),
+                                  "dtype": plan.dtype, "timer": "cudagraph", "config": {**knobs, "study": "gather-sweep"}})
     if "fprop-sweep" in parts:
         for t in plan.sweep_shapes:
             for th, tw, bn, st, nw in plan.sweep_knobs:

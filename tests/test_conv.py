@@ -179,17 +179,37 @@ def test_gluon_ws_fprop_census(shape):
 
 def test_heuristic_reasons():
     h = conv.ConvConfig.heuristic
-    assert h(SHAPES[0], "bfloat16").BN == 128  # 384 = 3 x 128
-    assert h(SHAPES[1], "bfloat16").BN == 128  # 320: 128 measured faster than 64 (5 x 64 exact)
-    assert (h(SHAPES[1], "bfloat16").TH, h(SHAPES[1], "bfloat16").TW) == (8, 16)  # stride 2: 8 x 16 patches
-    assert (h(SHAPES[0], "bfloat16").TH, h(SHAPES[0], "bfloat16").TW) == (4, 32)  # stride 1: rows up to 32 wide
-    big = h(SHAPES[2], "bfloat16")
-    assert big.BN == 256 and big.num_warps == 8 and big.num_stages == 3 and big.BM == 128
+    ex, sd2, rn = dict(B=128, Ci=384, Co=384, H=64, W=64, R=3, stride=1, pad=1), SHAPES[1], SHAPES[2]
+    big = h(ex, "bfloat16")  # 3x3 on rows >= 32 wide: BM = 256 (8 x 32) on 2 warpgroups, BN 128, 3 stages
+    assert (big.TH, big.TW, big.BM, big.BN, big.num_warps, big.num_stages) == (8, 32, 256, 128, 8, 3)
+    assert (h(sd2, "bfloat16").TH, h(sd2, "bfloat16").TW) == (8, 32)  # stride 2, 32-wide output rows too
+    one = h(dict(B=8, Ci=640, Co=320, H=32, W=32, R=1, stride=1, pad=0), "bfloat16")  # 1x1: BM 128, 5 stages
+    assert (one.TH, one.TW, one.BN, one.num_stages, one.num_warps) == (4, 32, 128, 5, 4)
+    r256 = h(rn, "bfloat16")  # Co % 256: BN 256 on 8 warps
+    assert r256.BN == 256 and r256.num_warps == 8 and r256.num_stages == 3 and r256.BM == 128
     assert h(dict(B=1, Ci=64, Co=64, H=7, W=7, R=3, stride=1, pad=1), "bfloat16").TW == 8  # 7-wide output rows
+    assert h(dict(B=1, Ci=64, Co=64, H=7, W=7, R=3, stride=1, pad=1), "bfloat16").BN == 64  # Co < 128
     with pytest.raises(ValueError, match="must be a power of 2"):
         conv.configure(SHAPES[0], "bfloat16", {"TW": 24})
     with pytest.raises(ValueError, match="shared memory"):
         conv.configure(SHAPES[0], "bfloat16", {"BN": 256, "num_stages": 5, "num_warps": 8})
+    # dgrad's sub-problems take fprop's choice for the same filter size and grid
+    d = conv.dgrad_configure(dict(B=8, Ci=320, Co=320, H=64, W=64, R=3, stride=2, pad=1), "bfloat16", {})
+    assert (d.TH, d.TW, d.BN) == (8, 32, 128)
+
+
+def test_wgrad_split_minimizes_waves_times_steps():
+    """The wgrad split: waves x (k-steps per split + 4) at its minimum — few long splits for a short pixel
+    loop on many tiles (ResNet's 1x1 downsample: 4), many for a long one (the example shape)."""
+    cfg = conv.WgradConfig()
+    assert cfg.split_count(32, 256) == 4 and cfg.split_count(15, 128) == 8 and cfg.split_count(81, 8192) >= 8
+    for t, p in ((32, 256), (81, 8192), (15, 128), (200, 40)):
+        s = cfg.split_count(t, p)
+        cost = lambda k: conv.cdiv(t * conv.cdiv(p, conv.cdiv(p, k)), conv.H200_SMS) * (conv.cdiv(p, k) + 4)
+        assert all(cost(s) <= cost(k) for k in range(1, max(1, p // 4) + 1)), (t, p, s)
+    assert conv.WgradConfig(splits=3).split_count(32, 256) == 3
+    ex = conv.WgradConfig.heuristic(dict(B=128, Ci=384, Co=384, H=64, W=64, R=3, stride=1, pad=1), "bfloat16")
+    assert (ex.TH, ex.TW, ex.num_stages) == (4, 32, 3)  # 128-pixel k-steps on the long pixel loop
 
 
 @pytest.mark.slow

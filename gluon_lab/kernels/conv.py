@@ -31,6 +31,7 @@ split-K kernel over the output pixels (conv_wgrad_kernel).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import triton
 import triton.language as tl
@@ -236,23 +237,26 @@ class ConvConfig:
 
     @classmethod
     def heuristic(cls, shape: dict, dtype: str) -> "ConvConfig":
-        # Measured on the H200 (06 runs of 2026-12-01, knob sweep over the six plan shapes):
-        # * patch: stride 1 as wide as the output row allows up to 32 (TH = 128 / TW); stride 2 at most
-        #   16 wide — 8 x 16 ran the SD stride-2 shape at 392 TFLOP/s against 322-349 for 4 x 32 and
-        #   2 x 32 (the parity-split boxes);
-        # * BN 128 where Co allows: BN = 64 ran the SD 320-channel shapes at 439 against 495-502 (n64
-        #   wgmma reads A twice as often per FLOP; 128 wastes 64 of 384 columns and still wins); 256 (8
-        #   warps, 3 stages, the GEMM's tile) when Co is a multiple of 256 (ResNet 256 / 1024 channels:
-        #   547 vs 521 TFLOP/s for 128 at 14 x 14);
-        # * BM stays 128: halving the patch to fill more waves (1x1 and stride-2 SD shapes, 192 tiles on
-        #   132 SMs) measured no gain (1x1: 249-268 vs 258) and lost at stride 2 (322 vs 349).
+        # Measured on the H200 (06 knob sweeps over the six plan shapes, 2026-12-01; run 20261201T172153Z):
+        # * BN 256 (8 warps, 3 stages) when Co is a multiple of 256 (ResNet 256 / 1024 channels: 543 vs 531
+        #   TFLOP/s for the best BN 128 at 14 x 14, 439 vs 429 for the 1x1 stride-2 downsample);
+        # * else a 3x3 filter on output rows >= 32 wide takes BM = 256 (an 8 x 32 patch on 2 consumer
+        #   warpgroups, BN 128, 3 stages: B is reused over twice the pixels): 699 vs 677 TFLOP/s for the best
+        #   BM = 128 on the example shape, 578 vs 518 on SD 3x3, 433 vs 397 on SD stride 2 (16 x 16: 693 / 578
+        #   / 408);
+        # * else (1x1, narrow rows) BM = 128, as wide as the row allows (stride 1 up to 32, stride 2 up to 16:
+        #   8 x 16 beat 4 x 32 / 2 x 32 for the parity-split boxes at BM = 128), BN 128 where Co allows (BN 64
+        #   ran SD 320 channels at 439 vs 495-502); a 1x1 takes 5 stages (its 10 k-steps per tile: 281 vs
+        #   270 for 4 stages; BM = 256 ran 268: 96 tiles on 132 SMs).
         OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
-        tw = min(32 if shape["stride"] == 1 else 16, triton.next_power_of_2(OW))
-        th = 128 // tw
         co = shape["Co"]
         if co % 256 == 0:
-            return cls(TH=th, TW=tw, BN=256, num_stages=3, num_warps=8)
-        return cls(TH=th, TW=tw, BN=128 if co >= 128 else 64)
+            tw = min(32 if shape["stride"] == 1 else 16, triton.next_power_of_2(OW))
+            return cls(TH=128 // tw, TW=tw, BN=256, num_stages=3, num_warps=8)
+        if shape["R"] == 3 and OW >= 32:
+            return cls(TH=8, TW=32, BN=128, num_stages=3, num_warps=8)
+        tw = min(32 if shape["stride"] == 1 else 16, triton.next_power_of_2(OW))
+        return cls(TH=128 // tw, TW=tw, BN=128 if co >= 128 else 64, num_stages=5 if shape["R"] == 1 else 4)
 
 
 def a_path(shape: dict) -> tuple[str, str]:
@@ -856,10 +860,10 @@ def dgrad_weight(weight):
 
 def _fprop_view(shape: dict) -> dict:
     """The fprop problem a dgrad sub-problem is, as ConvConfig.heuristic sees it: grad_output's Co channels in,
-    dx's Ci out, an output grid of (H / stride) x (W / stride) pixels."""
-    st = shape["stride"]
+    dx's Ci out, an output grid of (H / stride) x (W / stride) pixels, the filter size."""
+    st, R = shape["stride"], shape["R"]
     return {"B": shape["B"], "Ci": shape["Co"], "Co": shape["Ci"], "H": shape["H"] // st, "W": shape["W"] // st,
-            "R": 1, "stride": 1, "pad": 0}
+            "R": R, "stride": 1, "pad": (R - 1) // 2}  # an R x R filter keeping the grid: the 3x3 / 1x1 choices
 
 
 def dgrad_check(grad_output, weight, input_h, input_w, stride=1, padding=0, variant="gluon-pipelined"):
@@ -911,9 +915,10 @@ def dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0, config: Co
     cfg = (config or ConvConfig.heuristic(_fprop_view(shape), dtype)).validate(dtype)
     Ci, R = weight.shape[1], weight.shape[2]
     subs = dgrad_subproblems(R, padding, stride)
-    alloc = torch.zeros if any(not (rt and st) for _, _, rt, st, _, _ in subs) else torch.empty
-    dx = alloc((grad_output.shape[0], Ci, input_h, input_w), dtype=grad_output.dtype, device=grad_output.device,
-               memory_format=torch.channels_last)
+    dx = torch.empty((grad_output.shape[0], Ci, input_h, input_w), dtype=grad_output.dtype,
+                     device=grad_output.device, memory_format=torch.channels_last)
+    if any(not (rt and st) for _, _, rt, st, _, _ in subs):
+        dx.zero_()
     for launch in dgrad_launches(grad_output, weight, dx, stride, padding):
         launch.run(cfg, dtype)
     return dx
@@ -1097,17 +1102,40 @@ class WgradConfig:
 
     @classmethod
     def heuristic(cls, shape: dict, dtype: str) -> "WgradConfig":
-        # 64-pixel k-steps along an output row (TW up to 32), 128 x 128 tiles. First guess, not swept yet.
+        # Measured on the H200 (06 wgrad sweep, 2026-12-01; run 20261201T172153Z): k-steps of 64 output
+        # pixels along a row (TW up to 32; stride 2 up to 16), 128 x 128 tiles; 128-pixel k-steps (4 x 32,
+        # 3 stages) only on long pixel loops (>= 4096 k-steps of 64: the example shape, 627 vs 578 TFLOP/s;
+        # SD 3x3 ran 4 x 32 below 2 x 32's 324). BN 256 / 8 warps and BM 64 lost everywhere but SD 1x1.
+        OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
         OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
         tw = min(32 if shape["stride"] == 1 else 16, triton.next_power_of_2(OW))
+        long_loop = tw == 32 and shape["B"] * OH * OW // 64 >= 4096
+        if long_loop:
+            return cls(TH=4, TW=32, num_stages=3)
         return cls(TH=max(1, 64 // tw), TW=tw)
 
     def split_count(self, n_tiles: int, n_patches: int) -> int:
-        # about 4 programs per SM over all (tile, split) pairs, each split at least 16 patches long: the
-        # tiles alone (Co/128 x R*R x Ci/128: 81 for 384 channels and 3x3) are fewer than the SMs
+        # The split of the B·OH·OW pixels minimizing waves x (k-steps per split + 4): each program pays a
+        # fixed cost (ring fill, 64 KB of fp32 atomics) of about 4 k-steps, and a wave runs as long as its
+        # longest program. Measured: ResNet's 1x1 stride-2 downsample (32 tiles, 256 k-steps) ran 386 TFLOP/s
+        # at 4 splits against 278 at the former "4 programs per SM" rule's 16; the example shape (81 tiles,
+        # 8192 k-steps) ran 607 at 16 splits vs 578 at 7; SD 1x1 (15 tiles) keeps 8.
         if self.splits:
             return max(1, min(self.splits, n_patches))
-        return max(1, min(cdiv(4 * H200_SMS, n_tiles), n_patches // 16))
+        return _wave_split(n_tiles, n_patches)
+
+
+@functools.lru_cache(maxsize=256)
+def _wave_split(n_tiles: int, n_patches: int) -> int:
+    """argmin over splits s of ceil(n_tiles·s / SMs) x (ceil(n_patches / s) + 4) (see WgradConfig.split_count)."""
+    best, pick = None, 1
+    for s in range(1, max(1, n_patches // 4) + 1):
+        per = cdiv(n_patches, s)
+        s2 = cdiv(n_patches, per)
+        cost = cdiv(n_tiles * s2, H200_SMS) * (per + 4)
+        if best is None or cost < best:
+            best, pick = cost, s2
+    return pick
 
 
 def wgrad_check(x, grad_output, kernel_size, stride=1, padding=0, variant="gluon-pipelined"):
@@ -1302,7 +1330,7 @@ def _register():
              configure=wgrad_configure, codegen=wgrad_codegen,
              knobs={"TH": (1, 2, 4), "TW": (16, 32, 64), "BM": (64, 128), "BN": (64, 128, 256), "num_stages": (3, 4, 5),
                     "num_warps": (4, 8), "splits": (0, 2, 4, 8, 16)},
-             roots=(conv_wgrad_kernel, WgradConfig, wgrad, wgrad_check, wgrad_configure, _wgrad_layouts),
+             roots=(conv_wgrad_kernel, WgradConfig, _wave_split, wgrad, wgrad_check, wgrad_configure, _wgrad_layouts),
              description="split-K implicit GEMM over the output pixels: TMA boxes of grad_output (A, transposed) and of "
                          "x shifted per tap (B), async wgmma, fp32 atomics into a workspace")(wgrad_fn)
 
