@@ -1057,6 +1057,11 @@ class ConvPlan:
         (0, 0, 128, 128, 4, 4, 2), (0, 0, 128, 128, 4, 4, 4), (0, 0, 128, 128, 4, 4, 16))
     gather_knobs: tuple = ((128, 128, 5, 4), (256, 128, 3, 8), (128, 64, 4, 4))  # (BM, BN, num_stages, num_warps)
     timeline_shapes: tuple = ((128, 384, 384, 64, 64, 3, 1, 1), (8, 640, 320, 32, 32, 1, 1, 0))
+    # short-K shapes (1x1 fprop / dgrad, stride-2 dgrad sub-problems): smaller tiles and two CTAs per SM
+    tail_shapes: tuple = ((8, 640, 320, 32, 32, 1, 1, 0), (64, 512, 1024, 28, 28, 1, 2, 0), (8, 320, 320, 64, 64, 3, 2, 1))
+    tail_knobs: tuple = (  # (TH, TW, BN, num_stages, num_warps, ctas_per_sm)
+        (4, 32, 128, 5, 4, 1), (2, 32, 128, 5, 4, 1), (2, 32, 128, 3, 4, 2), (4, 32, 64, 3, 4, 2),
+        (4, 32, 128, 2, 4, 2), (8, 16, 64, 3, 4, 2), (2, 32, 64, 4, 4, 2), (8, 16, 128, 2, 4, 2))
 
     @classmethod
     def quick(cls):
@@ -1112,6 +1117,14 @@ def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
                 if resolves("conv2d", "gluon-pipelined", _conv_shape(t), plan.dtype, knobs):
                     cases.append({"op": "conv2d", "variant": "gluon-pipelined", "shape": _conv_shape(t),
                                   "dtype": plan.dtype, "timer": "cudagraph", "config": {**knobs, "study": "fprop-sweep"}})
+    if "tail-sweep" in parts:  # fprop and dgrad of the short-K shapes
+        for op in ("conv2d", "conv2d_input_grad"):
+            for t in plan.tail_shapes:
+                for th, tw, bn, st, nw, cps in plan.tail_knobs:
+                    knobs = {"TH": th, "TW": tw, "BN": bn, "num_stages": st, "num_warps": nw, "ctas_per_sm": cps}
+                    if resolves(op, "gluon-pipelined", _conv_shape(t), plan.dtype, knobs):
+                        cases.append({"op": op, "variant": "gluon-pipelined", "shape": _conv_shape(t), "dtype": plan.dtype,
+                                      "timer": "cudagraph", "config": {**knobs, "study": "tail-sweep"}})
     if "wgrad-sweep" in parts:
         for t in plan.shapes:
             for th, tw, bm, bn, st, nw, sp in plan.wgrad_sweep_knobs:

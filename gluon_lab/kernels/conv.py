@@ -42,7 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
 
 from ..specs.conv import out_size, weight_ohwi
 from .gemm import _tile_coords
-from .hopper import (GL_DTYPE, H200_SMS, ITEMSIZE, SMEM_LIMIT, cdiv, desc_type, descriptor, dtype_name, kernel_spec,
+from .hopper import (CTA_SMEM_OVERHEAD, GL_DTYPE, H200_SMS, ITEMSIZE, SM_SMEM, SMEM_LIMIT, cdiv, desc_type, descriptor, dtype_name, kernel_spec,
                      short_dtype)
 from .pipelined import TRACE_CTAS, TRACE_ITERS, globaltimer
 
@@ -203,7 +203,8 @@ def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH
 @dataclasses.dataclass(frozen=True)
 class ConvConfig:
     """Output patch TH x TW (BM = TH·TW), BN output channels, BK input channels per k-step, ring depth,
-    warps (BM rows over num_warps / 4 warpgroups), grouped order."""
+    warps (BM rows over num_warps / 4 warpgroups), grouped order, and the persistent grid: ctas_per_sm
+    programs per SM (2: two co-resident CTAs, one's epilogue under the other's MMAs; shared memory allowing)."""
     TH: int = 8
     TW: int = 16
     BN: int = 128
@@ -211,6 +212,7 @@ class ConvConfig:
     num_stages: int = 4
     num_warps: int = 4
     group_m: int = 8
+    ctas_per_sm: int = 1
 
     @property
     def BM(self) -> int:
@@ -233,6 +235,10 @@ class ConvConfig:
                              f"BN={self.BN}, BK={self.BK}")
         if self.smem_bytes(dtype) > SMEM_LIMIT:
             raise ValueError(f"{self} needs {self.smem_bytes(dtype)} B of shared memory > {SMEM_LIMIT}")
+        if self.ctas_per_sm not in (1, 2) or self.ctas_per_sm * (self.smem_bytes(dtype) + CTA_SMEM_OVERHEAD) > SM_SMEM \
+                or self.ctas_per_sm * self.num_warps > 16:
+            raise ValueError(f"ConvConfig: ctas_per_sm = {self.ctas_per_sm} must be 1 or 2, with that many CTAs of "
+                             f"{self.smem_bytes(dtype)} B shared memory and {self.num_warps} warps resident on one SM")
         return self
 
     @classmethod
@@ -348,7 +354,7 @@ class Launch:
         from .hopper import num_sms
         n_th, n_tw = cdiv(self.OH, cfg.TH), cdiv(self.OW, cfg.TW)
         n_m = self.B * n_th * n_tw
-        grid = (max(1, min(n_m * cdiv(self.Co, cfg.BN), num_sms(device))), )
+        grid = (max(1, min(n_m * cdiv(self.Co, cfg.BN), cfg.ctas_per_sm * num_sms(device))), )
         return n_th, n_tw, n_m, grid
 
     def run(self, cfg: ConvConfig, dtype: str, trace=None):
@@ -1277,7 +1283,8 @@ def wgrad_triton_codegen(shape: dict, dtype: str, config=None):
 # ----------------------------------------------------------------------------------------------
 # registration
 
-KNOBS = {"TH": (2, 4, 8), "TW": (16, 32, 64), "BN": (64, 128, 256), "num_stages": (3, 4, 5), "num_warps": (4, 8)}
+KNOBS = {"TH": (2, 4, 8, 16), "TW": (16, 32, 64), "BN": (64, 128, 256), "num_stages": (2, 3, 4, 5),
+         "num_warps": (4, 8), "ctas_per_sm": (1, 2)}
 
 
 def _register():
