@@ -253,7 +253,10 @@ class ConvConfig:
         # * else (1x1, narrow rows) BM = 128, as wide as the row allows (stride 1 up to 32, stride 2 up to 16:
         #   8 x 16 beat 4 x 32 / 2 x 32 for the parity-split boxes at BM = 128), BN 128 where Co allows (BN 64
         #   ran SD 320 channels at 439 vs 495-502); a 1x1 takes 5 stages (its 10 k-steps per tile: 281 vs
-        #   270 for 4 stages; BM = 256 ran 268: 96 tiles on 132 SMs).
+        #   270 for 4 stages; BM = 256 ran 268: 96 tiles on 132 SMs);
+        # * ctas_per_sm stays 1: two co-resident CTAs (2-3 stages, BN 64-128) lost on every short-K shape of
+        #   the tail sweep (run 20261201T173102Z; SD 1x1 fprop 232-265 vs 282, ResNet 1x1 stride-2 352 vs
+        #   442, the stride-2 dgrad's sub-problems 199-224 vs 224).
         OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
         co = shape["Co"]
         if co % 256 == 0:
