@@ -1083,7 +1083,7 @@ def _conv_case(op: str, v: str, shape: dict, dtype: str) -> dict:
     return c
 
 
-CONV_PARTS = ("fprop", "gather", "fprop-sweep", "dgrad", "wgrad", "wgrad-sweep", "timeline")
+CONV_PARTS = ("fprop", "gather", "fprop-sweep", "tail-sweep", "dgrad", "wgrad", "wgrad-sweep", "timeline")
 
 
 def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
