@@ -4,9 +4,10 @@
 #     pattern: implicit-GEMM convolution on Hopper
 #     summary: A 2-D convolution as a GEMM whose A operand is gathered from the image by tiled TMA
 #       boxes (no im2col mode in triton 3.6.0), shifted per kernel tap, with a parity-split view for
-#       stride 2; a persistent wgmma pipeline as in the GEMM. Measured against cuDNN and a plain Triton
-#       implicit GEMM on UNet and ResNet shapes, with the backward pair (dgrad as the same kernel on
-#       rotated filters at stride 1, wgrad as a split-K GEMM over the output pixels).
+#       stride 2, or by 16-byte cp.async where no box fits; a persistent wgmma pipeline as in the GEMM.
+#       Measured against cuDNN and plain Triton implicit GEMMs on UNet and ResNet shapes, with the
+#       backward pair (dgrad as the same kernel once per output parity, wgrad as a split-K GEMM over
+#       the output pixels) and the measured timeline of persistent CTAs.
 #   jupytext:
 #     notebook_metadata_filter: gluon_lab,kernelspec,language_info,-jupytext.text_representation.jupytext_version
 #     text_representation:
@@ -33,8 +34,10 @@
 #   `gll.conv2d_input_grad_like_torch(input_size, weight, grad_output, ...)`, torch.nn.grad's order):
 #   at stride 1 it *is* a convolution — of grad_output with the filters flipped in (r, s) and Ci/Co
 #   swapped, at padding R − 1 − pad — so it runs the fprop kernel (M = B·H·W, N = Ci, K = R·R·Co).
-#   Stride 2 (a transposed convolution: 4 stride-1 sub-problems by output parity) is not built in
-#   Gluon; the Triton dgrad (masked gathers per tap) and cuDNN take it;
+#   At stride 2 (a transposed convolution) each output parity (ph, pw) of dx is its own stride-1
+#   convolution of grad_output with the taps r ≡ ph + pad (mod 2) (`conv.dgrad_subproblems`: for a
+#   3 × 3 filter at padding 1, sub-filters of 1 × 1, 1 × 2, 2 × 1 and 2 × 2 taps): four launches of
+#   the same kernel, dx written through its parity-split view `[B, H/2, 2, W/2, 2·Ci]`;
 # * **wgrad** `gll.conv2d_weight_grad(x, grad_output, R, stride, padding)` (and `…_like_torch`):
 #   `grad_W[Co, (r, s, Ci)] = grad_outᵀ[Co, M] @ im2col(x)[M, (r, s, Ci)]` — the long K = M = B·OH·OW
 #   is split over CTAs (fp32 atomics into a workspace). Its operands are the same boxes turned
@@ -46,7 +49,10 @@
 # shifted by (r − pad, s − pad): TMA's zero fill outside the image *is* the padding. Stride 2 would need
 # an element stride the tiled descriptor does not have — instead x is viewed as
 # `[B, H/2, 2, W/2, 2·Ci]` (row parity and column parity as dims), where the stride-2 gather of a tap
-# is again a unit-stride box.
+# is again a unit-stride box. Where no box fits (odd H or W at stride 2; Ci or Co not a multiple of 8,
+# where TMA strides are not 16-byte multiples) `gluon-gather` gathers A pixel by pixel with masked
+# 16-byte `cp.async` (Ampere's copy, zero-filled where the mask is off) into the same NVMMA-swizzled
+# ring, after padding the channels to a multiple of 8 on the host when needed.
 
 # %% tags=["parameters"]
 mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "measure" | "replay" force it
@@ -55,7 +61,7 @@ results_dir = None         # None: the repository's results/; else a path (relat
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
 run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
 compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
-parts = ["fprop", "fprop-sweep", "dgrad", "wgrad"]  # measure mode: which parts of the plan run
+parts = ["fprop", "gather", "fprop-sweep", "tail-sweep", "dgrad", "wgrad", "wgrad-sweep", "timeline"]  # measure mode
 
 # %%
 from gluon_lab.analysis import common as cm, convolution as ana
@@ -71,9 +77,11 @@ print(ctx.describe())
 # same function on the H200): six shapes around the issue's anchors (the Gluon example's 128 × 384 →
 # 384 at 64 × 64, SD UNet 3 × 3 at stride 1 and 2, a 1 × 1 shortcut, ResNet-50 stage-3 and downsample
 # shapes), each with cuDNN (`cudnn.benchmark = True`, channels-last), the plain Triton implicit GEMM
-# and the Gluon fprop (pipelined and warp-specialized), bf16, CUDA-graph timing; a knob sweep of the
-# Gluon tile on every shape; and the same shapes' dgrad and wgrad.
-# Correctness against float64 is checked in every record.
+# and the Gluon fprop (pipelined, warp-specialized and the cp.async gather), bf16, CUDA-graph timing;
+# two shapes only the gather takes (an odd-size stride-2 SD shape and an RGB stem); knob sweeps of
+# the Gluon tiles; the same shapes' dgrad and wgrad (cuDNN, Triton, Gluon); and the INSTRUMENT
+# build's per-tile timeline. Correctness against float64 is checked in every record, and the SM
+# clock (NVML) read after every timing is in the record's config.
 
 # %%
 if ctx.run_mode == "measure":
@@ -84,10 +92,12 @@ cm.show(cm.overview(ctx, allrec))
 # %% [markdown]
 # ## 2. How A is gathered, per shape
 #
-# The A path of each shape (and why, where the Gluon kernel refuses it: TMA strides must be multiples
-# of 16 bytes, so Ci and Co multiples of 8; the parity split needs even H and W), its GEMM view and
-# the heuristic tile (`ConvConfig.heuristic`: the patch as wide as the output row allows up to 32, BN
-# the power of 2 that wastes least of Co's last band).
+# The A path of each shape and why (`conv.a_path`): tiled TMA boxes where the strides are 16-byte
+# multiples (Ci, Co multiples of 8) and, at stride 2, H and W are even; else the cp.async gather (with
+# host channel padding for Ci or Co not a multiple of 8). Its GEMM view and the heuristic tile
+# (`ConvConfig.heuristic`: BM = 256 as an 8 × 32 patch for 3 × 3 filters on rows ≥ 32 wide, BN 256
+# when Co is a multiple of 256, else BM 128 as wide as the row allows; each rule carries its measured
+# reason in the source).
 
 # %%
 cm.show(ana.a_paths())
@@ -99,7 +109,8 @@ cm.show(ana.a_paths())
 # k-step (tap, channel block), the A box `[1, TH, 1, TW, BK]` and the weight box `[BN, 1, BK]` (OHWI
 # filters, fed to wgmma as the K-major transpose). The load stream runs NUM_STAGES − 1 steps ahead,
 # across tile boundaries; one async wgmma group is in flight; the epilogue stores the patch with one
-# 4-D TMA box `[1, TH, TW, BN]`, clipped at the image edge.
+# TMA box `[1, TH, 1, TW, BN]` of the output's 5-D view `[B, OH', P, OW', P·Co]` (P = 1 for fprop;
+# P = 2 for a stride-2 dgrad's parity), clipped at the image edge.
 
 # %% tags=["fold"] fold_summary="kernel source: conv_fprop_kernel and its helpers (gluon_lab/kernels/conv.py)"
 print(ana.kernel_source())
@@ -110,9 +121,12 @@ print(ana.kernel_source())
 # Per k-step two `UTMALDG` (the code holds NUM_STAGES of them: the prologue's and the loop's), no
 # `ld.global` and no cp.async at all, BK/16 wgmma per 64-row block, one `UTMASTG` per tile, no spills.
 # gluon-ws issues its boxes at one place (the producer warp: 2 `UTMALDG` in the code) under its
-# `setmaxnreg` budget. The Triton baseline gathers A with cp.async (Triton pipelines its pointer
-# loads) into wgmma. `tests/test_conv.py` asserts these counts, and the same for dgrad (the fprop
-# kernel at padding R − 1 − pad) and wgrad (2 boxes per k-step, fp32 atomics, no plain stores).
+# `setmaxnreg` budget. gluon-gather has no TMA load: per k-step (BM + BN)·BK / 8 / threads 16-byte
+# `cp.async` per thread (16 at 128 × 128 × 64), a `cp.async.wait_group`, an async-proxy fence and a
+# CTA barrier before its wgmma. The Triton baselines gather with cp.async (Triton pipelines their
+# pointer loads) into wgmma. `tests/test_conv.py` asserts these counts, and the same for dgrad (the
+# fprop kernel; at stride 2 the 2 × 2-tap sub-problem at output parity 1) and wgrad (2 boxes per
+# k-step, fp32 atomics, no plain stores).
 
 # %%
 cm.show(ana.census_view(ana.census_table()))
@@ -134,10 +148,37 @@ cm.show(ana.tflops_table(allrec))
 fig = ana.roofline(allrec, spec, slug)
 
 # %% [markdown]
+# ### The measured timeline of persistent CTAs
+#
+# The INSTRUMENT build of the fprop kernel stamps `%globaltimer` four times per tile (tile start,
+# first k-step's data ready, last MMA retired, TMA store issued) for every CTA of the grid
+# (`experiments.capture_conv_timeline`, the heuristic config, the second of two launches). On the
+# example shape a CTA runs 46–47 tiles and its k-loop is ~96% of its span (first-data wait and
+# epilogue about 0.5 µs each per 37 µs tile: the ring running ahead across tiles hides the next
+# tile's loads). On the 1 × 1 shortcut the k-loop is 87% of a tile (10 k-steps, 3.4 µs) and the grid
+# is the problem: 192 tiles on 132 CTAs, so 60 CTAs run a second tile while the rest idle (the finish
+# spread is a whole tile) — wave quantization, which neither smaller tiles (BM 64: 268 TFLOP/s) nor
+# two CTAs per SM (232–265) fixed in the sweeps; a stream-K split of the last wave is the next step.
+
+# %%
+TL = ana.load_timeline(ctx)
+cm.show(ana.timeline_stats(TL))
+fig = ana.timeline_figure(TL)
+
+# %% [markdown]
+# ### Shapes without a TMA path
+#
+# The odd-size stride-2 shape and the RGB stem, which only gluon-gather takes among the Gluon kernels
+# (in the table above, the Gluon ratio of those rows is gluon-gather's).
+
+# %%
+cm.show(ana.sweep_table(allrec, "gather-sweep"))
+
+# %% [markdown]
 # ### dgrad and wgrad
 #
 # The same shapes' input gradients (cuDNN's dgrad runs at about half its fprop here) and filter
-# gradients, each table from its own run (cuDNN and the Gluon kernels side by side).
+# gradients, each table from its own run (cuDNN, Triton and the Gluon kernels side by side).
 
 # %%
 cm.show(ana.tflops_table(allrec, ana.DGRAD))
@@ -146,20 +187,27 @@ cm.show(ana.tflops_table(allrec, ana.WGRAD))
 # %% [markdown]
 # ## 6. Targets
 #
-# fprop ≥ 1.0× cuDNN on every shape (moonshot 1.1×); dgrad ≥ 1.5× cuDNN (the Gluon dgrad: stride
-# 1); wgrad ≥ 1.0× cuDNN.
+# fprop ≥ 1.0× cuDNN on every shape (moonshot 1.1×); dgrad ≥ 1.5× cuDNN; wgrad ≥ 1.0× cuDNN. Where
+# they miss: the 1 × 1 fprop shapes are short GEMMs (K = Ci) whose last wave is mostly idle (the
+# timeline); the gather shapes pay 16 cp.async per thread per k-step (and the stem its host channel
+# padding); the stride-2 dgrad runs its four sub-problems one after another, each well under a full
+# wave; wgrad on 320 channels runs 128-wide tiles over 384 of them in both dims.
 
 # %% tags=["targets"]
 cm.show(ana.targets(allrec))
 
 # %% [markdown]
 # The Gluon tile's knobs on every plan shape (patch TH × TW, BN, ring stages, warps), the heuristic's
-# record beside them. The heuristic was set from this sweep (run `20261201T161620Z`), so the sweep's records
-# count as stale: the kernel they ran is the current one, only `ConvConfig.heuristic` (part of the
-# variant's source hash) changed after them; the heuristic column is the newest run's.
+# record beside them; the short-K shapes' tail sweep (two CTAs per SM: no gain), for fprop and dgrad;
+# and the wgrad kernel's knobs (patch, tile, ring, warps, split). The heuristics were set from a first
+# run of these sweeps (`20261201T172153Z`, now stale: the heuristics changed after it) and the sweeps
+# re-run on the final code.
 
 # %%
 cm.show(ana.sweep_table(allrec))
+cm.show(ana.sweep_table(allrec, "tail-sweep"))
+cm.show(ana.sweep_table(allrec, "tail-sweep", ana.DGRAD))
+cm.show(ana.sweep_table(allrec, "wgrad-sweep"))
 
 # %% [markdown]
 # ## 7. Takeaways (computed from the records above)

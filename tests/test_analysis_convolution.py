@@ -1,7 +1,8 @@
 """gluon_lab.analysis.convolution (notebook 06) on fixture records (a subset of the H200 runs of
-2026-12-01 16:13-16:31 UTC, tests/fixtures/records/h200/06-convolution.jsonl: the final fprop, dgrad and
-wgrad runs, part of the knob sweep, and the first run's cuDNN records): every number it shows is recomputed here from
-the records, and it degrades to missing notes without them."""
+2026-12-01, tests/fixtures/records/h200/06-convolution.jsonl: the final run 20261201T173305Z's fprop (incl.
+the gather-only shapes), dgrad, wgrad and part of its sweeps, plus an earlier run's cuDNN records; and that
+run's timeline JSON): every number it shows is recomputed here from the records, and it degrades to missing
+notes without them."""
 import json
 from pathlib import Path
 
@@ -27,50 +28,66 @@ def _raw():
     return [json.loads(l) for l in (FIX / "h200" / "06-convolution.jsonl").read_text().splitlines()]
 
 
+def _key(r):
+    return tuple(r["shape"][k] for k in ana.KEYS)
+
+
 def test_tflops_and_ratios_are_recomputed_within_one_run(df, ctx):
+    import pandas as pd
     t = ana.tflops_table(df)
-    run = [r for r in _raw() if r["op"] == "conv2d" and r["run_id"] == max(x["run_id"] for x in _raw() if x["op"] == "conv2d")]
-    by = {(r["shape"]["Ci"], r["shape"]["R"], r["shape"]["stride"], r["shape"]["B"]): r for r in run if r["variant"] == "torch"}
-    ours = {(r["shape"]["Ci"], r["shape"]["R"], r["shape"]["stride"], r["shape"]["B"]): r for r in run
-            if r["variant"] == "gluon-pipelined"}
+    run_id = max(x["run_id"] for x in _raw() if x["op"] == "conv2d")
+    run = [r for r in _raw() if r["op"] == "conv2d" and r["run_id"] == run_id and "study" not in r["config"]]
+    by = {_key(r): r for r in run if r["variant"] == "torch"}
+    # the Gluon fprop of a shape: gluon-pipelined where it ran (the TMA path), else gluon-gather
+    ours = {_key(r): r for r in run if r["variant"] == "gluon-gather"}
+    ours.update({_key(r): r for r in run if r["variant"] == "gluon-pipelined"})
     want = {k: by[k]["ms_median"] / ours[k]["ms_median"] for k in by}  # same FLOPs: time ratio = TFLOP/s ratio
     got = t["gluon-pipelined vs cuDNN (x)"]
-    assert len(got) == len(want) == 6
+    assert len(got) == len(want) == 8
     assert sorted(round(x, 2) for x in got) == sorted(round(x, 2) for x in want.values())
     nums = dict(ana.headline_numbers(df, ctx.spec))
-    assert nums["Gluon fprop vs cuDNN"].startswith(f"{plots.geomean(list(want.values())):.2f}× geomean over 6 shapes")
+    assert nums["Gluon fprop vs cuDNN"].startswith(f"{plots.geomean(list(want.values())):.2f}× geomean over 8 shapes")
     g = ana.targets(df)
-    assert g is not None and len(g.data) == 6
-    # dgrad: the Gluon (stride-1) vs cuDNN ratio of the dgrad run, shown where it ran
-    d = [r for r in _raw() if r["op"] == "conv2d_input_grad"]
-    key = lambda r: (r["shape"]["Ci"], r["shape"]["R"], r["shape"]["stride"], r["shape"]["B"])  # noqa: E731
-    base = {key(r): r["ms_median"] for r in d if r["variant"] == "torch"}
-    want_d = sorted(round(base[key(r)] / r["ms_median"], 2) for r in d if r["variant"] == "gluon-pipelined")
-    import pandas as pd
-    col = pd.to_numeric(g.data["dgrad ≥ 1.5× cuDNN"], errors="coerce")
-    assert sorted(round(x, 2) for x in col.dropna()) == want_d and len(want_d) == 4
-    wg = [r for r in _raw() if r["op"] == "conv2d_weight_grad"]
-    wb = {key(r): r["ms_median"] for r in wg if r["variant"] == "torch"}
-    wr = [wb[key(r)] / r["ms_median"] for r in wg if r["variant"] == "gluon-pipelined"]
-    assert sorted(round(x, 2) for x in pd.to_numeric(g.data["wgrad ≥ 1.0× cuDNN"], errors="coerce").dropna()) == \
-        sorted(round(x, 2) for x in wr) and len(wr) == 6
-    assert nums["Gluon wgrad vs cuDNN"].startswith(f"{plots.geomean(wr):.2f}× geomean over 6 shapes")
-    assert nums["Gluon dgrad vs cuDNN"].startswith(f"{plots.geomean([base[key(r)] / r['ms_median'] for r in d if r['variant'] == 'gluon-pipelined']):.2f}× geomean over 4 stride-1 shapes")
+    assert g is not None and len(g.data) == 8
+    for op, col, n in (("conv2d_input_grad", "dgrad ≥ 1.5× cuDNN", 6), ("conv2d_weight_grad", "wgrad ≥ 1.0× cuDNN", 6)):
+        d = [r for r in _raw() if r["op"] == op and "study" not in r["config"]]
+        base = {_key(r): r["ms_median"] for r in d if r["variant"] == "torch"}
+        want_d = [base[_key(r)] / r["ms_median"] for r in d if r["variant"] == "gluon-pipelined"]
+        vals = pd.to_numeric(g.data[col], errors="coerce").dropna()
+        assert sorted(round(x, 2) for x in vals) == sorted(round(x, 2) for x in want_d) and len(want_d) == n, op
+        name = "Gluon dgrad vs cuDNN" if op == "conv2d_input_grad" else "Gluon wgrad vs cuDNN"
+        assert nums[name].startswith(f"{plots.geomean(want_d):.2f}× geomean over {n} shapes"), nums[name]
+    assert (g.data.loc[[k for k in g.data.index if "65x65" in k], "dgrad ≥ 1.5× cuDNN"] == "n/a").all()
     import matplotlib.pyplot as plt
     fig = ana.headline_figure(df, ctx.spec, ctx.slug)
-    assert len(fig.axes[0].patches) == 24  # 6 shapes x 4 variants
+    assert len(fig.axes[0].patches) == 8 * 5  # 8 shapes x 5 variants (absent ones are zero-height NaN bars)
     plt.close("all")
 
 
-def test_sweep_paths_and_takeaways(df, ctx):
+def test_sweeps_paths_timeline_and_takeaways(df, ctx):
     sw = ana.sweep_table(df)
-    assert sw is not None and "heuristic" in sw.columns and len(sw) == 2
+    assert sw is not None and "heuristic" in sw.columns and len(sw) == 1  # the fixture keeps SD 3x3's sweep
+    raw = [r for r in _raw() if r["config"].get("study") == "fprop-sweep"]
+    assert sw.drop(columns="heuristic").max(axis=1).iloc[0] == round(max(r["tflops"] for r in raw), 1)
+    assert ana.sweep_table(df, "wgrad-sweep") is not None and ana.sweep_table(df, "gather-sweep") is not None
     ap = ana.a_paths()
-    assert set(ap["A path"]) == {"tma", "none"}
+    assert set(ap["A path"]) == {"tma", "cp.async", "pad + cp.async"}
+    assert set(ap.loc[ap["A path"] != "tma", "Gluon variant"]) == {"gluon-gather"}
+    TL = ana.load_timeline(ctx)
+    st = ana.timeline_stats(TL)
+    assert st is not None and len(st) == 2 and (st["CTAs"] == 132).all()
+    c0 = [c for c in TL["timelines"]["128,384,384,64,64,3,1,1"]["ns"] if c]
+    import numpy as np
+    loop = np.median(np.concatenate([np.asarray(c, float).reshape(-1, 4) @ np.array([0, -1, 1, 0]) for c in c0]))
+    assert round(loop / 1e3, 3) == st["k-loop (µs)"].iloc[0]
+    import matplotlib.pyplot as plt
+    assert ana.timeline_figure(TL) is not None and ana.timeline_figure(None) is None
+    plt.close("all")
     lines = ana.takeaways(df, ctx.spec)
     assert any(l.startswith("cuDNN (cudnn.benchmark) varies between runs") for l in lines)
-    assert any(l.startswith("Not built yet: the stride-2 dgrad in Gluon") for l in lines)
-    assert any(l.startswith("dgrad (stride 1: the fprop kernel on grad_output") for l in lines)
+    assert any(l.startswith("Not built yet: a stream-K split of the last wave") for l in lines)
+    assert any(l.startswith("dgrad (the fprop kernel on grad_output, one launch per output parity") for l in lines)
+    assert any(l.startswith("gluon-gather (16-byte cp.async") for l in lines)
 
 
 def test_degrades_without_records(df, ctx):
