@@ -37,7 +37,8 @@
 #   At stride 2 (a transposed convolution) each output parity (ph, pw) of dx is its own stride-1
 #   convolution of grad_output with the taps r ≡ ph + pad (mod 2) (`conv.dgrad_subproblems`: for a
 #   3 × 3 filter at padding 1, sub-filters of 1 × 1, 1 × 2, 2 × 1 and 2 × 2 taps): four launches of
-#   the same kernel, dx written through its parity-split view `[B, H/2, 2, W/2, 2·Ci]`;
+#   the same kernel side by side on forked streams, each writing its parity through its own view of
+#   dx (`[B, H/2, 2, W/2, Ci]` at base dx + pw·Ci: TMA clips every box at Ci, so they never overlap);
 # * **wgrad** `gll.conv2d_weight_grad(x, grad_output, R, stride, padding)` (and `…_like_torch`):
 #   `grad_W[Co, (r, s, Ci)] = grad_outᵀ[Co, M] @ im2col(x)[M, (r, s, Ci)]` — the long K = M = B·OH·OW
 #   is split over CTAs (fp32 atomics into a workspace). Its operands are the same boxes turned

@@ -290,7 +290,7 @@ def _emulate_launch(L, dy, w_all, dx):
             h0, w0 = th - L.pad_h + ph, tw - L.pad_w + pw
             a = pad[:, :, h0:h0 + L.OH, w0:w0 + L.OW]
             out += torch.einsum("bchw,oc->bohw", a, w_all[:, L.tap0 + th * L.RW + tw, :])
-    dx[:, :, L.oph::L.P, L.opw::L.P] = out
+    dx[:, :, L.oph::L.P, L.opw + getattr(L, "col", 0)::L.P] = out  # ParityLaunch: the column parity is its base
 
 
 @pytest.mark.parametrize("R,stride,pad", [(3, 1, 1), (3, 1, 0), (1, 1, 0), (3, 2, 1), (3, 2, 0), (1, 2, 0),
@@ -310,6 +310,10 @@ def test_dgrad_subproblems_reproduce_the_reference(R, stride, pad):
         if not (rt and st):
             dx[:, :, ph::stride, pw::stride] = 0
     launches = conv.dgrad_launches(dy, w, dx, stride, pad)
+    assert [L.RH * L.RW for L in launches] == sorted((L.RH * L.RW for L in launches), reverse=True)
+    if stride == 2:  # each parity its own view of dx (base + col·Ci, last dim Ci): no launch writes another's pixels
+        assert all(isinstance(L, conv.ParityLaunch) and L.opw == 0 for L in launches)
+        assert len({(L.oph, L.col) for L in launches}) == len(launches)
     assert sum(L.RH * L.RW for L in launches) == conv._dgrad_filters(w, R, pad, stride).shape[1] <= R * R
     for L in launches:
         _emulate_launch(L, dy, conv._dgrad_filters(w, R, pad, stride), dx)

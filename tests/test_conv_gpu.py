@@ -116,13 +116,14 @@ def test_dgrad_every_variant_matches_float64(shape, dtype):
         assert ok["passed"], (v, ok)
 
 
-@pytest.mark.parametrize("shape", [dict(B=2, Ci=96, Co=64, H=14, W=18, R=3, stride=2, pad=1),  # 96 % BN: spill
+@pytest.mark.parametrize("shape", [dict(B=2, Ci=96, Co=64, H=14, W=18, R=3, stride=2, pad=1),  # 96 % BN: a clipped channel tail
                                    dict(B=2, Ci=64, Co=128, H=16, W=12, R=1, stride=2, pad=0),  # odd parities zero
                                    dict(B=1, Ci=200, Co=48, H=10, W=22, R=3, stride=2, pad=0),  # uncovered last row
                                    dict(B=2, Ci=40, Co=24, H=12, W=8, R=1, stride=2, pad=1)])  # 1x1 with padding
 def test_stride2_dgrad_sub_problems(shape):
-    """The Gluon stride-2 dgrad (4 launches, one per output parity, through the parity-split view of dx) on
-    NaN-poisoned memory, vs float64; repeated calls with fresh inputs (the fast path's replay) too."""
+    """The Gluon stride-2 dgrad (4 launches side by side on forked streams, one per output parity, each through
+    its own view of dx) on NaN-poisoned memory, vs float64; repeated calls with fresh inputs (the fast path's
+    replay) too; and inside a CUDA graph."""
     ref_of = DSPEC.reference
     for seed in (1, 2, 3):
         inp = bench.make_inputs("conv2d_input_grad", shape, "bfloat16", seed=seed)
@@ -132,6 +133,16 @@ def test_stride2_dgrad_sub_problems(shape):
         torch.cuda.synchronize()
         assert not torch.isnan(dx).any(), "an element of dx was never written"
         assert bench.compare(dx, ref, "bfloat16", DSPEC.tolerance["bfloat16"])["passed"], seed
+    # the sub-problems run on forked streams: a CUDA graph captures the fork / join and replays it
+    inp = bench.make_inputs("conv2d_input_grad", shape, "bfloat16", seed=7)
+    gll.conv2d_input_grad(*inp, variant="gluon-pipelined")  # compiled and planned before the capture
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        dx = gll.conv2d_input_grad(*inp, variant="gluon-pipelined")
+    dx.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert bench.compare(dx, ref_of(*inp), "bfloat16", DSPEC.tolerance["bfloat16"])["passed"]
 
 
 def test_stride2_dgrad_refuses_an_odd_input_size():

@@ -25,7 +25,8 @@ of each pixel's channels into the NVMMA-swizzled ring, any stride and size) and,
 multiple of 8, "pad + cp.async" (the channels padded to a multiple of 8 on the host first).
 
 dgrad (conv2d_input_grad) is the same kernel on grad_output: one launch per output parity of dx
-(stride**2 sub-problems with their sub-filters, dgrad_subproblems). wgrad (conv2d_weight_grad) is a
+(stride**2 independent sub-problems with their sub-filters, dgrad_subproblems, run side by side on
+forked streams). wgrad (conv2d_weight_grad) is a
 split-K kernel over the output pixels (conv_wgrad_kernel).
 """
 from __future__ import annotations
@@ -897,8 +898,26 @@ def dgrad_configure(shape: dict, dtype: str, overrides: dict) -> ConvConfig:
     return configure(_fprop_view(shape), dtype, overrides)
 
 
+@dataclasses.dataclass(frozen=True)
+class ParityLaunch(Launch):
+    """A stride-2 dgrad sub-problem's launch: dx's output parity (oph, col) written through the view
+    [B, H/2, 2, W/2, Ci] whose base is dx + col·Ci elements (strides of the parity-split dx, the column parity
+    fixed by the base): TMA clips every box at Ci, so no launch writes another parity's pixels and the
+    launches are independent (oph is the row-parity coordinate; the kernel's OPW stays 0)."""
+    col: int = 0
+
+    def descriptors(self, cfg: ConvConfig, dtype: str):
+        x_desc, w_desc, _ = Launch.descriptors(self, cfg, dtype)
+        _, _, ly = _layouts(cfg, dtype)
+        P, Co, OH, OW = self.P, self.Co, self.OH, self.OW
+        base = self.y.view(-1)[self.col * Co:] if self.col else self.y
+        y_desc = descriptor(base, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly, shape=[self.B, OH, P, OW, Co],
+                            strides=[OH * P * OW * P * Co, P * OW * P * Co, OW * P * Co, P * Co, 1])
+        return x_desc, w_desc, y_desc
+
+
 def dgrad_launches(grad_output, weight, dx, stride: int, padding: int) -> list[Launch]:
-    """The fprop-kernel launches of a dgrad, in the order they must run (see dgrad)."""
+    """The fprop-kernel launches of a dgrad (independent of each other), the most taps first."""
     B, Co, OH, OW = grad_output.shape
     Ci, R = weight.shape[1], weight.shape[2]
     w_all = _dgrad_filters(weight, R, padding, stride)
@@ -907,17 +926,47 @@ def dgrad_launches(grad_output, weight, dx, stride: int, padding: int) -> list[L
     for ph, pw, rt, st, pad_h, pad_w in dgrad_subproblems(R, padding, stride):
         if not (rt and st):
             continue
-        out.append(Launch(grad_output, w_all, dx, B, OH, OW, Co, Ci, dx.shape[2] // stride, dx.shape[3] // stride,
-                          len(rt), len(st), 1, pad_h, pad_w, P=stride, oph=ph, opw=pw, tap0=tap0, taps=T))
+        grid = (dx.shape[2] // stride, dx.shape[3] // stride)
+        if stride == 1:
+            out.append(Launch(grad_output, w_all, dx, B, OH, OW, Co, Ci, *grid, len(rt), len(st), 1, pad_h, pad_w,
+                              tap0=tap0, taps=T))
+        else:
+            out.append(ParityLaunch(grad_output, w_all, dx, B, OH, OW, Co, Ci, *grid, len(rt), len(st), 1, pad_h,
+                                    pad_w, P=stride, oph=ph, opw=0, tap0=tap0, taps=T, col=pw))
         tap0 += len(rt) * len(st)
-    return out
+    return sorted(out, key=lambda L: -L.RH * L.RW)
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def run_concurrently(launches: list, cfg: ConvConfig, dtype: str, device) -> None:
+    """Independent launches side by side: the first on the current stream, each other on a side stream
+    (cached per device) forked from it and joined back before returning — so a later use or free of any
+    tensor on the current stream is ordered after all of them. CUDA-graph capture records the fork/join."""
+    import torch
+    if len(launches) == 1:
+        launches[0].run(cfg, dtype)
+        return
+    key = (str(device), len(launches) - 1)
+    if key not in _SIDE_STREAMS:
+        _SIDE_STREAMS[key] = [torch.cuda.Stream(device=device) for _ in range(len(launches) - 1)]
+    side = _SIDE_STREAMS[key]
+    main = torch.cuda.current_stream(device)
+    for st in side:
+        st.wait_stream(main)
+    launches[0].run(cfg, dtype)
+    for L, st in zip(launches[1:], side):
+        with torch.cuda.stream(st):
+            L.run(cfg, dtype)
+    for st in side:
+        main.wait_stream(st)
 
 
 def dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0, config: ConvConfig | None = None):
-    """dx as stride**2 launches of the fprop kernel on grad_output (one per output parity, each with its
-    sub-filter; dgrad_subproblems). At stride 2 dx is written through the view [B, H/2, 2, W/2, 2·Ci]: a
-    channel block past Ci of parity pw = 0 spills zeros into the first channels of parity pw = 1, which that
-    parity's launch (next on the stream) overwrites. Parities no tap reaches (1x1, stride 2) stay zero."""
+    """dx as stride**2 launches of the fprop kernel on grad_output, one per output parity with its
+    sub-filter (dgrad_subproblems), run side by side (run_concurrently): at stride 2 each sub-problem is a
+    quarter of the pixels, under one wave on its own. Parities no tap reaches (1x1, stride 2) stay zero."""
     import torch
     shape = dgrad_check(grad_output, weight, input_h, input_w, stride, padding)
     dtype = dtype_name(grad_output)
@@ -928,8 +977,7 @@ def dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0, config: Co
                      device=grad_output.device, memory_format=torch.channels_last)
     if any(not (rt and st) for _, _, rt, st, _, _ in subs):
         dx.zero_()
-    for launch in dgrad_launches(grad_output, weight, dx, stride, padding):
-        launch.run(cfg, dtype)
+    run_concurrently(dgrad_launches(grad_output, weight, dx, stride, padding), cfg, dtype, grad_output.device)
     return dx
 
 
@@ -1320,10 +1368,11 @@ def _register():
 
     register("conv2d_input_grad", "gluon-pipelined", pattern="implicit-gemm", needs_hopper=True, check=dgrad_check,
              configure=dgrad_configure, codegen=dgrad_codegen, knobs=KNOBS,
-             roots=(conv_fprop_kernel, ConvConfig, Launch, dgrad, dgrad_check, dgrad_configure, dgrad_launches,
-                    dgrad_subproblems, _dgrad_filters, _fprop_view, _layouts),
+             roots=(conv_fprop_kernel, ConvConfig, Launch, ParityLaunch, dgrad, dgrad_check, dgrad_configure,
+                    dgrad_launches, run_concurrently, dgrad_subproblems, _dgrad_filters, _fprop_view, _layouts),
              description="dgrad as stride**2 fprop-kernel launches on grad_output, one per output parity with its "
-                         "sub-filter (stride 1: the rotated filter at padding R-1-pad); dx through a parity-split view")(
+                         "sub-filter (stride 1: the rotated filter at padding R-1-pad), side by side on forked streams; "
+                         "dx through a parity-split view")(
         dgrad_fn)
 
     def dgrad_triton_fn(grad_output, weight, input_h, input_w, stride=1, padding=0, out=None):
