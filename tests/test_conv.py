@@ -321,6 +321,22 @@ def test_dgrad_subproblems_reproduce_the_reference(R, stride, pad):
     torch.testing.assert_close(dx, ref, atol=1e-10, rtol=1e-10)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_dgrad_launch_descriptors(stride):
+    """The host side of every dgrad launch builds its TMA descriptors (CPU tensors suffice): x = grad_output's
+    view, the sub-filter at its tap offset, and dx's view — at stride 2 based at dx + pw·Ci with last dim Ci."""
+    dy = torch.randn(2, 64, 8, 6, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.randn(64, 40, 3, 3, dtype=torch.bfloat16)
+    H, W = 8 * stride, 6 * stride
+    dx = torch.empty(2, 40, H, W, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    cfg = conv.dgrad_configure(dict(B=2, Ci=40, Co=64, H=H, W=W, R=3, stride=stride, pad=1), "bfloat16", {})
+    for L in conv.dgrad_launches(dy, w, dx, stride, 1):
+        x_d, w_d, y_d = L.descriptors(cfg, "bfloat16")
+        assert y_d.shape[-1] == 40 and y_d.shape[2] == stride
+        assert y_d.base.data_ptr() == dx.data_ptr() + 2 * 40 * getattr(L, "col", 0)
+        assert w_d.base.data_ptr() == w_d.base.untyped_storage().data_ptr() + 2 * L.tap0 * 64
+
+
 # ---- wgrad (conv2d_weight_grad) ------------------------------------------------------------------
 WSPEC = specs.get("conv2d_weight_grad")
 

@@ -910,7 +910,7 @@ class ParityLaunch(Launch):
         x_desc, w_desc, _ = Launch.descriptors(self, cfg, dtype)
         _, _, ly = _layouts(cfg, dtype)
         P, Co, OH, OW = self.P, self.Co, self.OH, self.OW
-        base = self.y.view(-1)[self.col * Co:] if self.col else self.y
+        base = self.y.permute(0, 2, 3, 1).view(-1)[self.col * Co:] if self.col else self.y  # NHWC memory, a view
         y_desc = descriptor(base, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly, shape=[self.B, OH, P, OW, Co],
                             strides=[OH * P * OW * P * Co, P * OW * P * Co, OW * P * Co, P * Co, 1])
         return x_desc, w_desc, y_desc
