@@ -191,8 +191,9 @@ cm.show(ana.tflops_table(allrec, ana.WGRAD))
 # fprop ≥ 1.0× cuDNN on every shape (moonshot 1.1×); dgrad ≥ 1.5× cuDNN; wgrad ≥ 1.0× cuDNN. Where
 # they miss: the 1 × 1 fprop shapes are short GEMMs (K = Ci) whose last wave is mostly idle (the
 # timeline); the gather shapes pay 16 cp.async per thread per k-step (and the stem its host channel
-# padding); the stride-2 dgrad runs its four sub-problems one after another, each well under a full
-# wave; wgrad on 320 channels runs 128-wide tiles over 384 of them in both dims.
+# padding); the stride-2 dgrad (1.48× at SD stride 2: its four sub-problems run side by side on forked
+# streams — one after another they reached 1.20× — but the 1-tap and 2-tap ones are 5- and 10-k-step
+# tiles); wgrad on 320 channels runs 128-wide tiles over 384 of them in both dims.
 
 # %% tags=["targets"]
 cm.show(ana.targets(allrec))

@@ -412,8 +412,8 @@ def takeaways(df, spec) -> list[str]:
                              "(it picks its algorithm by timing, per process) — why every ratio here is taken inside one "
                              "run.")
     lines.append("Not built yet: a stream-K split of the last wave (the 1x1 shortcut's 192 tiles on 132 CTAs: see "
-                 "the timeline), a ping-pong consumer schedule, a single launch for the four stride-2 dgrad sub-problems (they run "
-                 "one after another, each under a wave), a persistent / stream-K wgrad with 64-wide channel tails "
+                 "the timeline), a ping-pong consumer schedule, one persistent launch over the four stride-2 dgrad sub-problems "
+                 "(they run side by side on forked streams; the 1-tap ones are 5-k-step tiles), a persistent / stream-K wgrad with 64-wide channel tails "
                  "(320 channels on 128-wide tiles compute 384 x 384 for 320 x 320), and an im2col-free A path at "
                  "channel counts that are not multiples of 8 (gluon-gather pads them on the host).")
     stale = int(df["stale"].sum()) if len(df) else 0
