@@ -585,6 +585,12 @@ class PipelinedPlan:
     pipe_sweep_stages: tuple = (2, 3, 4)
     pipe_sweep_rows: tuple = (1, 2, 4)
     # 'fence': the proxy fence before each refill of a read-only slot, on / off (heuristic config)
+    # 'schedule' (issue 16): static round-robin vs dynamic (atomic counter) row blocks, gluon-pipelined and
+    # gluon-ws side by side with the one-row kernels and Inductor, at the large-M shapes where the static
+    # grid's tail showed; 'schedule-timeline': every CTA's stamps, static vs dynamic, both variants
+    schedule_shapes: tuple = ((4096, 8192), (8192, 5120), (16384, 4096), (16384, 8192), (32768, 4096), (32768, 8192))
+    schedule_ops: tuple = ("rms_norm", "add_rms_norm", "layer_norm")
+    schedule_others: tuple = ("inductor", "gluon-tma", "gluon-chunked")
     # 'ws-sweep' (pattern 4): gluon-ws GEMM register split (producer setmaxnreg) x ring depth
     ws_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096))
     ws_sweep_regs: tuple = (24, 40, 56, 88)
@@ -596,7 +602,7 @@ class PipelinedPlan:
                    gemm_sweep_shapes=((1024, 1024, 1024), ), gemm_sweep_stages=(2, 3), gemm_sweep_tiles=((128, 128, 64, 4), ),
                    pipe_sweep_shapes=((1024, 4096), ), pipe_sweep_ctas=(1, 4), pipe_sweep_stages=(2, ),
                    pipe_sweep_rows=(1, ), ws_sweep_shapes=((1024, 1024, 1024), ), ws_sweep_regs=(24, ),
-                   ws_sweep_stages=(3, ))
+                   ws_sweep_stages=(3, ), schedule_shapes=((1024, 4096), ))
 
 
 def norm_grid_cases(Ms, Ns, ops_at, variants, dtype: str = "bfloat16") -> list[dict]:
@@ -662,6 +668,18 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
                             cases.append({"op": op, "variant": "gluon-pipelined", "shape": {"M": M, "N": N},
                                           "dtype": "bfloat16", "config": {"num_stages": st, "rows": rows,
                                                                           "ctas_per_sm": ctas, "study": "pipe-sweep"}})
+    if "schedule" in parts:
+        for (M, N) in plan.schedule_shapes:
+            s = {"M": M, "N": N}
+            cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
+            for op in plan.schedule_ops:
+                cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.schedule_others
+                          if v in registry.variants(op) and resolves(op, v, s, "bfloat16")]
+                for v in ("gluon-pipelined", "gluon-ws"):
+                    for sched in ("static", "dynamic"):
+                        if resolves(op, v, s, "bfloat16", {"schedule": sched}):
+                            cases.append({"op": op, "variant": v, "shape": s, "dtype": "bfloat16",
+                                          "config": {"schedule": sched, "study": "schedule"}})
     if "fence" in parts:
         for op in plan.pipe_sweep_ops:
             for (M, N) in plan.pipe_sweep_shapes:
@@ -719,14 +737,29 @@ def _capture(variant: str, M: int, N: int, dtype: str, stages, fields: int) -> d
     return {"M": M, "N": N, "dtype": dtype, "timelines": out}
 
 
-def save_timeline(session, results_dir: str, notebook: str, capture) -> None:
-    """capture()'s stamps as results/<gpu>/<notebook>.timeline.json, tagged with the session's run."""
+def save_timeline(session, results_dir: str, notebook: str, capture, suffix: str = ".timeline.json") -> None:
+    """capture()'s stamps as results/<gpu>/<notebook><suffix>, tagged with the session's run."""
     import json
     from pathlib import Path
     from .results import atomic_write_text
-    path = Path(results_dir) / session.info["gpu_slug"] / f"{notebook}.timeline.json"
+    path = Path(results_dir) / session.info["gpu_slug"] / f"{notebook}{suffix}"
     atomic_write_text(path, json.dumps({"gpu": session.info["gpu_name"], "run_id": session.prov["run_id"], **capture()},
                                        indent=0))
+
+
+def capture_schedule_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16") -> dict:
+    """Every CTA's stamps of the INSTRUMENT builds of gluon-pipelined (3 per block) and gluon-ws (5 per block)
+    rms_norm at their heuristic config, static vs dynamic schedule: {variant: {schedule: {"config", "ns"}}}."""
+    from . import bench, registry
+    from .kernels.warp_specialized import TRACE_FIELDS
+    shape = {"M": M, "N": N}
+    x, w = bench.make_inputs("rms_norm", shape, dtype, seed=11)
+    out = {}
+    for variant, fields in (("gluon-pipelined", 3), ("gluon-ws", TRACE_FIELDS)):
+        v = registry.get_variant("rms_norm", variant)
+        cfgs = {sch: v.resolve(shape, dtype, {"schedule": sch}) for sch in ("static", "dynamic")}
+        out[variant] = record_stamps(lambda cfg, trace: v.fn(x, w, eps=1e-6, config=cfg, trace=trace), cfgs, fields)
+    return {"M": M, "N": N, "dtype": dtype, "timelines": out}
 
 
 def run_pipelined(results_dir: str = "results", quick: bool = False, plan: PipelinedPlan | None = None,
@@ -735,6 +768,9 @@ def run_pipelined(results_dir: str = "results", quick: bool = False, plan: Pipel
     recs, s = measure_plan("03-multibuffer-pipelining", results_dir, quick, pipelined_cases(plan, parts))
     if "timeline" in parts:
         save_timeline(s, results_dir, "03-multibuffer-pipelining", capture_timeline)
+    if "schedule-timeline" in parts:
+        save_timeline(s, results_dir, "03-multibuffer-pipelining", capture_schedule_timeline,
+                      suffix=".schedule-timeline.json")
     return recs, s.save()
 
 

@@ -46,7 +46,14 @@ MAX_PLANS = 4096  # signatures kept (a model uses tens); beyond it the cache sta
 MAX_MAPS = 16  # CUtensorMaps kept per descriptor argument (the caching allocator cycles a few pointers)
 
 _PLANS: dict = {}
+_PINNED: dict = {}  # data_ptr -> tensor: workspaces that live for the process (their pointers are plan constants)
 _tls = threading.local()
+
+
+def pin(t) -> None:
+    """Keep t alive for the process and let plans pass its pointer as a constant: a workspace a kernel
+    reuses on every call (the dynamic schedulers' self-resetting block counters)."""
+    _PINNED[t.data_ptr()] = t
 _stats = {"hits": 0, "slow": 0, "planned_launches": 0, "planned_direct": 0}
 
 
@@ -463,6 +470,8 @@ class _Step:
             elif isinstance(ty, str) and ty.startswith("*"):
                 if v is None:
                     template.append(None)
+                elif isinstance(v, torch.Tensor) and _PINNED.get(v.data_ptr()) is v:
+                    template.append(v.data_ptr())  # a pinned workspace: the same pointer every call
                 elif isinstance(v, torch.Tensor):
                     j, off = operands.locate(v)
                     self.ptr_slots.append((len(template), j, off))

@@ -82,3 +82,32 @@ def test_record_stamps_keeps_the_blocks_each_program_ran():
     ns = out["3"]["ns"]
     assert [len(p) for p in ns] == [5, 4, 4] and ns[0][0] == [0, 40, 90] and ns[2][3] == [302, 342, 392]
     assert out["3"]["config"]["num_stages"] == 3
+
+
+@pytest.mark.parametrize("variant", ["gluon-pipelined", "gluon-ws"])
+@pytest.mark.parametrize("op", OPS)
+def test_dynamic_schedule_census(variant, op):
+    """schedule="dynamic": the row blocks come from a global atomic counter — relaxed atom.add (and the
+    last CTA's atom.exch reset) issued from one thread, broadcast inside the partition (bar.warp.sync in
+    the 1-warp producer, no CTA-wide barrier there); same ring otherwise, no spills. Static: no atomics."""
+    import re
+    from gluon_lab import registry
+    v = registry.get_variant(op, variant)
+    shape = {"M": 16384, "N": 4096}
+    for sched in ("static", "dynamic"):
+        cfg = v.resolve(shape, "bfloat16", {"schedule": sched})
+        assert cfg.schedule == sched
+        spec = v.codegen(shape, "bfloat16", config=cfg)
+        k = codegen.compile_sm90(**{a: b for a, b in spec.items() if a != "options"})
+        ptx = k.asm["ptx"]
+        adds = len(re.findall(r"atom\.global\.gpu\.relaxed\.add\.u32", ptx))
+        xchg = len(re.findall(r"atom\.global\.gpu\.relaxed\.exch\.b32", ptx))
+        if sched == "static":
+            assert adds == xchg == 0
+        else:  # one grab site per prologue slot + the loop's (pipelined); the producer's loop (ws)
+            want = cfg.num_stages if variant == "gluon-pipelined" else 1
+            assert adds == xchg == want, (adds, xchg, want)
+            assert spec["signature"]["c_ptr"] == "*i32"
+        assert codegen.census(k)["spill_bytes"] == 0
+    with pytest.raises(ValueError, match="schedule must be 'static' or 'dynamic'"):
+        P._dynamic(P.PipeConfig(8, 1, 3, 1, schedule="greedy"))

@@ -52,3 +52,69 @@ def test_timeline_stamps_are_ordered(stages):
         assert (t[p, :n, 0] <= t[p, :n, 1]).all() and (t[p, :n, 1] <= t[p, :n, 2]).all()
         assert (t[p, 1:n, 0] >= t[p, :n - 1, 2]).all()  # blocks run in order
     assert bench.compare(y, bench.reference_outputs("rms_norm", (x, w)), "bfloat16")["passed"]
+
+
+DYN_CASES = [(v, op, dt, N, M) for v in ("gluon-pipelined", "gluon-ws") for op in OPS for dt in ("bfloat16", "float32")
+             for N in (1000, 5120) for M in (1, 3, 1001, 5000)]
+
+
+@pytest.mark.parametrize("variant,op,dtype,N,M", DYN_CASES, ids=str)
+def test_dynamic_schedule_matches_float64_and_resets_its_counter(variant, op, dtype, N, M):
+    """schedule='dynamic' (row blocks from the atomic counter) on every row norm, ragged M (fewer blocks than
+    CTAs too), outputs poisoned: every block is normalized once; the launch leaves its counter at 0."""
+    import torch
+    from gluon_lab import bench, registry
+    from gluon_lab.kernels import pipelined as P
+    v = registry.get_variant(op, variant)
+    cfg = v.resolve({"M": M, "N": N}, dtype, {"schedule": "dynamic"})
+    for seed in (1, 2):  # twice: the second launch starts from the counter the first one reset
+        inputs = bench.make_inputs(op, {"M": M, "N": N}, dtype, seed=seed + N + M)
+        res = bench.check_correctness(op, variant, inputs, config=cfg)
+        assert res["passed"], (cfg, res)
+        torch.cuda.synchronize()
+        assert P.block_counter(inputs[0].device).item() == 0
+
+
+@pytest.mark.parametrize("variant", ["gluon-pipelined", "gluon-ws"])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_dynamic_schedule_stages_graphs_and_fast_path(variant, stages):
+    """Every ring depth; a CUDA graph replayed 5 times (the counter resets inside each replay); the fast path
+    plans a dynamic launch (the pinned counter is a constant) and its replay equals the full path bit for bit."""
+    import torch
+    import gluon_lab as gll
+    from gluon_lab import api, bench, fastpath, registry, specs
+    M, N = 4099, 4096
+    v = registry.get_variant("rms_norm", variant)
+    cfg = v.resolve({"M": M, "N": N}, "bfloat16", {"schedule": "dynamic", "num_stages": stages})
+    x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, "bfloat16", seed=stages)
+    ref = bench.reference_outputs("rms_norm", (x, w))
+    y = v.fn(x, w, eps=1e-6, config=cfg)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = v.fn(x, w, eps=1e-6, config=cfg)
+    for _ in range(5):
+        y.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert bench.compare(y, ref, "bfloat16")["passed"]
+    if stages == 3:  # through the public API with the heuristic made dynamic: a launches plan, replayed
+        import dataclasses
+        from gluon_lab.kernels import pipelined as P, warp_specialized as W
+        spec = specs.get("rms_norm")
+        cls = P.PipeConfig if variant == "gluon-pipelined" else W.WsNormConfig
+        orig = cls.heuristic
+        fastpath.clear()
+        try:
+            cls.heuristic = classmethod(lambda c, *a, **k: dataclasses.replace(orig(*a, **k), schedule="dynamic"))
+            first = gll.rms_norm(x, w, variant=variant)
+            plan = fastpath.plan_of("rms_norm", x, w, variant=variant)
+            assert plan is not None and plan.kind == "launches", (plan, fastpath.stats().get("last_unplannable"))
+            x2, w2 = bench.make_inputs("rms_norm", {"M": M, "N": N}, "bfloat16", seed=99)
+            got = gll.rms_norm(x2, w2, variant=variant)
+            want = api.slow_call(spec, (x2, w2), dict(spec.scalars), variant)
+            torch.cuda.synchronize()
+            assert torch.equal(got, want) and not torch.isnan(got).any() and first.shape == got.shape
+            assert P.block_counter(x.device).item() == 0
+        finally:
+            cls.heuristic = orig
+            fastpath.clear()

@@ -112,16 +112,61 @@ def globaltimer():
     return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
 
 
+@gluon.jit
+def grab_block(c_ptr, done, n_blocks, nprog):
+    """The dynamic scheduler: this CTA's next row block from the atomic counter at c_ptr (one relaxed
+    atomic per call; Triton issues a scalar atomic from one thread and broadcasts it), or n_blocks once
+    the blocks are gone. A CTA stops grabbing after its first miss (done), so a launch makes exactly
+    n_blocks + nprog grabs: the one that reads n_blocks + nprog - 1 is the last and resets the counter to 0
+    for the next launch (stream order: the next launch starts after this one ended)."""
+    blk = n_blocks
+    if not done:
+        g = gl.atomic_add(c_ptr, 1, sem="relaxed")
+        if g < n_blocks:
+            blk = g
+        else:
+            done = g >= n_blocks
+            if g == n_blocks + nprog - 1:
+                gl.atomic_xchg(c_ptr, 0, sem="relaxed")
+    return blk, done
+
+
+@gluon.jit
+def _ring_step(xbufs, rbufs, wbufs, bbufs, bars, i, row0, M, N, y_ptr, y_stride, s_ptr, s_stride, eps, rows0, cols0,
+               t_ptr, pid, STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+               NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr, INSTRUMENT: gl.constexpr, L: gl.constexpr):
+    """This CTA's i-th block (rows row0 ..): wait for its slot, reduce / normalize / store (norm_block),
+    the INSTRUMENT stamps."""
+    slot = i % NUM_STAGES
+    if INSTRUMENT:
+        t0 = globaltimer()
+    mbarrier.wait(bars.index(slot), (i // NUM_STAGES) & 1)
+    if INSTRUMENT:
+        t1 = globaltimer()
+    norm_block(xbufs, rbufs, wbufs, bbufs, slot * NUM_CHUNKS, row0, M, N, y_ptr, y_stride, s_ptr, s_stride, eps, rows0,
+               cols0, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, L)
+    if INSTRUMENT:
+        if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
+            t2 = globaltimer()
+            base_t = (pid * TRACE_ITERS + i) * 3
+            gl.store(t_ptr + base_t, t0)
+            gl.store(t_ptr + base_t + 1, t1)
+            gl.store(t_ptr + base_t + 2, t2)
+
+
 @gluon.jit(do_not_specialize=["M", "eps"])
 def pipelined_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps, N_v, t_ptr,
-                          STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                          NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr, INSTRUMENT: gl.constexpr,
-                          FENCE: gl.constexpr, num_warps: gl.constexpr):
+                          c_ptr, STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr,
+                          HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                          INSTRUMENT: gl.constexpr, FENCE: gl.constexpr, DYNAMIC: gl.constexpr,
+                          num_warps: gl.constexpr):
     """Absent operands are None (r_desc / s_ptr without a residual, w_desc / b_desc without the
-    op's weight / bias, t_ptr without INSTRUMENT). INSTRUMENT: the first TRACE_CTAS programs write,
-    per block i < TRACE_ITERS, three %globaltimer stamps to t_ptr[pid, i, :] — before the slot
-    wait, when the data is there, after the stores were issued — so the notebook can draw a
-    measured timeline (stall = ready - before)."""
+    op's weight / bias, t_ptr without INSTRUMENT, c_ptr without DYNAMIC). INSTRUMENT: the first
+    TRACE_CTAS programs write, per block i < TRACE_ITERS, three %globaltimer stamps to
+    t_ptr[pid, i, :] — before the slot wait, when the data is there, after the stores were issued —
+    so the notebook can draw a measured timeline (stall = ready - before). DYNAMIC: the row blocks
+    come from an atomic counter (grab_block) instead of the static round-robin pid, pid + grid, ...:
+    a CTA that finishes early takes more blocks, so the grid ends together (the static grid's tail)."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     CHUNK: gl.constexpr = x_desc.block_type.shape[1]
     dtype: gl.constexpr = x_desc.dtype
@@ -146,42 +191,57 @@ def pipelined_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_str
     mbarrier.init(wbar, count=1)
 
     _load_params(w_desc, b_desc, wbufs, bbufs, wbar, NUM_CHUNKS, HAS_W, HAS_B)
-    # prologue: NUM_STAGES - 1 blocks in flight (predicated off past this CTA's last block)
-    for p in gl.static_range(NUM_STAGES - 1):
-        _load_block(x_desc, r_desc, xbufs, rbufs, bars, p, (pid + p * nprog) * R, p < n_my, NUM_CHUNKS, HAS_RESIDUAL)
-
     rows0 = gl.arange(0, R, layout=gl.SliceLayout(1, L))
     cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
-    if HAS_W:
-        mbarrier.wait(wbar, 0)
-
-    for i in range(n_my):
-        # refill the slot block i-1 used: its smem reads are done (same warps, program order; the
-        # compiler puts a CTA barrier before the TMA issue). A residual op also WROTE s into that
-        # slot (generic proxy): a proxy fence must order that before the TMA (async proxy) write.
-        # For read-only slots the fence is the FENCE knob: the 03 timeline showed a ~0.8 us gap
-        # between a block's last store and the next wait, which a fence.proxy.async behind
-        # outstanding global stores would explain.
-        j = i + NUM_STAGES - 1
-        if FENCE or HAS_RESIDUAL:
-            fence_async_shared()
-        _load_block(x_desc, r_desc, xbufs, rbufs, bars, j % NUM_STAGES, (pid + j * nprog) * R, j < n_my, NUM_CHUNKS,
-                    HAS_RESIDUAL)
-        slot = i % NUM_STAGES
-        if INSTRUMENT:
-            t0 = globaltimer()
-        mbarrier.wait(bars.index(slot), (i // NUM_STAGES) & 1)
-        if INSTRUMENT:
-            t1 = globaltimer()
-        norm_block(xbufs, rbufs, wbufs, bbufs, slot * NUM_CHUNKS, (pid + i * nprog) * R, M, N, y_ptr, y_stride, s_ptr,
-                   s_stride, eps, rows0, cols0, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, L)
-        if INSTRUMENT:
-            if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
-                t2 = globaltimer()
-                base_t = (pid * TRACE_ITERS + i) * 3
-                gl.store(t_ptr + base_t, t0)
-                gl.store(t_ptr + base_t + 1, t1)
-                gl.store(t_ptr + base_t + 2, t2)
+    if not DYNAMIC:
+        # prologue: NUM_STAGES - 1 blocks in flight (predicated off past this CTA's last block)
+        for p in gl.static_range(NUM_STAGES - 1):
+            _load_block(x_desc, r_desc, xbufs, rbufs, bars, p, (pid + p * nprog) * R, p < n_my, NUM_CHUNKS,
+                        HAS_RESIDUAL)
+        if HAS_W:
+            mbarrier.wait(wbar, 0)
+        for i in range(n_my):
+            # refill the slot block i-1 used: its smem reads are done (same warps, program order; the
+            # compiler puts a CTA barrier before the TMA issue). A residual op also WROTE s into that
+            # slot (generic proxy): a proxy fence must order that before the TMA (async proxy) write.
+            # For read-only slots the fence is the FENCE knob: the 03 timeline showed a ~0.8 us gap
+            # between a block's last store and the next wait, which a fence.proxy.async behind
+            # outstanding global stores would explain.
+            j = i + NUM_STAGES - 1
+            if FENCE or HAS_RESIDUAL:
+                fence_async_shared()
+            _load_block(x_desc, r_desc, xbufs, rbufs, bars, j % NUM_STAGES, (pid + j * nprog) * R, j < n_my,
+                        NUM_CHUNKS, HAS_RESIDUAL)
+            _ring_step(xbufs, rbufs, wbufs, bbufs, bars, i, (pid + i * nprog) * R, M, N, y_ptr, y_stride, s_ptr,
+                       s_stride, eps, rows0, cols0, t_ptr, pid, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS,
+                       NUM_STAGES, INSTRUMENT, L)
+    else:
+        # the block of each ring slot in shared memory (every thread writes the broadcast value; a slot is
+        # rewritten one block after it was read, with norm_block's CTA barriers in between)
+        IL: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        idx = gl.allocate_shared_memory(gl.int32, [NUM_STAGES, 1], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        done = pid < 0
+        for p in gl.static_range(NUM_STAGES - 1):
+            blk, done = grab_block(c_ptr, done, n_blocks, nprog)
+            idx.index(p).store(gl.full([1], 0, gl.int32, IL) + blk)
+            _load_block(x_desc, r_desc, xbufs, rbufs, bars, p, blk * R, blk < n_blocks, NUM_CHUNKS, HAS_RESIDUAL)
+        if HAS_W:
+            mbarrier.wait(wbar, 0)
+        i = 0
+        cur = gl.max(idx.index(0).load(IL), axis=0)
+        while cur < n_blocks:
+            j = i + NUM_STAGES - 1
+            if FENCE or HAS_RESIDUAL:
+                fence_async_shared()
+            blk, done = grab_block(c_ptr, done, n_blocks, nprog)
+            idx.index(j % NUM_STAGES).store(gl.full([1], 0, gl.int32, IL) + blk)
+            _load_block(x_desc, r_desc, xbufs, rbufs, bars, j % NUM_STAGES, blk * R, blk < n_blocks, NUM_CHUNKS,
+                        HAS_RESIDUAL)
+            _ring_step(xbufs, rbufs, wbufs, bbufs, bars, i, cur * R, M, N, y_ptr, y_stride, s_ptr, s_stride, eps,
+                       rows0, cols0, t_ptr, pid, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES,
+                       INSTRUMENT, L)
+            i += 1
+            cur = gl.max(idx.index(i % NUM_STAGES).load(IL), axis=0)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(bars.index(i))
     mbarrier.invalidate(wbar)
@@ -196,6 +256,7 @@ class PipeConfig:
     num_stages: int  # ring depth
     ctas_per_sm: int  # persistent grid = min(row blocks, ctas_per_sm x SMs)
     fence: bool = True  # proxy fence before each refill also for read-only slots (residual ops: always)
+    schedule: str = "static"  # row blocks: "static" round-robin (pid, pid + grid, ...) or "dynamic" (atomic counter)
 
     def smem_bytes(self, op, N: int, dtype: str) -> int:
         row, _ = rowio.resolve(op)
@@ -204,7 +265,8 @@ class PipeConfig:
         nc = cdiv(N, chunk)
         slot = nc * self.rows * chunk * e * (2 if row.residual else 1)
         params = nc * chunk * e * (row.weight + row.bias)
-        return self.num_stages * slot + params + SMEM_RESERVE
+        idx = 4 * self.num_stages if self.schedule == "dynamic" else 0  # the dynamic schedule's block per slot
+        return self.num_stages * slot + params + idx + SMEM_RESERVE
 
     def fits_sm(self, op, N: int, dtype: str) -> bool:
         """Are ctas_per_sm CTAs resident at once? Shared memory (SM_SMEM per SM, CTA_SMEM_OVERHEAD of
@@ -251,6 +313,7 @@ class PipeConfig:
         if cfg.smem_bytes(row, N, dtype) > SMEM_LIMIT:
             raise ValueError(f"gluon-pipelined config {cfg} needs {cfg.smem_bytes(row, N, dtype)} B of shared memory "
                              f"(limit {SMEM_LIMIT}) for N={N} {dtype}")
+        _dynamic(cfg)  # the schedule's rules
         return cfg
 
 
@@ -289,15 +352,43 @@ def ring_launch(row, x, residual, weight, bias, eps: float, out, cfg, trace):
     w_desc = descriptor(weight.view(1, N), [1, chunk], lay) if row.weight else None
     b_desc = descriptor(bias.view(1, N), [1, chunk], lay) if row.bias else None
     grid = (max(1, min(cdiv(M, cfg.rows), cfg.ctas_per_sm * num_sms(x.device))), )
+    counter = block_counter(x.device) if _dynamic(cfg) else None
     args = (x_desc, r_desc, w_desc, b_desc, y2, s2, M, y2.stride(0) // v, s2.stride(0) // v if row.residual else 0,
-            eps, N // v, trace)
+            eps, N // v, trace, counter)
     return rowio.outputs(row, y, s), grid, args, _ring_constexprs(row, N, dt, cfg, trace is not None)
+
+
+def _dynamic(cfg) -> bool:
+    if cfg.schedule not in ("static", "dynamic"):
+        raise ValueError(f"{type(cfg).__name__}.schedule must be 'static' or 'dynamic'; got {cfg.schedule!r}")
+    if cfg.schedule == "dynamic" and cfg.num_stages < 2:
+        raise ValueError(f"{type(cfg).__name__}: schedule 'dynamic' needs num_stages >= 2 (a block is grabbed one "
+                         f"slot ahead of its use); got {cfg.num_stages}")
+    return cfg.schedule == "dynamic"
+
+
+_COUNTERS: dict = {}
+
+
+def block_counter(device):
+    """The dynamic schedule's int32 block counter for the current stream of device: allocated zero once,
+    reset to zero by the last CTA of every launch (grab_block), pinned for the fast path (its pointer is a
+    constant of a plan). One per (device, stream): launches on one stream are ordered; two streams running
+    dynamic kernels at once must not share a counter."""
+    import torch
+    from .. import fastpath
+    key = (torch.device(device).index, torch.cuda.current_stream(device).cuda_stream)
+    c = _COUNTERS.get(key)
+    if c is None:
+        c = _COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
+        fastpath.pin(c)
+    return c
 
 
 def _ring_constexprs(row, N: int, dtype: str, cfg, instrument: bool) -> dict:
     return dict(STATS=norm_math.stats_hooks(row), HAS_W=row.weight, HAS_B=row.bias, HAS_RESIDUAL=row.residual,
                 NUM_CHUNKS=cdiv(N, vec(dtype) * 32 * cfg.num_warps), NUM_STAGES=cfg.num_stages, INSTRUMENT=instrument,
-                num_warps=cfg.num_warps)
+                DYNAMIC=_dynamic(cfg), num_warps=cfg.num_warps)
 
 
 def launch(op, x, residual, weight, bias, eps: float, out=None, config: PipeConfig | None = None, trace=None):
@@ -326,7 +417,7 @@ def ring_codegen_args(row, N: int, dtype: str, cfg, instrument: bool) -> tuple:
     args = {"x_desc": xd, "r_desc": xd if row.residual else None, "w_desc": wd if row.weight else None,
             "b_desc": wd if row.bias else None, "y_ptr": ptr, "s_ptr": ptr if row.residual else None, "M": "i32",
             "y_stride_v": nv, "s_stride_v": nv if row.residual else 0, "eps": "fp32", "N_v": nv,
-            "t_ptr": "*i64" if instrument else None}
+            "t_ptr": "*i64" if instrument else None, "c_ptr": "*i32" if _dynamic(cfg) else None}
     return args, _ring_constexprs(row, N, dtype, cfg, instrument)
 
 
@@ -360,7 +451,8 @@ def ring_hooks(heuristic, codegen_spec):
 # ----------------------------------------------------------------------------------------------
 # registration: gluon-pipelined for every row norm (the matmul one is in gemm.py)
 
-KNOBS = {"num_stages": (1, 2, 3, 4), "rows": (1, 2, 4), "ctas_per_sm": (1, 2, 3, 4, 6), "fence": (True, False)}
+KNOBS = {"num_stages": (1, 2, 3, 4), "rows": (1, 2, 4), "ctas_per_sm": (1, 2, 3, 4, 6), "fence": (True, False),
+         "schedule": ("static", "dynamic")}
 # the 03 plan's stages study, pipe-sweep and fence study (experiments.PipelinedPlan)
 
 
@@ -368,5 +460,5 @@ configure, codegen = ring_hooks(PipeConfig.heuristic, codegen_spec)
 
 rowio.register_row_variants(
     "gluon-pipelined", pattern="pipelined", launch=launch, check=check, configure=configure, codegen=codegen,
-    knobs=KNOBS, roots=(pipelined_norm_kernel, PipeConfig, norm_math.STATS_HOOKS),
+    knobs=KNOBS, roots=(pipelined_norm_kernel, PipeConfig, block_counter, norm_math.STATS_HOOKS),
     description="persistent CTAs walk row blocks through a NUM_STAGES TMA ring; weights loaded once per CTA")

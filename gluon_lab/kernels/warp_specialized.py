@@ -32,7 +32,8 @@ from . import gemm, norm_math, rowio
 from .gemm import GemmConfig, _tile_coords, _tile_space, prepare
 from .hopper import REGS_PER_SM, SMEM_LIMIT, dtype_name, kernel_spec
 from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_params, check_ring, globaltimer,
-                        norm_block, ring_buffers, ring_codegen_args, ring_hooks, ring_launch)
+                        norm_block, ring_buffers, ring_codegen_args, ring_hooks, ring_launch, grab_block,
+                        block_counter)
 
 
 @gluon.jit
@@ -155,30 +156,61 @@ def _block_range(M, R: gl.constexpr):
 
 
 @gluon.jit
-def _wsn_producer(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, M, t_ptr, HAS_RESIDUAL: gl.constexpr,
-                  NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr, INSTRUMENT: gl.constexpr):
-    R: gl.constexpr = x_desc.block_type.shape[0]
-    pid, nprog, n_my = _block_range(M, R)
-    for i in range(n_my):
-        slot = i % NUM_STAGES
-        if INSTRUMENT:
-            t0 = globaltimer()
-        mbarrier.wait(empty_bars.index(slot), ((i // NUM_STAGES) & 1) ^ 1)  # fresh barrier: passes
-        _load_block(x_desc, r_desc, xbufs, rbufs, full_bars, slot, (pid + i * nprog) * R, True, NUM_CHUNKS,
-                    HAS_RESIDUAL)
-        if INSTRUMENT:
-            if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
-                t1 = globaltimer()
-                base_t = (pid * TRACE_ITERS + i) * TRACE_FIELDS
-                gl.store(t_ptr + base_t, t0)
-                gl.store(t_ptr + base_t + 1, t1)
+def _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, i, row0, pred, t_ptr, pid,
+                 HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 INSTRUMENT: gl.constexpr):
+    """The producer's i-th block: wait for its slot to be EMPTY, issue its boxes (completing on FULL); pred
+    False (the dynamic schedule's end) arrives on FULL with no bytes instead."""
+    slot = i % NUM_STAGES
+    if INSTRUMENT:
+        t0 = globaltimer()
+    mbarrier.wait(empty_bars.index(slot), ((i // NUM_STAGES) & 1) ^ 1)  # fresh barrier: passes
+    if pred:
+        _load_block(x_desc, r_desc, xbufs, rbufs, full_bars, slot, row0, True, NUM_CHUNKS, HAS_RESIDUAL)
+    else:
+        mbarrier.arrive(full_bars.index(slot))
+    if INSTRUMENT:
+        if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
+            t1 = globaltimer()
+            base_t = (pid * TRACE_ITERS + i) * TRACE_FIELDS
+            gl.store(t_ptr + base_t, t0)
+            gl.store(t_ptr + base_t + 1, t1)
 
 
 @gluon.jit
-def _wsn_consumer(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps,
-                  N_v, t_ptr, STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr,
+def _wsn_producer(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, idx_smem, M, t_ptr, c_ptr,
                   HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                  INSTRUMENT: gl.constexpr, num_warps: gl.constexpr):
+                  INSTRUMENT: gl.constexpr, DYNAMIC: gl.constexpr):
+    """1 warp. Static: this CTA's blocks pid, pid + grid, ... DYNAMIC: the producer owns the schedule — per
+    block it grabs the next one from the atomic counter (grab_block) and writes its index to idx_smem[slot]
+    before the FULL arrival (release / acquire through the mbarrier); the first miss writes n_blocks there
+    (the consumer's stop) and arrives with no bytes."""
+    R: gl.constexpr = x_desc.block_type.shape[0]
+    pid, nprog, n_my = _block_range(M, R)
+    if not DYNAMIC:
+        for i in range(n_my):
+            _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, i, (pid + i * nprog) * R, True, t_ptr,
+                         pid, HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT)
+    else:
+        PL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        n_blocks = gl.cdiv(M, R)
+        done = pid < 0
+        i = 0
+        while not done:
+            blk, done = grab_block(c_ptr, done, n_blocks, nprog)
+            slot = i % NUM_STAGES
+            mbarrier.wait(empty_bars.index(slot), ((i // NUM_STAGES) & 1) ^ 1)
+            idx_smem.index(slot).store(gl.full([1], 0, gl.int32, PL) + blk)
+            _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, i, blk * R, blk < n_blocks, t_ptr, pid,
+                         HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT)
+            i += 1
+
+
+@gluon.jit
+def _wsn_consumer(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, idx_smem, y_ptr, s_ptr, M, y_stride_v,
+                  s_stride_v, eps, N_v, t_ptr, STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr,
+                  HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  INSTRUMENT: gl.constexpr, DYNAMIC: gl.constexpr, num_warps: gl.constexpr):
     R: gl.constexpr = xbufs.shape[1]
     CHUNK: gl.constexpr = xbufs.shape[2]
     dtype: gl.constexpr = xbufs.dtype
@@ -191,40 +223,72 @@ def _wsn_consumer(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, y_ptr, s_pt
     pid, nprog, n_my = _block_range(M, R)
     rows0 = gl.arange(0, R, layout=gl.SliceLayout(1, L))
     cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
-    for i in range(n_my):
-        slot = i % NUM_STAGES
-        if INSTRUMENT:
-            t2 = globaltimer()
-        mbarrier.wait(full_bars.index(slot), (i // NUM_STAGES) & 1)
-        if INSTRUMENT:
-            t3 = globaltimer()
-        norm_block(xbufs, rbufs, wbufs, bbufs, slot * NUM_CHUNKS, (pid + i * nprog) * R, M, N, y_ptr, y_stride, s_ptr,
-                   s_stride, eps, rows0, cols0, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, L)
-        # every read of the slot is done (the values are in registers): release it to the producer.
-        # A residual op wrote s into it (generic proxy) -> fence before the producer's TMA write.
-        if HAS_RESIDUAL:
-            fence_async_shared()
-        mbarrier.arrive(empty_bars.index(slot))
-        if INSTRUMENT:
-            if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
-                t4 = globaltimer()
-                base_t = (pid * TRACE_ITERS + i) * TRACE_FIELDS
-                gl.store(t_ptr + base_t + 2, t2)
-                gl.store(t_ptr + base_t + 3, t3)
-                gl.store(t_ptr + base_t + 4, t4)
+    if not DYNAMIC:
+        for i in range(n_my):
+            _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, i, pid + i * nprog, M, N, y_ptr, y_stride,
+                         s_ptr, s_stride, eps, rows0, cols0, t_ptr, pid, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS,
+                         NUM_STAGES, INSTRUMENT, L)
+    else:
+        IL: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        n_blocks = gl.cdiv(M, R)
+        i = 0
+        go = pid >= 0
+        while go:
+            slot = i % NUM_STAGES
+            mbarrier.wait(full_bars.index(slot), (i // NUM_STAGES) & 1)  # the block index came with the data
+            blk = gl.max(idx_smem.index(slot).load(IL), axis=0)
+            go = blk < n_blocks
+            if go:
+                _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, i, blk, M, N, y_ptr, y_stride, s_ptr,
+                             s_stride, eps, rows0, cols0, t_ptr, pid, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS,
+                             NUM_STAGES, INSTRUMENT, L)
+            i += 1
+
+
+@gluon.jit
+def _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, i, blk, M, N, y_ptr, y_stride, s_ptr, s_stride, eps,
+                 rows0, cols0, t_ptr, pid, STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr,
+                 HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 INSTRUMENT: gl.constexpr, L: gl.constexpr):
+    """The consumer's i-th block (row block blk): wait FULL (the dynamic path waited already: a second wait
+    on the same completed phase passes at once), normalize, release the slot."""
+    R: gl.constexpr = xbufs.shape[1]
+    slot = i % NUM_STAGES
+    if INSTRUMENT:
+        t2 = globaltimer()
+    mbarrier.wait(full_bars.index(slot), (i // NUM_STAGES) & 1)
+    if INSTRUMENT:
+        t3 = globaltimer()
+    norm_block(xbufs, rbufs, wbufs, bbufs, slot * NUM_CHUNKS, blk * R, M, N, y_ptr, y_stride, s_ptr, s_stride, eps,
+               rows0, cols0, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, L)
+    # every read of the slot is done (the values are in registers): release it to the producer.
+    # A residual op wrote s into it (generic proxy) -> fence before the producer's TMA write.
+    if HAS_RESIDUAL:
+        fence_async_shared()
+    mbarrier.arrive(empty_bars.index(slot))
+    if INSTRUMENT:
+        if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
+            t4 = globaltimer()
+            base_t = (pid * TRACE_ITERS + i) * TRACE_FIELDS
+            gl.store(t_ptr + base_t + 2, t2)
+            gl.store(t_ptr + base_t + 3, t3)
+            gl.store(t_ptr + base_t + 4, t4)
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])
-def ws_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps, N_v, t_ptr,
+def ws_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, s_stride_v, eps, N_v, t_ptr, c_ptr,
                    STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
                    NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr, INSTRUMENT: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                   DYNAMIC: gl.constexpr, PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
     """pipelined_norm_kernel's arguments (absent operands None), split into partitions."""
     # every buffer and barrier is allocated (and the weights loaded) before the fork
     xbufs, rbufs, wbufs, bbufs = ring_buffers(x_desc, NUM_CHUNKS, NUM_STAGES, HAS_W, HAS_B, HAS_RESIDUAL)
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     wbar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    # the dynamic schedule's block index per ring slot (producer -> consumer)
+    idx_smem = gl.allocate_shared_memory(gl.int32, [NUM_STAGES if DYNAMIC else 1, 1],
+                                         gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(empty_bars.index(i), count=1)
         mbarrier.init(full_bars.index(i), count=1)
@@ -233,11 +297,11 @@ def ws_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, 
     if HAS_W:
         mbarrier.wait(wbar, 0)
     gl.warp_specialize([
-        (_wsn_consumer, (xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, y_ptr, s_ptr, M, y_stride_v, s_stride_v,
-                         eps, N_v, t_ptr, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT,
-                         num_warps)),
-        (_wsn_producer, (x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, M, t_ptr, HAS_RESIDUAL, NUM_CHUNKS,
-                         NUM_STAGES, INSTRUMENT)),
+        (_wsn_consumer, (xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, idx_smem, y_ptr, s_ptr, M, y_stride_v,
+                         s_stride_v, eps, N_v, t_ptr, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES,
+                         INSTRUMENT, DYNAMIC, num_warps)),
+        (_wsn_producer, (x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, idx_smem, M, t_ptr, c_ptr, HAS_RESIDUAL,
+                         NUM_CHUNKS, NUM_STAGES, INSTRUMENT, DYNAMIC)),
     ], [1], [PRODUCER_REGS])
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(empty_bars.index(i))
@@ -256,6 +320,7 @@ class WsNormConfig:
     num_stages: int
     ctas_per_sm: int
     producer_regs: int = 40  # 24 (the setmaxnreg minimum) spilled in the add_rms_norm producer (2 descriptors)
+    schedule: str = "static"  # "dynamic": the producer takes row blocks from an atomic counter (grab_block)
 
     def threads(self) -> int:
         return 32 * (self.num_warps + 4)
@@ -267,7 +332,7 @@ class WsNormConfig:
         return min(255, REGS_PER_SM // (self.ctas_per_sm * self.threads()) // 8 * 8)
 
     def as_pipe(self) -> PipeConfig:
-        return PipeConfig(self.num_warps, self.rows, self.num_stages, self.ctas_per_sm)
+        return PipeConfig(self.num_warps, self.rows, self.num_stages, self.ctas_per_sm, schedule=self.schedule)
 
     def smem_bytes(self, op, N: int, dtype: str) -> int:
         return self.as_pipe().smem_bytes(op, N, dtype) + 8 * self.num_stages  # + the EMPTY barriers
@@ -279,6 +344,8 @@ class WsNormConfig:
                              f"partition of a warp-specialized kernel); got {self.num_warps}")
         if not 24 <= self.producer_regs <= 256 or self.producer_regs % 8:
             raise ValueError(f"WsNormConfig.producer_regs must be a multiple of 8 in 24..256; got {self.producer_regs}")
+        from .pipelined import _dynamic
+        _dynamic(self)  # the schedule's rules
         if self.smem_bytes(op, N, dtype) > SMEM_LIMIT:
             raise ValueError(f"{self} needs {self.smem_bytes(op, N, dtype)} B of shared memory (limit {SMEM_LIMIT}) "
                              f"for N={N} {dtype} {label}")
@@ -343,13 +410,13 @@ def norm_codegen_spec(op, N: int, dtype: str, cfg: WsNormConfig | None = None, i
 # registration: gluon-ws for every row norm
 
 NORM_KNOBS = {"producer_regs": (24, 40, 56), "num_warps": (4, 8), "num_stages": (2, 3, 4), "rows": (1, 2, 4),
-              "ctas_per_sm": (1, 2, 3, 4)}  # the 04 norm-sweep's axes (experiments.WarpSpecializedPlan) + the ring's
+              "ctas_per_sm": (1, 2, 3, 4), "schedule": ("static", "dynamic")}  # the 04 norm-sweep's axes (experiments.WarpSpecializedPlan) + the ring's
 
 
 configure_norm, codegen_norm = ring_hooks(WsNormConfig.heuristic, norm_codegen_spec)
 
 rowio.register_row_variants(
     "gluon-ws", pattern="warp-specialized", launch=launch_norm, check=check_norm, configure=configure_norm,
-    codegen=codegen_norm, knobs=NORM_KNOBS, roots=(ws_norm_kernel, WsNormConfig, norm_math.STATS_HOOKS),
+    codegen=codegen_norm, knobs=NORM_KNOBS, roots=(ws_norm_kernel, WsNormConfig, block_counter, norm_math.STATS_HOOKS),
     description="persistent ring split into a 1-warp TMA producer (EMPTY waits) and a consumer partition "
                 "(FULL waits, reduce, normalize, store)")
