@@ -25,6 +25,8 @@ CASES = {
     "ws-gemm": ("matmul", "gluon-ws", {"M": 300, "N": 264, "K": 520}, {}),
     "ws-norm": ("rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "ws-add-rms-norm": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
+    "pipelined-norm-dyn": ("rms_norm", "gluon-pipelined", {"M": 37, "N": 1000}, {"num_stages": 3, "schedule": "dynamic"}),
+    "ws-norm-dyn": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {"schedule": "dynamic"}),
     "conv-fprop": ("conv2d", "gluon-pipelined", {"B": 2, "Ci": 40, "Co": 72, "H": 13, "W": 11, "R": 3, "stride": 1,
                                                  "pad": 1}, {}),
     "conv-gather": ("conv2d", "gluon-gather", {"B": 2, "Ci": 24, "Co": 36, "H": 13, "W": 11, "R": 3, "stride": 2,
