@@ -68,3 +68,19 @@ def test_norm_instrumented_build_stamps_in_both_partitions():
     assert "globaltimer" not in plain.asm["ptx"]
     assert inst.asm["ptx"].count("%globaltimer") == W.TRACE_FIELDS  # 2 producer + 3 consumer reads
     assert codegen.census(inst)["spill_bytes"] == 0
+
+
+def test_norm_schedule_heuristic():
+    """The WS norm takes the dynamic schedule for RMS rows with many blocks per SM (measured faster there),
+    static for LayerNorm / L2Norm and for small grids; pattern 3's single-partition ring stays static."""
+    from gluon_lab.kernels import pipelined as P
+    h = W.WsNormConfig.heuristic
+    assert h("rms_norm", 4096, "bfloat16", 16384).schedule == "dynamic"
+    assert h("add_rms_norm", 8192, "bfloat16", 32768).schedule == "dynamic"
+    assert h("rms_norm", 4096, "bfloat16", 256).schedule == "static" and h("rms_norm", 4096, "bfloat16").schedule == "static"
+    assert h("layer_norm", 4096, "bfloat16", 32768).schedule == "static"
+    assert h("l2_norm", 4096, "bfloat16", 32768).schedule == "static"
+    assert h("rms_norm", 4096, "bfloat16", 32768, schedule="static").schedule == "static"  # a sweep's override
+    assert P.PipeConfig.heuristic("rms_norm", 4096, "bfloat16", 32768).schedule == "static"
+    with pytest.raises(ValueError, match="needs num_stages >= 2"):
+        P.PipeConfig.heuristic("rms_norm", 4096, "bfloat16", 32768, schedule="dynamic", num_stages=1)

@@ -30,8 +30,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from . import gemm, norm_math, rowio
 from .gemm import GemmConfig, _tile_coords, _tile_space, prepare
-from .hopper import REGS_PER_SM, SMEM_LIMIT, dtype_name, kernel_spec
-from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_params, check_ring, globaltimer,
+from .hopper import H200_SMS, REGS_PER_SM, SMEM_LIMIT, cdiv, dtype_name, kernel_spec
+from .pipelined import (FEW_BLOCKS_PER_SM, TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_params, check_ring, globaltimer,
                         norm_block, ring_buffers, ring_codegen_args, ring_hooks, ring_launch, grab_block,
                         block_counter)
 
@@ -156,17 +156,25 @@ def _block_range(M, R: gl.constexpr):
 
 
 @gluon.jit
-def _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, i, row0, pred, t_ptr, pid,
+def _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, idx_smem, i, blk, n_blocks, t_ptr, pid,
                  HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                 INSTRUMENT: gl.constexpr):
-    """The producer's i-th block: wait for its slot to be EMPTY, issue its boxes (completing on FULL); pred
-    False (the dynamic schedule's end) arrives on FULL with no bytes instead."""
+                 INSTRUMENT: gl.constexpr, DYNAMIC: gl.constexpr):
+    """The producer's i-th block (row block blk): wait for its slot to be EMPTY, (DYNAMIC) write blk to
+    idx_smem[slot], issue the boxes (completing on FULL); blk == n_blocks (the dynamic schedule's end)
+    arrives on FULL with no bytes instead."""
+    R: gl.constexpr = x_desc.block_type.shape[0]
     slot = i % NUM_STAGES
     if INSTRUMENT:
         t0 = globaltimer()
     mbarrier.wait(empty_bars.index(slot), ((i // NUM_STAGES) & 1) ^ 1)  # fresh barrier: passes
-    if pred:
-        _load_block(x_desc, r_desc, xbufs, rbufs, full_bars, slot, row0, True, NUM_CHUNKS, HAS_RESIDUAL)
+    if DYNAMIC:
+        # every lane writes its own copy (no two threads write one word), then a warp barrier orders all 32
+        # writes before the elected lane's FULL arrival (release) that the consumer acquires
+        PL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        idx_smem.index(slot).store(gl.full([32], 0, gl.int32, PL) + blk)
+        gl.thread_barrier()
+    if blk < n_blocks:
+        _load_block(x_desc, r_desc, xbufs, rbufs, full_bars, slot, blk * R, True, NUM_CHUNKS, HAS_RESIDUAL)
     else:
         mbarrier.arrive(full_bars.index(slot))
     if INSTRUMENT:
@@ -183,26 +191,22 @@ def _wsn_producer(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, idx_smem,
                   INSTRUMENT: gl.constexpr, DYNAMIC: gl.constexpr):
     """1 warp. Static: this CTA's blocks pid, pid + grid, ... DYNAMIC: the producer owns the schedule — per
     block it grabs the next one from the atomic counter (grab_block) and writes its index to idx_smem[slot]
-    before the FULL arrival (release / acquire through the mbarrier); the first miss writes n_blocks there
-    (the consumer's stop) and arrives with no bytes."""
+    (32 lane copies) before the FULL arrival (release / acquire through the mbarrier); the first miss writes
+    n_blocks there (the consumer's stop) and arrives with no bytes."""
     R: gl.constexpr = x_desc.block_type.shape[0]
     pid, nprog, n_my = _block_range(M, R)
+    n_blocks = gl.cdiv(M, R)
     if not DYNAMIC:
         for i in range(n_my):
-            _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, i, (pid + i * nprog) * R, True, t_ptr,
-                         pid, HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT)
+            _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, idx_smem, i, pid + i * nprog, n_blocks,
+                         t_ptr, pid, HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT, DYNAMIC)
     else:
-        PL: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-        n_blocks = gl.cdiv(M, R)
         done = pid < 0
         i = 0
         while not done:
             blk, done = grab_block(c_ptr, done, n_blocks, nprog)
-            slot = i % NUM_STAGES
-            mbarrier.wait(empty_bars.index(slot), ((i // NUM_STAGES) & 1) ^ 1)
-            idx_smem.index(slot).store(gl.full([1], 0, gl.int32, PL) + blk)
-            _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, i, blk * R, blk < n_blocks, t_ptr, pid,
-                         HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT)
+            _wsn_produce(x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, idx_smem, i, blk, n_blocks, t_ptr, pid,
+                         HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT, DYNAMIC)
             i += 1
 
 
@@ -211,6 +215,8 @@ def _wsn_consumer(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, idx_smem, y
                   s_stride_v, eps, N_v, t_ptr, STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr,
                   HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
                   INSTRUMENT: gl.constexpr, DYNAMIC: gl.constexpr, num_warps: gl.constexpr):
+    """num_warps warps. Static: this CTA's blocks in order. DYNAMIC: each block's index comes with its FULL
+    phase (idx_smem[slot]); n_blocks there ends the loop."""
     R: gl.constexpr = xbufs.shape[1]
     CHUNK: gl.constexpr = xbufs.shape[2]
     dtype: gl.constexpr = xbufs.dtype
@@ -221,58 +227,58 @@ def _wsn_consumer(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, idx_smem, y
     y_stride = y_stride_v * VEC
     s_stride = s_stride_v * VEC
     pid, nprog, n_my = _block_range(M, R)
+    n_blocks = gl.cdiv(M, R)
     rows0 = gl.arange(0, R, layout=gl.SliceLayout(1, L))
     cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
     if not DYNAMIC:
         for i in range(n_my):
-            _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, i, pid + i * nprog, M, N, y_ptr, y_stride,
-                         s_ptr, s_stride, eps, rows0, cols0, t_ptr, pid, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS,
-                         NUM_STAGES, INSTRUMENT, L)
+            _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, idx_smem, i, pid + i * nprog, n_blocks, M,
+                         N, y_ptr, y_stride, s_ptr, s_stride, eps, rows0, cols0, t_ptr, pid, STATS, HAS_W, HAS_B,
+                         HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT, DYNAMIC, num_warps, L)
     else:
-        IL: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-        n_blocks = gl.cdiv(M, R)
         i = 0
         go = pid >= 0
         while go:
-            slot = i % NUM_STAGES
-            mbarrier.wait(full_bars.index(slot), (i // NUM_STAGES) & 1)  # the block index came with the data
-            blk = gl.max(idx_smem.index(slot).load(IL), axis=0)
+            blk = _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, idx_smem, i, 0, n_blocks, M, N,
+                               y_ptr, y_stride, s_ptr, s_stride, eps, rows0, cols0, t_ptr, pid, STATS, HAS_W, HAS_B,
+                               HAS_RESIDUAL, NUM_CHUNKS, NUM_STAGES, INSTRUMENT, DYNAMIC, num_warps, L)
             go = blk < n_blocks
-            if go:
-                _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, i, blk, M, N, y_ptr, y_stride, s_ptr,
-                             s_stride, eps, rows0, cols0, t_ptr, pid, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS,
-                             NUM_STAGES, INSTRUMENT, L)
             i += 1
 
 
 @gluon.jit
-def _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, i, blk, M, N, y_ptr, y_stride, s_ptr, s_stride, eps,
-                 rows0, cols0, t_ptr, pid, STATS: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr,
-                 HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
-                 INSTRUMENT: gl.constexpr, L: gl.constexpr):
-    """The consumer's i-th block (row block blk): wait FULL (the dynamic path waited already: a second wait
-    on the same completed phase passes at once), normalize, release the slot."""
+def _wsn_consume(xbufs, rbufs, wbufs, bbufs, empty_bars, full_bars, idx_smem, i, blk, n_blocks, M, N, y_ptr, y_stride,
+                 s_ptr, s_stride, eps, rows0, cols0, t_ptr, pid, STATS: gl.constexpr, HAS_W: gl.constexpr,
+                 HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr, NUM_CHUNKS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                 INSTRUMENT: gl.constexpr, DYNAMIC: gl.constexpr, num_warps: gl.constexpr, L: gl.constexpr):
+    """The consumer's i-th block: wait FULL, (DYNAMIC) read its row block from idx_smem[slot], normalize it
+    (none at the end marker n_blocks), release the slot. Returns the block."""
     R: gl.constexpr = xbufs.shape[1]
     slot = i % NUM_STAGES
     if INSTRUMENT:
         t2 = globaltimer()
     mbarrier.wait(full_bars.index(slot), (i // NUM_STAGES) & 1)
+    if DYNAMIC:
+        IL: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        blk = gl.max(idx_smem.index(slot).load(IL), axis=0)
     if INSTRUMENT:
         t3 = globaltimer()
-    norm_block(xbufs, rbufs, wbufs, bbufs, slot * NUM_CHUNKS, blk * R, M, N, y_ptr, y_stride, s_ptr, s_stride, eps,
-               rows0, cols0, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, L)
+    if blk < n_blocks:
+        norm_block(xbufs, rbufs, wbufs, bbufs, slot * NUM_CHUNKS, blk * R, M, N, y_ptr, y_stride, s_ptr, s_stride,
+                   eps, rows0, cols0, STATS, HAS_W, HAS_B, HAS_RESIDUAL, NUM_CHUNKS, L)
     # every read of the slot is done (the values are in registers): release it to the producer.
     # A residual op wrote s into it (generic proxy) -> fence before the producer's TMA write.
     if HAS_RESIDUAL:
         fence_async_shared()
     mbarrier.arrive(empty_bars.index(slot))
     if INSTRUMENT:
-        if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
+        if (pid < TRACE_CTAS) & (i < TRACE_ITERS) & (blk < n_blocks):
             t4 = globaltimer()
             base_t = (pid * TRACE_ITERS + i) * TRACE_FIELDS
             gl.store(t_ptr + base_t + 2, t2)
             gl.store(t_ptr + base_t + 3, t3)
             gl.store(t_ptr + base_t + 4, t4)
+    return blk
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])
@@ -287,7 +293,7 @@ def ws_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, 
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     wbar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     # the dynamic schedule's block index per ring slot (producer -> consumer)
-    idx_smem = gl.allocate_shared_memory(gl.int32, [NUM_STAGES if DYNAMIC else 1, 1],
+    idx_smem = gl.allocate_shared_memory(gl.int32, [NUM_STAGES if DYNAMIC else 1, 32],
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(empty_bars.index(i), count=1)
@@ -364,7 +370,15 @@ class WsNormConfig:
         # one stage deeper than pattern 3: the 04 norm-sweep (run 20261129T182538Z) found 3-4 stages
         # 10% faster than 2 on average, 4 best at the large shapes; the producer's register budget
         # (24 / 40 / 56) and 4 vs 8 consumer warps moved the mean by < 2%.
-        cfg = cls(num_warps=nw, rows=base.rows, num_stages=base.num_stages + 1, ctas_per_sm=base.ctas_per_sm)
+        # the schedule (03 'schedule' study, run 20261201T175522Z, 6 shapes M >= 4096, bf16): the dynamic
+        # (atomic-counter) schedule ran the RMS rows (rms_norm, add_rms_norm) 3-11% faster at every shape
+        # (rms 32768 x 8192: 4117 vs 3711 GB/s; add_rms 16384 x 4096: 4003 vs 3616), reaching the one-row
+        # kernels; LayerNorm lost at 5 of 6 shapes (32768 x 8192: 3541 vs 3840), so it stays static, as do
+        # l2_norm (not measured) and grids with few blocks per SM (not measured: there the tail is the grid).
+        few = M is None or cdiv(M, base.rows) <= FEW_BLOCKS_PER_SM * H200_SMS
+        sched = "dynamic" if row.stats == "rms" and not few else "static"
+        cfg = cls(num_warps=nw, rows=base.rows, num_stages=base.num_stages + 1, ctas_per_sm=base.ctas_per_sm,
+                  schedule=sched)
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
         if "ctas_per_sm" not in overrides:  # keep >= 96 registers per thread (add_rms_norm spilled at 80)
             while cfg.ctas_per_sm > 1 and (cfg.maxnreg() < 96 or not cfg.as_pipe().fits_sm(row, N, dtype)):
