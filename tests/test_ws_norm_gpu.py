@@ -32,24 +32,34 @@ def test_knobs(op, stages, rows, ctas, regs, warps):
     assert res["passed"], (cfg, res)
 
 
-def test_partition_timeline_stamps():
+@pytest.mark.parametrize("schedule", ["static", "dynamic"])
+def test_partition_timeline_stamps(schedule):
+    """Every CTA stamps the blocks it ran (a prefix of its rows; static: exactly its round-robin share; both:
+    all blocks once in total), each block's partition stamps in order."""
     import torch
     from gluon_lab import bench
     from gluon_lab.kernels import warp_specialized as W
     from gluon_lab.kernels.pipelined import TRACE_CTAS, TRACE_ITERS
     M, N = 8192, 8192
     x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, "bfloat16", seed=1)
-    cfg = W.WsNormConfig.heuristic("rms_norm", N, "bfloat16", M)
+    cfg = W.WsNormConfig.heuristic("rms_norm", N, "bfloat16", M, schedule=schedule)
     trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * W.TRACE_FIELDS, dtype=torch.int64, device="cuda")
     y = W.launch_norm("rms_norm", x, None, w, None, 1e-6, config=cfg, trace=trace)
     torch.cuda.synchronize()
     t = trace.view(TRACE_CTAS, TRACE_ITERS, W.TRACE_FIELDS).cpu()
     n_blocks = -(-M // cfg.rows)
     grid = min(n_blocks, cfg.ctas_per_sm * torch.cuda.get_device_properties(0).multi_processor_count)
+    total = 0
     for p in range(min(TRACE_CTAS, grid)):
-        n = min(TRACE_ITERS, (n_blocks - p + grid - 1) // grid)
-        assert (t[p, :n] > 0).all() and (t[p, n:] == 0).all(), (p, n)
+        full = (t[p] > 0).all(-1)
+        n = int(full.sum())
+        assert full[:n].all() and (t[p, n:, 2:] == 0).all(), (p, n)  # a prefix (the end marker: producer stamps only)
+        if schedule == "static":
+            assert n == min(TRACE_ITERS, (n_blocks - p + grid - 1) // grid), (p, n)
+        assert n < TRACE_ITERS
+        total += n
         assert (t[p, :n, 0] <= t[p, :n, 1]).all() and (t[p, :n, 2] <= t[p, :n, 3]).all()
         assert (t[p, :n, 3] <= t[p, :n, 4]).all()
         assert (t[p, :n, 1] <= t[p, :n, 3] + 50_000).all()  # copies issued before the data is consumed (+ clock skew)
+    assert total == n_blocks
     assert bench.compare(y, bench.reference_outputs("rms_norm", (x, w)), "bfloat16")["passed"]
