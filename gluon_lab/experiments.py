@@ -747,9 +747,11 @@ def save_timeline(session, results_dir: str, notebook: str, capture, suffix: str
                                        indent=0))
 
 
-def capture_schedule_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16") -> dict:
+def capture_schedule_timeline(M: int = 4096, N: int = 8192, dtype: str = "bfloat16") -> dict:
     """Every CTA's stamps of the INSTRUMENT builds of gluon-pipelined (3 per block) and gluon-ws (5 per block)
-    rms_norm at their heuristic config, static vs dynamic schedule: {variant: {schedule: {"config", "ns"}}}."""
+    rms_norm at their heuristic config, static vs dynamic schedule: {variant: {schedule: {"config", "ns"}}}.
+    M = 4096: ~31 row blocks per CTA, so a dynamic CTA that takes more stays under TRACE_ITERS (64 blocks
+    traced per CTA; at 8192 x 8192 some dynamic CTAs ran past it and their last blocks went unrecorded)."""
     from . import bench, registry
     from .kernels.warp_specialized import TRACE_FIELDS
     shape = {"M": M, "N": N}

@@ -1069,6 +1069,109 @@ def fence_table(fe):
     return t
 
 
+# ---- the schedule study (issue 16): static round-robin vs dynamic (atomic-counter) row blocks ------
+SCHED_COLS = ("gluon-pipelined static", "gluon-pipelined dynamic", "gluon-ws static", "gluon-ws dynamic")
+
+
+def schedule_records(df):
+    """Every record of the newest run holding 'schedule' study records (the study, its baselines, the copies)."""
+    if not len(df):
+        return df.copy()
+    m = mask(study(df) == "schedule")
+    if not m.any():
+        return df.iloc[0:0].copy()
+    run = df[m].sort_values("timestamp").run_id.iloc[-1]
+    g = df[df.run_id == run].copy()
+    g["schedule"] = cm.config_value(g, "schedule")
+    return g
+
+
+def schedule_table(g):
+    """GB/s per (op, M, N): the ring variants under both schedules, the one-row kernels and Inductor, the
+    copy of the operand; ws dynamic ÷ static, ws dynamic ÷ the best other variant, and the best gluon as %
+    of the copy (same run)."""
+    if not len(g):
+        return EMPTY
+    ok = g[g.passed.astype(bool) & g.N.notna()]
+    cp = ok[ok.op == "copy"].set_index(["M", "N"])["gbps"]
+    n = ok[ok.op != "copy"].copy()
+    n["col"] = [f"{v} {s}" if isinstance(s, str) else v for v, s in zip(n.variant, n.schedule)]
+    t = n.pivot_table(index=["op", "M", "N"], columns="col", values="gbps")
+    order = [c for c in ("inductor", "gluon-tma", "gluon-chunked") + SCHED_COLS if c in t.columns]
+    t = t[order]
+    if {"gluon-ws static", "gluon-ws dynamic"} <= set(t.columns):
+        t["ws dynamic / static"] = t["gluon-ws dynamic"] / t["gluon-ws static"]
+        others = [c for c in order if c != "gluon-ws dynamic"]
+        t["ws dynamic / best other"] = t["gluon-ws dynamic"] / t[others].max(axis=1)
+    gl_cols = [c for c in order if c.startswith("gluon")]
+    copy = [cp.get((m, nn), float("nan")) for _, m, nn in t.index]
+    t["copy GB/s"] = copy
+    t["best gluon % of copy"] = 100 * t[gl_cols].max(axis=1) / t["copy GB/s"]
+    return t.round({c: 0 for c in order + ["copy GB/s"]}).round(3)
+
+
+def schedule_timeline_stats(TL):
+    """Per variant x schedule of the schedule timeline (every CTA's stamps, rms_norm at TL's M x N): CTAs, row
+    blocks per CTA, the kernel's span and how far the first CTA to finish is from the last (the tail)."""
+    if not TL:
+        return EMPTY
+    rows = []
+    for variant, by in TL["timelines"].items():
+        k = 3 if variant == "gluon-pipelined" else 5
+        for sched, t in by.items():
+            ctas = [np.asarray(c, dtype=float).reshape(-1, k) for c in t["ns"] if len(c)]
+            if not ctas:
+                continue
+            ends = np.array([c[:, -1].max() for c in ctas])
+            starts = np.array([c[:, 0].min() for c in ctas])
+            span = ends.max() - starts.min()
+            rows.append({"variant": variant, "schedule": sched, "CTAs": len(ctas),
+                         "blocks per CTA": f"{min(map(len, ctas))}–{max(map(len, ctas))}", "span (µs)": span / 1e3,
+                         "first CTA done → last (µs)": (ends.max() - ends.min()) / 1e3,
+                         "tail (% of span)": 100 * (ends.max() - ends.min()) / span})
+    return pd.DataFrame(rows).set_index(["variant", "schedule"]).round(2) if rows else EMPTY
+
+
+def schedule_finish_figure(TL):
+    """Every CTA's finish time (µs), sorted, per variant x schedule: a flat line is a grid that ends together."""
+    import matplotlib.pyplot as plt
+    if not TL:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for variant, by in TL["timelines"].items():
+        k = 3 if variant == "gluon-pipelined" else 5
+        for sched, t in by.items():
+            ends = sorted(np.asarray(c, dtype=float).reshape(-1, k)[:, -1].max() / 1e3 for c in t["ns"] if len(c))
+            ax.plot(ends, label=f"{variant} {sched}", ls="-" if sched == "dynamic" else "--")
+    ax.set_xlabel("CTA (sorted by finish)")
+    ax.set_ylabel("last block done (µs)")
+    ax.set_title(f"rms_norm {TL['M']} x {TL['N']}: when each CTA finishes (run {TL['run_id']})", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def schedule_notes(t, TLs) -> list:
+    """Takeaways of the schedule study, computed from its table and timeline."""
+    out = []
+    if len(t) and "ws dynamic / static" in t:
+        r = t["ws dynamic / static"].dropna()
+        by_op = r.groupby(level="op").agg(["min", "max"])
+        out.append("gluon-ws dynamic ÷ static: " + "; ".join(f"{op} {a:.2f}–{b:.2f}×" for op, (a, b) in by_op.iterrows()))
+        b = t["ws dynamic / best other"].dropna()
+        out.append(f"gluon-ws dynamic ÷ the best other variant in the cell: {b.min():.2f}–{b.max():.2f}× "
+                   f"({int((b >= 1).sum())} of {len(b)} cells ≥ 1.0)")
+    if len(t) and {"gluon-pipelined static", "gluon-pipelined dynamic"} <= set(t.columns):
+        r = (t["gluon-pipelined dynamic"] / t["gluon-pipelined static"]).dropna()
+        out.append(f"gluon-pipelined dynamic ÷ static: {r.min():.2f}–{r.max():.2f}× (the single-partition kernel "
+                   "waits for each atomic's broadcast: it keeps the static schedule)")
+    if len(TLs):
+        for (v, sch), row in TLs.iterrows():
+            out.append(f"timeline {v} {sch}: the first CTA finished {row['first CTA done → last (µs)']:.1f} µs before "
+                       f"the last ({row['tail (% of span)']:.1f}% of the span)")
+    return out
+
+
 # ---- L2Norm and add+RMSNorm ----------------------------------------------------------------------
 def other_grids(df, ops=None) -> dict:
     """{op: one run's records of op with pct_ceiling} for the 'others' part (ops default: other_ops())."""
