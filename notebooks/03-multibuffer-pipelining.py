@@ -283,6 +283,29 @@ fence_tab = ana.fence_table(fe)
 cm.show(ana.about(fe, "FENCE study") or ana.nodata(ctx, "the FENCE on/off study", stale), ana.table(fence_tab))
 
 # %% [markdown]
+# ### The schedule: static round-robin vs dynamic (atomic counter) row blocks
+#
+# With `schedule="dynamic"` a CTA takes its next row block from a global counter (`grab_block`: one
+# relaxed atomic per block, the last CTA's miss resets it to 0 for the next launch) instead of the
+# static `pid, pid + grid, ...`. In `gluon-ws` the producer warp owns the counter and passes each block's
+# index to the consumers in shared memory with the block's FULL arrival; in this notebook's single-partition
+# kernel the atomic's result must be broadcast to the CTA (thread 0, then a barrier) before the refill, so
+# its L2 round trip lands on every block. The `schedule` study times both variants under both schedules
+# next to the one-row kernels and Inductor at the large-M shapes, one run; the timeline traces every CTA
+# (rms_norm 4096 x 8192, ~31 blocks each) and shows how long the grid waits for its last CTA.
+
+# %%
+sch = ana.schedule_records(use)
+sch_tab = ana.schedule_table(sch)
+TLS = ana.load_schedule_timeline(ctx)
+sch_tl = ana.schedule_timeline_stats(TLS)
+cm.show(ana.about(sch, "schedule study") or ana.nodata(ctx, "the schedule study", stale), ana.table(sch_tab),
+        ana.table(sch_tl), ana.bullets(ana.schedule_notes(sch_tab, sch_tl)))
+
+# %%
+fig = ana.schedule_finish_figure(TLS)
+
+# %% [markdown]
 # ## 7. L2Norm and add+RMSNorm (bf16, M = 16384)
 
 # %%

@@ -3,7 +3,9 @@
 Measured on the H200 (notebook 03; tests/test_pipelined_gpu.py). Correct everywhere, but 3-10%
 below the one-row-per-CTA kernels at large M: the every-CTA timeline shows the static round-robin
 grid finishing with a tail (slowest CTA ~7% after the median), which the hardware scheduler avoids
-for one-row grids. Next step: a dynamic (atomic-counter) block scheduler.
+for one-row grids. schedule="dynamic" (grab_block: an atomic row-block counter) removes most of that tail
+(03 schedule timeline) but costs this single-partition kernel an exposed atomic per block, so it stays
+static here; gluon-ws's producer warp owns the counter and takes it (warp_specialized.py).
 
 One-row-per-CTA kernels (gluon-tma, gluon-chunked) expose the TMA latency of every row before any
 compute: the SM only overlaps it across CTAs. Here a persistent grid (about CTAS_PER_SM CTAs per SM)
