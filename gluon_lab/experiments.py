@@ -11,12 +11,14 @@ from dataclasses import dataclass
 
 def measure_plan(notebook: str, results_dir: str, quick: bool, cases):
     """One measurement session of a notebook: ceilings first (small ones when quick), then every
-    case, appended to the store as it goes. Returns (records, session). GLUON_LAB_EXCLUDE_VARIANTS
-    (comma-separated) leaves those variants' cases out of a run (a time-limited device call)."""
+    case, appended to the store as it goes. Returns (records, session). GLUON_LAB_EXCLUDE_VARIANTS /
+    GLUON_LAB_EXCLUDE_OPS (comma-separated) leave those variants' / ops' cases out of a run (a time-limited
+    device call)."""
     import os
     from .bench import Session
     skip = {v for v in os.environ.get("GLUON_LAB_EXCLUDE_VARIANTS", "").split(",") if v}
-    cases = [c for c in cases if c.get("variant") not in skip]
+    skip_ops = {v for v in os.environ.get("GLUON_LAB_EXCLUDE_OPS", "").split(",") if v}
+    cases = [c for c in cases if c.get("variant") not in skip and c.get("op") not in skip_ops]
     s = Session(notebook, results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
     recs = list(s.records)
     s.save()
@@ -589,7 +591,7 @@ class PipelinedPlan:
     # gluon-ws side by side with the one-row kernels and Inductor, at the large-M shapes where the static
     # grid's tail showed; 'schedule-timeline': every CTA's stamps, static vs dynamic, both variants
     schedule_shapes: tuple = ((4096, 8192), (8192, 5120), (16384, 4096), (16384, 8192), (32768, 4096), (32768, 8192))
-    schedule_ops: tuple = ("rms_norm", "add_rms_norm", "layer_norm")
+    schedule_ops: tuple = ("rms_norm", "add_rms_norm", "layer_norm")  # a time-limited re-run may take fewer
     schedule_others: tuple = ("inductor", "gluon-tma", "gluon-chunked")
     # 'ws-sweep' (pattern 4): gluon-ws GEMM register split (producer setmaxnreg) x ring depth
     ws_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096))

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import threading
+import types
 
 import torch
 
@@ -46,14 +47,17 @@ MAX_PLANS = 4096  # signatures kept (a model uses tens); beyond it the cache sta
 MAX_MAPS = 16  # CUtensorMaps kept per descriptor argument (the caching allocator cycles a few pointers)
 
 _PLANS: dict = {}
-_PINNED: dict = {}  # data_ptr -> tensor: workspaces that live for the process (their pointers are plan constants)
 _tls = threading.local()
+# data_ptr -> tensor: workspaces that live for the process (their pointers are plan constants). Held by a
+# stdlib object, not a module-level dict, so staleness.code_hash (which hashes module constants) never
+# sees what was pinned at run time.
+_pinned = types.SimpleNamespace(by_ptr={})
 
 
 def pin(t) -> None:
     """Keep t alive for the process and let plans pass its pointer as a constant: a workspace a kernel
     reuses on every call (the dynamic schedulers' self-resetting block counters)."""
-    _PINNED[t.data_ptr()] = t
+    _pinned.by_ptr[t.data_ptr()] = t
 _stats = {"hits": 0, "slow": 0, "planned_launches": 0, "planned_direct": 0}
 
 
@@ -470,7 +474,7 @@ class _Step:
             elif isinstance(ty, str) and ty.startswith("*"):
                 if v is None:
                     template.append(None)
-                elif isinstance(v, torch.Tensor) and _PINNED.get(v.data_ptr()) is v:
+                elif isinstance(v, torch.Tensor) and _pinned.by_ptr.get(v.data_ptr()) is v:
                     template.append(v.data_ptr())  # a pinned workspace: the same pointer every call
                 elif isinstance(v, torch.Tensor):
                     j, off = operands.locate(v)

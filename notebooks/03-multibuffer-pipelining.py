@@ -299,7 +299,7 @@ sch = ana.schedule_records(use)
 sch_tab = ana.schedule_table(sch)
 TLS = ana.load_schedule_timeline(ctx)
 sch_tl = ana.schedule_timeline_stats(TLS)
-cm.show(ana.about(sch, "schedule study") or ana.nodata(ctx, "the schedule study", stale), ana.table(sch_tab),
+cm.show(ana.about(sch, "schedule study") or ana.nodata(ctx, "the schedule study", stale), ana.schedule_view(sch_tab),
         ana.table(sch_tl), ana.bullets(ana.schedule_notes(sch_tab, sch_tl)))
 
 # %%

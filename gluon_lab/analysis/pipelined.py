@@ -1112,6 +1112,11 @@ def schedule_table(g):
     return t.round({c: 0 for c in order + ["copy GB/s"]}).round(3)
 
 
+def schedule_view(t):
+    """schedule_table for display: empty cells (a variant that does not take the shape, no copy ceiling) as —."""
+    return t.astype(object).where(t.notna(), "—") if len(t) else t
+
+
 def load_schedule_timeline(ctx: cm.Context):
     """results/<gpu>/03-multibuffer-pipelining.schedule-timeline.json (experiments.capture_schedule_timeline)."""
     p = ctx.results_dir / ctx.slug / "03-multibuffer-pipelining.schedule-timeline.json"

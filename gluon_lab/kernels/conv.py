@@ -842,22 +842,23 @@ def dgrad_subproblems(R: int, pad: int, stride: int) -> list[tuple]:
     return out
 
 
-_TAP_INDEX: dict = {}
+@functools.lru_cache(maxsize=64)
+def _tap_index(R: int, pad: int, stride: int, device: str):
+    """The (row, column) filter index of every sub-problem's taps, in launch order, as device tensors (cached:
+    an lru_cache, not a module dict, so the code hash never sees its contents)."""
+    import torch
+    rows, cols = [], []
+    for _, _, rt, st, _, _ in dgrad_subproblems(R, pad, stride):
+        if rt and st:
+            rows += [r for r in rt for _ in st]
+            cols += [s for _ in rt for s in st]
+    return torch.tensor(rows, device=device), torch.tensor(cols, device=device)
 
 
 def _dgrad_filters(weight, R: int, pad: int, stride: int):
     """Every sub-problem's sub-filter in one gather: [Ci, T, Co] (T taps in all), W'[ci, t, co] =
-    W[co, ci, r_t, s_t]; one small copy per call (the index tensors are cached per device)."""
-    import torch
-    key = (R, pad, stride, str(weight.device))
-    if key not in _TAP_INDEX:
-        rows, cols = [], []
-        for _, _, rt, st, _, _ in dgrad_subproblems(R, pad, stride):
-            if rt and st:
-                rows += [r for r in rt for _ in st]
-                cols += [s for _ in rt for s in st]
-        _TAP_INDEX[key] = (torch.tensor(rows, device=weight.device), torch.tensor(cols, device=weight.device))
-    ri, si = _TAP_INDEX[key]
+    W[co, ci, r_t, s_t]; one small copy per call."""
+    ri, si = _tap_index(R, pad, stride, str(weight.device))
     return weight.permute(1, 2, 3, 0)[:, ri, si, :].contiguous()  # [Ci, T, Co]
 
 
@@ -937,7 +938,10 @@ def dgrad_launches(grad_output, weight, dx, stride: int, padding: int) -> list[L
     return sorted(out, key=lambda L: -L.RH * L.RW)
 
 
-_SIDE_STREAMS: dict = {}
+@functools.lru_cache(maxsize=16)
+def _side_streams(device: str, n: int) -> tuple:
+    import torch
+    return tuple(torch.cuda.Stream(device=device) for _ in range(n))
 
 
 def run_concurrently(launches: list, cfg: ConvConfig, dtype: str, device) -> None:
@@ -948,10 +952,7 @@ def run_concurrently(launches: list, cfg: ConvConfig, dtype: str, device) -> Non
     if len(launches) == 1:
         launches[0].run(cfg, dtype)
         return
-    key = (str(device), len(launches) - 1)
-    if key not in _SIDE_STREAMS:
-        _SIDE_STREAMS[key] = [torch.cuda.Stream(device=device) for _ in range(len(launches) - 1)]
-    side = _SIDE_STREAMS[key]
+    side = _side_streams(str(device), len(launches) - 1)
     main = torch.cuda.current_stream(device)
     for st in side:
         st.wait_stream(main)

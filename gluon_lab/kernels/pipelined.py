@@ -20,6 +20,7 @@ with pattern 4's consumer partition.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from triton.experimental import gluon
@@ -374,21 +375,23 @@ def _dynamic(cfg) -> bool:
     return cfg.schedule == "dynamic"
 
 
-_COUNTERS: dict = {}
-
-
 def block_counter(device):
     """The dynamic schedule's int32 block counter for the current stream of device: allocated zero once,
     reset to zero by the last CTA of every launch (grab_block), pinned for the fast path (its pointer is a
     constant of a plan). One per (device, stream): launches on one stream are ordered; two streams running
     dynamic kernels at once must not share a counter."""
     import torch
+    return _counter(torch.device(device).index, torch.cuda.current_stream(device).cuda_stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _counter(index: int, stream: int):
+    """One counter per (device index, raw stream), kept for the process (an lru_cache, not a module dict: the
+    code hash never sees the tensors)."""
+    import torch
     from .. import fastpath
-    key = (torch.device(device).index, torch.cuda.current_stream(device).cuda_stream)
-    c = _COUNTERS.get(key)
-    if c is None:
-        c = _COUNTERS[key] = torch.zeros(1, dtype=torch.int32, device=device)
-        fastpath.pin(c)
+    c = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", index))
+    fastpath.pin(c)
     return c
 
 
