@@ -260,7 +260,7 @@ class PipeConfig:
     ctas_per_sm: int  # persistent grid = min(row blocks, ctas_per_sm x SMs)
     fence: bool = True  # proxy fence before each refill also for read-only slots (residual ops: always)
     # row blocks: "static" round-robin (pid, pid + grid, ...) or "dynamic" (atomic counter). Static here: the 03
-    # 'schedule' study (run 20261201T175522Z) ran dynamic 5-26% slower for rms_norm / layer_norm (layer 32768 x
+    # 'schedule' study (runs 20261201T180134Z, 182307Z) ran dynamic 5-26% slower for rms_norm / layer_norm (layer 32768 x
     # 8192: 2651 vs 3559 GB/s) and mixed for add_rms_norm: in one partition the scalar atomic's broadcast
     # (thread 0, then a CTA barrier) puts its L2 round trip on every block's critical path; gluon-ws's
     # producer warp takes it off the consumers (WsNormConfig.heuristic picks dynamic there).

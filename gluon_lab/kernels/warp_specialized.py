@@ -370,7 +370,7 @@ class WsNormConfig:
         # one stage deeper than pattern 3: the 04 norm-sweep (run 20261129T182538Z) found 3-4 stages
         # 10% faster than 2 on average, 4 best at the large shapes; the producer's register budget
         # (24 / 40 / 56) and 4 vs 8 consumer warps moved the mean by < 2%.
-        # the schedule (03 'schedule' study, run 20261201T175522Z, 6 shapes M >= 4096, bf16): the dynamic
+        # the schedule (03 'schedule' study, runs 20261201T180134Z and 182307Z, 6 shapes M >= 4096, bf16): the dynamic
         # (atomic-counter) schedule ran the RMS rows (rms_norm, add_rms_norm) 3-11% faster at every shape
         # (rms 32768 x 8192: 4117 vs 3711 GB/s; add_rms 16384 x 4096: 4003 vs 3616), reaching the one-row
         # kernels; LayerNorm lost at 5 of 6 shapes (32768 x 8192: 3541 vs 3840), so it stays static, as do
