@@ -54,10 +54,11 @@ _tls = threading.local()
 _pinned = types.SimpleNamespace(by_ptr={})
 
 
-def pin(t) -> None:
-    """Keep t alive for the process and let plans pass its pointer as a constant: a workspace a kernel
-    reuses on every call (the dynamic schedulers' self-resetting block counters)."""
-    _pinned.by_ptr[t.data_ptr()] = t
+def pin(t, resolve=None) -> None:
+    """Keep t alive for the process as a workspace a kernel reuses on every call (the dynamic schedulers'
+    block counters). A plan passes its pointer as a constant, or, with resolve, calls resolve() at each
+    replay for the tensor to pass (a counter per stream: the stream current at the replay)."""
+    _pinned.by_ptr[t.data_ptr()] = (t, resolve)
 _stats = {"hits": 0, "slow": 0, "planned_launches": 0, "planned_direct": 0}
 
 
@@ -454,7 +455,7 @@ class _Step:
         n_desc = sum(1 for t in sig.values() if isinstance(t, str) and t.startswith("tensordesc"))
         if metas and len(metas) != n_desc:
             raise _Unplannable("tensor-descriptor metadata does not match the signature")
-        template, self.ptr_slots, self.desc_slots = [], [], []
+        template, self.ptr_slots, self.desc_slots, self.resolve_slots = [], [], [], []
         di = 0
         for name in names:
             ty, v = sig[name], bound.arguments[name]
@@ -474,8 +475,13 @@ class _Step:
             elif isinstance(ty, str) and ty.startswith("*"):
                 if v is None:
                     template.append(None)
-                elif isinstance(v, torch.Tensor) and _pinned.by_ptr.get(v.data_ptr()) is v:
-                    template.append(v.data_ptr())  # a pinned workspace: the same pointer every call
+                elif isinstance(v, torch.Tensor) and _pinned.by_ptr.get(v.data_ptr(), (None, ))[0] is v:
+                    resolve = _pinned.by_ptr[v.data_ptr()][1]
+                    if resolve is None:
+                        template.append(v.data_ptr())  # a pinned workspace: the same pointer every call
+                    else:
+                        self.resolve_slots.append((len(template), resolve))
+                        template.append(None)  # resolved per replay
                 elif isinstance(v, torch.Tensor):
                     j, off = operands.locate(v)
                     self.ptr_slots.append((len(template), j, off))
@@ -494,6 +500,8 @@ class _Step:
             args[pos] = ptrs[j] + off
         for d in self.desc_slots:
             args[d.pos] = d.first(ptrs[d.operand] + d.offset)
+        for pos, resolve in self.resolve_slots:
+            args[pos] = resolve().data_ptr()
         gx, gy, gz = self.grid
         self.raw(gx, gy, gz, _raw_stream(self.device), self.function, self.coop, self.pdl,
                  None, None, self.packed, None, None, None, *args)

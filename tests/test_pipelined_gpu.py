@@ -118,3 +118,45 @@ def test_dynamic_schedule_stages_graphs_and_fast_path(variant, stages):
         finally:
             cls.heuristic = orig
             fastpath.clear()
+
+
+def test_dynamic_counter_per_stream_in_plans_and_refused_inside_a_fresh_capture(monkeypatch):
+    """The dynamic schedule's counter belongs to a stream: a fast-path plan recorded on one stream and replayed
+    on two others at once takes each stream's own counter (both outputs right, every counter back at 0); a
+    capture on a stream that has no counter yet is refused with the rule, not run on an unzeroed counter."""
+    import dataclasses
+    import torch
+    import gluon_lab as gll
+    from gluon_lab import bench, fastpath
+    from gluon_lab.kernels import warp_specialized as W, pipelined as P
+    orig = W.WsNormConfig.heuristic
+    monkeypatch.setattr(W.WsNormConfig, "heuristic",
+                        classmethod(lambda c, *a, **k: dataclasses.replace(orig(*a, **k), schedule="dynamic")))
+    fastpath.clear()
+    M, N = 8192, 4096
+    x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, "bfloat16", seed=3)
+    ref = bench.reference_outputs("rms_norm", (x, w))
+    gll.rms_norm(x, w, variant="gluon-ws")  # records the plan on the default stream
+    assert fastpath.plan_of("rms_norm", x, w, variant="gluon-ws").kind == "launches"
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    for s in (s1, s2):  # each stream's counter made eagerly
+        with torch.cuda.stream(s):
+            P.block_counter(x.device)
+    torch.cuda.synchronize()
+    outs = []
+    for s in (s1, s2):
+        with torch.cuda.stream(s):
+            outs.append(gll.rms_norm(x, w, variant="gluon-ws"))  # replays, concurrently
+    torch.cuda.synchronize()
+    for y in outs:
+        assert bench.compare(y, ref, "bfloat16")["passed"]
+    for s in (s1, s2):
+        with torch.cuda.stream(s):
+            assert P.block_counter(x.device).item() == 0
+    fresh = torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="needs its block counter for this stream before a CUDA-graph capture"):
+        with torch.cuda.graph(g, stream=fresh):
+            W.launch_norm("rms_norm", x, None, w, None, 1e-6, config=dataclasses.replace(
+                orig("rms_norm", N, "bfloat16", M), schedule="dynamic"))
+    fastpath.clear()

@@ -704,7 +704,14 @@ def gather_configure(shape: dict, dtype: str, overrides: dict) -> GatherConfig:
 
 
 def gather_check(x, weight, stride=1, padding=0):
-    for name, t in (("x", x), ("weight", weight)):
+    """16-byte aligned bases for what the kernel reads directly: x unless its channels are padded (a copy),
+    the weight unless padded or converted to OHWI (a copy)."""
+    import torch
+    Ci, Co = x.shape[1], weight.shape[0]
+    direct = [("x", x)] if Ci % 8 == 0 else []
+    if Ci % 8 == 0 and Co % 8 == 0 and weight.is_contiguous(memory_format=torch.channels_last):
+        direct.append(("weight", weight))
+    for name, t in direct:
         if t.data_ptr() % 16:
             raise ValueError(f"variant 'gluon-gather' needs {name}'s data pointer 16-byte aligned (16-byte cp.async); "
                              f"got address % 16 = {t.data_ptr() % 16}")
@@ -835,7 +842,7 @@ def dgrad_subproblems(R: int, pad: int, stride: int) -> list[tuple]:
         dh0 = min((p + pad - r) // stride for r in taps)
         return [p + pad - stride * (dh0 + t) for t in range(len(taps))], -dh0
     out = []
-    for ph in range(stride):  # pw = 0 before pw = 1 within a row parity: see dgrad()
+    for ph in range(stride):
         for pw in range(stride):
             a, b = axis(ph), axis(pw)
             out.append((ph, pw, a and a[0], b and b[0], a and a[1], b and b[1]))
@@ -843,23 +850,20 @@ def dgrad_subproblems(R: int, pad: int, stride: int) -> list[tuple]:
 
 
 @functools.lru_cache(maxsize=64)
-def _tap_index(R: int, pad: int, stride: int, device: str):
-    """The (row, column) filter index of every sub-problem's taps, in launch order, as device tensors (cached:
-    an lru_cache, not a module dict, so the code hash never sees its contents)."""
-    import torch
-    rows, cols = [], []
+def _taps(R: int, pad: int, stride: int) -> tuple:
+    """The (row, column) of every sub-problem's taps, in launch order (plain ints)."""
+    out = []
     for _, _, rt, st, _, _ in dgrad_subproblems(R, pad, stride):
         if rt and st:
-            rows += [r for r in rt for _ in st]
-            cols += [s for _ in rt for s in st]
-    return torch.tensor(rows, device=device), torch.tensor(cols, device=device)
+            out += [(r, c) for r in rt for c in st]
+    return tuple(out)
 
 
 def _dgrad_filters(weight, R: int, pad: int, stride: int):
-    """Every sub-problem's sub-filter in one gather: [Ci, T, Co] (T taps in all), W'[ci, t, co] =
-    W[co, ci, r_t, s_t]; one small copy per call."""
-    ri, si = _tap_index(R, pad, stride, str(weight.device))
-    return weight.permute(1, 2, 3, 0)[:, ri, si, :].contiguous()  # [Ci, T, Co]
+    """Every sub-problem's sub-filter in one copy: [Ci, T, Co] (T taps in all), W'[ci, t, co] =
+    W[co, ci, r_t, s_t] — one torch.stack of views (device work only: capturable in a CUDA graph)."""
+    import torch
+    return torch.stack([weight[:, :, r, c].t() for r, c in _taps(R, pad, stride)], dim=1)
 
 
 def dgrad_weight(weight):
@@ -956,12 +960,14 @@ def run_concurrently(launches: list, cfg: ConvConfig, dtype: str, device) -> Non
     main = torch.cuda.current_stream(device)
     for st in side:
         st.wait_stream(main)
-    launches[0].run(cfg, dtype)
-    for L, st in zip(launches[1:], side):
-        with torch.cuda.stream(st):
-            L.run(cfg, dtype)
-    for st in side:
-        main.wait_stream(st)
+    try:
+        launches[0].run(cfg, dtype)
+        for L, st in zip(launches[1:], side):
+            with torch.cuda.stream(st):
+                L.run(cfg, dtype)
+    finally:  # joined even when a launch raised: the tensors are freed on the current stream after this
+        for st in side:
+            main.wait_stream(st)
 
 
 def dgrad(grad_output, weight, input_h, input_w, stride=1, padding=0, config: ConvConfig | None = None):
@@ -989,7 +995,7 @@ def dgrad_codegen(shape: dict, dtype: str, config: ConvConfig | None = None):
     ph, pw, rt, st, pad_h, pad_w = max(subs, key=lambda s: len(s[2]) * len(s[3]))
     f = _fprop_view(shape)
     OH, OW = f["H"], f["W"]
-    args = {**_codegen_args(f, dtype, cfg, OH, OW), "OPH": ph, "OPW": pw, "t_ptr": None}
+    args = {**_codegen_args(f, dtype, cfg, OH, OW), "OPH": ph, "OPW": 0, "t_ptr": None}  # ParityLaunch: OPW 0
     ce = dict(RH=len(rt), RW=len(st), STRIDE=1, PAD_H=pad_h, PAD_W=pad_w, NUM_STAGES=cfg.num_stages,
               GROUP_M=cfg.group_m, INSTRUMENT=False, num_warps=cfg.num_warps)
     return kernel_spec(conv_fprop_kernel, args, ce, num_warps=cfg.num_warps)
@@ -1370,7 +1376,7 @@ def _register():
     register("conv2d_input_grad", "gluon-pipelined", pattern="implicit-gemm", needs_hopper=True, check=dgrad_check,
              configure=dgrad_configure, codegen=dgrad_codegen, knobs=KNOBS,
              roots=(conv_fprop_kernel, ConvConfig, Launch, ParityLaunch, dgrad, dgrad_check, dgrad_configure,
-                    dgrad_launches, run_concurrently, dgrad_subproblems, _dgrad_filters, _fprop_view, _layouts),
+                    dgrad_launches, run_concurrently, dgrad_subproblems, _dgrad_filters, _taps, _fprop_view, _layouts),
              description="dgrad as stride**2 fprop-kernel launches on grad_output, one per output parity with its "
                          "sub-filter (stride 1: the rotated filter at padding R-1-pad), side by side on forked streams; "
                          "dx through a parity-split view")(

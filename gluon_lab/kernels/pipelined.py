@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 from dataclasses import dataclass
 
 from triton.experimental import gluon
@@ -381,17 +382,29 @@ def block_counter(device):
     constant of a plan). One per (device, stream): launches on one stream are ordered; two streams running
     dynamic kernels at once must not share a counter."""
     import torch
-    return _counter(torch.device(device).index, torch.cuda.current_stream(device).cuda_stream)
+    index, stream = torch.device(device).index, torch.cuda.current_stream(device).cuda_stream
+    if torch.cuda.is_current_stream_capturing() and (index, stream) not in _COUNTER_KEYS.made:
+        raise RuntimeError("schedule='dynamic' needs its block counter for this stream before a CUDA-graph capture "
+                           "(a counter allocated inside the capture would live in the graph's memory pool, unzeroed "
+                           "until the graph first replays): call the op once on the capture stream first, or use "
+                           "schedule='static'")
+    return _counter(index, stream)
+
+
+# which (device index, stream) counters exist: a stdlib namespace, which the code hash does not read
+_COUNTER_KEYS = types.SimpleNamespace(made=set())
 
 
 @functools.lru_cache(maxsize=None)
 def _counter(index: int, stream: int):
     """One counter per (device index, raw stream), kept for the process (an lru_cache, not a module dict: the
-    code hash never sees the tensors)."""
+    code hash never sees the tensors). The fast path resolves it per replay (block_counter of the stream then
+    current), so a plan recorded on one stream never shares its counter with another."""
     import torch
     from .. import fastpath
     c = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", index))
-    fastpath.pin(c)
+    _COUNTER_KEYS.made.add((index, stream))
+    fastpath.pin(c, resolve=lambda: block_counter(c.device))
     return c
 
 

@@ -30,8 +30,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from . import gemm, norm_math, rowio
 from .gemm import GemmConfig, _tile_coords, _tile_space, prepare
-from .hopper import H200_SMS, REGS_PER_SM, SMEM_LIMIT, cdiv, dtype_name, kernel_spec
-from .pipelined import (FEW_BLOCKS_PER_SM, TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_params, check_ring, globaltimer,
+from .hopper import REGS_PER_SM, SMEM_LIMIT, dtype_name, kernel_spec
+from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_params, check_ring, globaltimer,
                         norm_block, ring_buffers, ring_codegen_args, ring_hooks, ring_launch, grab_block,
                         block_counter)
 
@@ -341,7 +341,8 @@ class WsNormConfig:
         return PipeConfig(self.num_warps, self.rows, self.num_stages, self.ctas_per_sm, schedule=self.schedule)
 
     def smem_bytes(self, op, N: int, dtype: str) -> int:
-        return self.as_pipe().smem_bytes(op, N, dtype) + 8 * self.num_stages  # + the EMPTY barriers
+        idx = 128 * self.num_stages - 4 * self.num_stages if self.schedule == "dynamic" else 0  # 32 lane copies/slot
+        return self.as_pipe().smem_bytes(op, N, dtype) + 8 * self.num_stages + idx  # + the EMPTY barriers
 
     def validate(self, op, N: int, dtype: str) -> "WsNormConfig":
         _, label = rowio.resolve(op)
@@ -371,12 +372,12 @@ class WsNormConfig:
         # 10% faster than 2 on average, 4 best at the large shapes; the producer's register budget
         # (24 / 40 / 56) and 4 vs 8 consumer warps moved the mean by < 2%.
         # the schedule (03 'schedule' study, runs 20261201T180134Z and 182307Z, 6 shapes M >= 4096, bf16): the dynamic
-        # (atomic-counter) schedule ran the RMS rows (rms_norm, add_rms_norm) 3-11% faster at every shape
-        # (rms 32768 x 8192: 4117 vs 3711 GB/s; add_rms 16384 x 4096: 4003 vs 3616), reaching the one-row
-        # kernels; LayerNorm lost at 5 of 6 shapes (32768 x 8192: 3541 vs 3840), so it stays static, as do
-        # l2_norm (not measured) and grids with few blocks per SM (not measured: there the tail is the grid).
-        few = M is None or cdiv(M, base.rows) <= FEW_BLOCKS_PER_SM * H200_SMS
-        sched = "dynamic" if row.stats == "rms" and not few else "static"
+        # (atomic-counter) schedule ran the RMS rows (rms_norm, add_rms_norm) 7-13% faster at every shape
+        # (rms 32768 x 8192: 4141 vs 3720 GB/s; add_rms 16384 x 4096: 4038 vs 3577), reaching the one-row
+        # kernels; LayerNorm lost at 5 of 6 shapes. It stays an opt-in knob (schedule="dynamic") for now: its
+        # counter lives per (device, stream) and must exist before a CUDA-graph capture (block_counter), which
+        # a default must not ask of every caller; the next step is a counter that graph capture allocates itself.
+        sched = "static"
         cfg = cls(num_warps=nw, rows=base.rows, num_stages=base.num_stages + 1, ctas_per_sm=base.ctas_per_sm,
                   schedule=sched)
         cfg = dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if k in known})
