@@ -293,6 +293,13 @@ cm.show(ana.about(fe, "FENCE study") or ana.nodata(ctx, "the FENCE on/off study"
 # its L2 round trip lands on every block. The `schedule` study times both variants under both schedules
 # next to the one-row kernels and Inductor at the large-M shapes, one run; the timeline traces every CTA
 # (rms_norm 4096 x 8192, ~31 blocks each) and shows how long the grid waits for its last CTA.
+#
+# These records are from runs `20261201T182307Z` (rms_norm, add_rms_norm; git dc5e880) and `180134Z`
+# (layer_norm too), the timeline from `180624Z`. After them the host side changed without a re-measure (no
+# device time was left that session): the dynamic schedule went back to an opt-in knob (the heuristic is
+# static again, because a counter must exist per stream before a graph capture), the fast path resolves
+# each replay's counter for the stream then current, and a capture that would create a counter is refused.
+# The kernels are the same; the records show as stale until the next run.
 
 # %%
 sch = ana.schedule_records(use)

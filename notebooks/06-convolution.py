@@ -181,6 +181,11 @@ cm.show(ana.sweep_table(allrec, "gather-sweep"))
 # The same shapes' input gradients (cuDNN's dgrad runs at about half its fprop here) and filter
 # gradients, each table from its own run (cuDNN, Triton and the Gluon kernels side by side).
 
+# The dgrad rows are from run `20261201T182401Z` (git dc5e880). After it, the host side of the Gluon dgrad
+# changed without a re-measure (no device time was left that session): the sub-filters come from one
+# `torch.stack` of weight views instead of an index gather (capturable), and the side streams are joined
+# even when a launch raises. The kernels are the same; the records show as stale until the next run.
+
 # %%
 cm.show(ana.tflops_table(allrec, ana.DGRAD))
 cm.show(ana.tflops_table(allrec, ana.WGRAD))
