@@ -725,16 +725,17 @@ def record_stamps(launch, configs: dict, fields: int, device: str = "cuda") -> d
 def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "bfloat16") -> dict:
     """The INSTRUMENT build of gluon-pipelined rms_norm, once per NUM_STAGES: every program's
     stamps {stages: [[ [before_wait, ready, stored], ... per block ], ... per CTA]} (record_stamps)."""
-    return _capture("gluon-pipelined", M, N, dtype, stages, 3)
+    return _capture("gluon-pipelined", M, N, dtype, {st: {"num_stages": st} for st in stages}, 3)
 
 
-def _capture(variant: str, M: int, N: int, dtype: str, stages, fields: int) -> dict:
-    """record_stamps of the variant's INSTRUMENT build (its fn takes trace=) on rms_norm, per NUM_STAGES."""
+def _capture(variant: str, M: int, N: int, dtype: str, knobs: dict, fields: int) -> dict:
+    """record_stamps of the variant's INSTRUMENT build (its fn takes trace=) on rms_norm, once per entry of
+    knobs ({key: overrides of the heuristic config})."""
     from . import bench, registry
     v = registry.get_variant("rms_norm", variant)
     shape = {"M": M, "N": N}
     x, w = bench.make_inputs("rms_norm", shape, dtype, seed=11)
-    cfgs = {st: v.resolve(shape, dtype, {"num_stages": st}) for st in stages}
+    cfgs = {key: v.resolve(shape, dtype, over) for key, over in knobs.items()}
     out = record_stamps(lambda cfg, trace: v.fn(x, w, eps=1e-6, config=cfg, trace=trace), cfgs, fields)
     return {"M": M, "N": N, "dtype": dtype, "timelines": out}
 
@@ -754,15 +755,10 @@ def capture_schedule_timeline(M: int = 4096, N: int = 8192, dtype: str = "bfloat
     rms_norm at their heuristic config, static vs dynamic schedule: {variant: {schedule: {"config", "ns"}}}.
     M = 4096: ~31 row blocks per CTA, so a dynamic CTA that takes more stays under TRACE_ITERS (64 blocks
     traced per CTA; at 8192 x 8192 some dynamic CTAs ran past it and their last blocks went unrecorded)."""
-    from . import bench, registry
     from .kernels.warp_specialized import TRACE_FIELDS
-    shape = {"M": M, "N": N}
-    x, w = bench.make_inputs("rms_norm", shape, dtype, seed=11)
-    out = {}
-    for variant, fields in (("gluon-pipelined", 3), ("gluon-ws", TRACE_FIELDS)):
-        v = registry.get_variant("rms_norm", variant)
-        cfgs = {sch: v.resolve(shape, dtype, {"schedule": sch}) for sch in ("static", "dynamic")}
-        out[variant] = record_stamps(lambda cfg, trace: v.fn(x, w, eps=1e-6, config=cfg, trace=trace), cfgs, fields)
+    knobs = {sch: {"schedule": sch} for sch in ("static", "dynamic")}
+    out = {variant: _capture(variant, M, N, dtype, knobs, fields)["timelines"]
+           for variant, fields in (("gluon-pipelined", 3), ("gluon-ws", TRACE_FIELDS))}
     return {"M": M, "N": N, "dtype": dtype, "timelines": out}
 
 
@@ -853,7 +849,7 @@ def capture_ws_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16", s
     {stages: {"config", "ns": [[ [producer_before_empty_wait, producer_issued, consumer_before_full_wait,
     consumer_ready, consumer_stored], ... per block ], ... per CTA]}} (record_stamps)."""
     from .kernels.warp_specialized import TRACE_FIELDS
-    out = _capture("gluon-ws", M, N, dtype, stages, TRACE_FIELDS)["timelines"]
+    out = _capture("gluon-ws", M, N, dtype, {st: {"num_stages": st} for st in stages}, TRACE_FIELDS)["timelines"]
     return {"M": M, "N": N, "dtype": dtype, "fields": ["producer_before_empty_wait", "producer_issued",
                                                        "consumer_before_full_wait", "consumer_ready",
                                                        "consumer_stored"], "timelines": out}

@@ -48,17 +48,18 @@ MAX_MAPS = 16  # CUtensorMaps kept per descriptor argument (the caching allocato
 
 _PLANS: dict = {}
 _tls = threading.local()
-# data_ptr -> tensor: workspaces that live for the process (their pointers are plan constants). Held by a
-# stdlib object, not a module-level dict, so staleness.code_hash (which hashes module constants) never
-# sees what was pinned at run time.
+# data_ptr -> (tensor, resolve): workspaces that live for the process. Held by a stdlib object, not a
+# module-level dict, so staleness.code_hash (which hashes module constants) never sees what was pinned.
 _pinned = types.SimpleNamespace(by_ptr={})
 
 
-def pin(t, resolve=None) -> None:
+def pin(t, resolve) -> None:
     """Keep t alive for the process as a workspace a kernel reuses on every call (the dynamic schedulers'
-    block counters). A plan passes its pointer as a constant, or, with resolve, calls resolve() at each
-    replay for the tensor to pass (a counter per stream: the stream current at the replay)."""
+    block counters); a plan calls resolve() at each replay for the tensor to pass in its place (a counter
+    per stream: the stream current at the replay)."""
     _pinned.by_ptr[t.data_ptr()] = (t, resolve)
+
+
 _stats = {"hits": 0, "slow": 0, "planned_launches": 0, "planned_direct": 0}
 
 
@@ -476,12 +477,8 @@ class _Step:
                 if v is None:
                     template.append(None)
                 elif isinstance(v, torch.Tensor) and _pinned.by_ptr.get(v.data_ptr(), (None, ))[0] is v:
-                    resolve = _pinned.by_ptr[v.data_ptr()][1]
-                    if resolve is None:
-                        template.append(v.data_ptr())  # a pinned workspace: the same pointer every call
-                    else:
-                        self.resolve_slots.append((len(template), resolve))
-                        template.append(None)  # resolved per replay
+                    self.resolve_slots.append((len(template), _pinned.by_ptr[v.data_ptr()][1]))
+                    template.append(None)  # a pinned workspace: resolved per replay
                 elif isinstance(v, torch.Tensor):
                     j, off = operands.locate(v)
                     self.ptr_slots.append((len(template), j, off))

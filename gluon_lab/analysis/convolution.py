@@ -318,27 +318,20 @@ def headline_numbers(df, spec) -> list:
     return [("Gluon fprop vs cuDNN", f"{plots.geomean(r):.2f}× geomean over {len(r)} shapes (min {r.min():.2f}×, "
                                       f"max {r.max():.2f}×)"),
             ("fastest Gluon fprop", f"{t.loc[best, OURS]:.0f} TFLOP/s at {best} (cuDNN {t.loc[best, BASE]:.0f})")] + \
-        _dgrad_headline(df) + _wgrad_headline(df)
+        _grad_headline(df, DGRAD, "dgrad", base_range=True) + _grad_headline(df, WGRAD, "wgrad")
 
 
-def _wgrad_headline(df) -> list:
-    d = _tflops(df, WGRAD)
+def _grad_headline(df, op: str, name: str, base_range: bool = False) -> list:
+    """The headline of a backward op (DGRAD / WGRAD): Gluon vs cuDNN geomean over its shapes (with cuDNN's
+    TFLOP/s range when base_range)."""
+    d = _tflops(df, op)
     col = f"{OURS} vs cuDNN (x)"
+    key = f"Gluon {name} vs cuDNN"
     if d is None or col not in d or not len(d[col].dropna()):
-        return [("Gluon wgrad vs cuDNN", "missing: no wgrad run with both in the records")]
+        return [(key, f"missing: no {name} run with both in the records")]
     r = d[col].dropna()
-    return [("Gluon wgrad vs cuDNN", f"{plots.geomean(r):.2f}× geomean over {len(r)} shapes (min {r.min():.2f}×, "
-                                      f"max {r.max():.2f}×)")]
-
-
-def _dgrad_headline(df) -> list:
-    d = _tflops(df, DGRAD)
-    col = f"{OURS} vs cuDNN (x)"
-    if d is None or col not in d or not len(d[col].dropna()):
-        return [("Gluon dgrad vs cuDNN", "missing: no dgrad run with both in the records")]
-    r = d[col].dropna()
-    return [("Gluon dgrad vs cuDNN", f"{plots.geomean(r):.2f}× geomean over {len(r)} shapes (min {r.min():.2f}×, "
-                                      f"max {r.max():.2f}×; cuDNN's dgrad {d[BASE].min():.0f}–{d[BASE].max():.0f} TFLOP/s)")]
+    extra = f"; cuDNN's {name} {d[BASE].min():.0f}–{d[BASE].max():.0f} TFLOP/s" if base_range else ""
+    return [(key, f"{plots.geomean(r):.2f}× geomean over {len(r)} shapes (min {r.min():.2f}×, max {r.max():.2f}×{extra})")]
 
 
 def takeaways(df, spec) -> list[str]:

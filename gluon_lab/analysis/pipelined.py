@@ -209,14 +209,14 @@ def bullets(lines) -> str:
 
 
 # ---- measured timelines (%globaltimer), shared with notebook 04 ---------------------------------
-def load_timeline(ctx: cm.Context, notebook: str | None = None):
-    """results/<gpu>/<notebook>.timeline.json as written by experiments.save_timeline, or None."""
-    p = ctx.results_dir / ctx.slug / f"{notebook or ctx.notebook}.timeline.json"
+def load_timeline(ctx: cm.Context, notebook: str | None = None, suffix: str = ".timeline.json"):
+    """results/<gpu>/<notebook><suffix> as written by experiments.save_timeline, or None."""
+    p = timeline_path(ctx, notebook, suffix)
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def timeline_path(ctx: cm.Context, notebook: str | None = None) -> Path:
-    return ctx.results_dir / ctx.slug / f"{notebook or ctx.notebook}.timeline.json"
+def timeline_path(ctx: cm.Context, notebook: str | None = None, suffix: str = ".timeline.json") -> Path:
+    return ctx.results_dir / ctx.slug / f"{notebook or ctx.notebook}{suffix}"
 
 
 def timeline_blocks(TL, st, k: int = 3) -> list:
@@ -1119,8 +1119,16 @@ def schedule_view(t):
 
 def load_schedule_timeline(ctx: cm.Context):
     """results/<gpu>/03-multibuffer-pipelining.schedule-timeline.json (experiments.capture_schedule_timeline)."""
-    p = ctx.results_dir / ctx.slug / "03-multibuffer-pipelining.schedule-timeline.json"
-    return json.loads(p.read_text()) if p.exists() else None
+    return load_timeline(ctx, "03-multibuffer-pipelining", ".schedule-timeline.json")
+
+
+def _schedule_ctas(TL):
+    """(variant, schedule, [one (blocks, stamps) array per traced CTA]) of the schedule timeline: 3 stamps a
+    block for gluon-pipelined, 5 (both partitions) for gluon-ws."""
+    for variant, by in TL["timelines"].items():
+        k = 3 if variant == "gluon-pipelined" else 5
+        for sched, t in by.items():
+            yield variant, sched, [np.asarray(c, dtype=float).reshape(-1, k) for c in t["ns"] if len(c)]
 
 
 def schedule_timeline_stats(TL):
@@ -1129,19 +1137,16 @@ def schedule_timeline_stats(TL):
     if not TL:
         return EMPTY
     rows = []
-    for variant, by in TL["timelines"].items():
-        k = 3 if variant == "gluon-pipelined" else 5
-        for sched, t in by.items():
-            ctas = [np.asarray(c, dtype=float).reshape(-1, k) for c in t["ns"] if len(c)]
-            if not ctas:
-                continue
-            ends = np.array([c[:, -1].max() for c in ctas])
-            starts = np.array([c[:, 0].min() for c in ctas])
-            span = ends.max() - starts.min()
-            rows.append({"variant": variant, "schedule": sched, "CTAs": len(ctas),
-                         "blocks per CTA": f"{min(map(len, ctas))}–{max(map(len, ctas))}", "span (µs)": span / 1e3,
-                         "first CTA done → last (µs)": (ends.max() - ends.min()) / 1e3,
-                         "tail (% of span)": 100 * (ends.max() - ends.min()) / span})
+    for variant, sched, ctas in _schedule_ctas(TL):
+        if not ctas:
+            continue
+        ends = np.array([c[:, -1].max() for c in ctas])
+        starts = np.array([c[:, 0].min() for c in ctas])
+        span = ends.max() - starts.min()
+        rows.append({"variant": variant, "schedule": sched, "CTAs": len(ctas),
+                     "blocks per CTA": f"{min(map(len, ctas))}–{max(map(len, ctas))}", "span (µs)": span / 1e3,
+                     "first CTA done → last (µs)": (ends.max() - ends.min()) / 1e3,
+                     "tail (% of span)": 100 * (ends.max() - ends.min()) / span})
     return pd.DataFrame(rows).set_index(["variant", "schedule"]).round(2) if rows else EMPTY
 
 
@@ -1151,11 +1156,9 @@ def schedule_finish_figure(TL):
     if not TL:
         return None
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    for variant, by in TL["timelines"].items():
-        k = 3 if variant == "gluon-pipelined" else 5
-        for sched, t in by.items():
-            ends = sorted(np.asarray(c, dtype=float).reshape(-1, k)[:, -1].max() / 1e3 for c in t["ns"] if len(c))
-            ax.plot(ends, label=f"{variant} {sched}", ls="-" if sched == "dynamic" else "--")
+    for variant, sched, ctas in _schedule_ctas(TL):
+        ends = sorted(c[:, -1].max() / 1e3 for c in ctas)
+        ax.plot(ends, label=f"{variant} {sched}", ls="-" if sched == "dynamic" else "--")
     ax.set_xlabel("CTA (sorted by finish)")
     ax.set_ylabel("last block done (µs)")
     ax.set_title(f"rms_norm {TL['M']} x {TL['N']}: when each CTA finishes (run {TL['run_id']})", fontsize=9)

@@ -20,7 +20,6 @@ with pattern 4's consumer partition.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 from dataclasses import dataclass
 
@@ -378,34 +377,27 @@ def _dynamic(cfg) -> bool:
 
 def block_counter(device):
     """The dynamic schedule's int32 block counter for the current stream of device: allocated zero once,
-    reset to zero by the last CTA of every launch (grab_block), pinned for the fast path (its pointer is a
-    constant of a plan). One per (device, stream): launches on one stream are ordered; two streams running
-    dynamic kernels at once must not share a counter."""
-    import torch
-    index, stream = torch.device(device).index, torch.cuda.current_stream(device).cuda_stream
-    if torch.cuda.is_current_stream_capturing() and (index, stream) not in _COUNTER_KEYS.made:
-        raise RuntimeError("schedule='dynamic' needs its block counter for this stream before a CUDA-graph capture "
-                           "(a counter allocated inside the capture would live in the graph's memory pool, unzeroed "
-                           "until the graph first replays): call the op once on the capture stream first, or use "
-                           "schedule='static'")
-    return _counter(index, stream)
-
-
-# which (device index, stream) counters exist: a stdlib namespace, which the code hash does not read
-_COUNTER_KEYS = types.SimpleNamespace(made=set())
-
-
-@functools.lru_cache(maxsize=None)
-def _counter(index: int, stream: int):
-    """One counter per (device index, raw stream), kept for the process (an lru_cache, not a module dict: the
-    code hash never sees the tensors). The fast path resolves it per replay (block_counter of the stream then
-    current), so a plan recorded on one stream never shares its counter with another."""
+    reset to zero by the last CTA of every launch (grab_block), pinned for the fast path, which resolves it
+    per replay (the counter of the stream then current). One per (device, stream): launches on one stream
+    are ordered; two streams running dynamic kernels at once never share a counter."""
     import torch
     from .. import fastpath
-    c = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", index))
-    _COUNTER_KEYS.made.add((index, stream))
-    fastpath.pin(c, resolve=lambda: block_counter(c.device))
+    key = (torch.device(device).index, torch.cuda.current_stream(device).cuda_stream)
+    c = _COUNTERS.by_key.get(key)
+    if c is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("schedule='dynamic' needs its block counter for this stream before a CUDA-graph "
+                               "capture (a counter allocated inside the capture would live in the graph's memory "
+                               "pool, unzeroed until the graph first replays): call the op once on the capture "
+                               "stream first, or use schedule='static'")
+        c = _COUNTERS.by_key[key] = torch.zeros(1, dtype=torch.int32, device=torch.device("cuda", key[0]))
+        fastpath.pin(c, resolve=lambda: block_counter(c.device))
     return c
+
+
+# the counters by (device index, raw stream), kept for the process: a stdlib namespace, which the code hash
+# does not read (a module-level dict would make every ring variant's hash depend on what ran)
+_COUNTERS = types.SimpleNamespace(by_key={})
 
 
 def _ring_constexprs(row, N: int, dtype: str, cfg, instrument: bool) -> dict:
