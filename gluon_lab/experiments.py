@@ -473,18 +473,21 @@ class ChunkedPlan:
     stream_M: int = 4096
     stream_Ns: tuple = (16384, 24576, 32768, 40960, 49152, 65536, 98304, 131072)
     stream_stages: tuple = (2, 4, 8)
-    # GroupNorm / InstanceNorm: SD-UNet-style activations (B=8; 320/640/1280 channels; 64x64, 32x32)
-    gn_shapes: tuple = ((8, 320, 64, 64), (8, 320, 32, 32), (8, 640, 64, 64), (8, 640, 32, 32), (8, 1280, 32, 32),
-                        (8, 1280, 16, 16))
+    stream_dtypes: tuple = ("bfloat16", "float32")
+    # GroupNorm / InstanceNorm: SD-UNet (320 x 64², 640 x 32², 1280 x 16², 1280 x 32²) and SD-VAE (512 x 64²,
+    # 256 x 128²) activations at B = 1, 2, 8, 16 (issue #16's grid), G = 32
+    gn_shapes: tuple = tuple((B, C, H, H) for B in (1, 2, 8, 16)
+                             for C, H in ((320, 64), (640, 32), (1280, 16), (1280, 32), (512, 64), (256, 128)))
     gn_groups: int = 32
     gn_layouts: tuple = ("nchw", "channels_last")
-    gn_variants: tuple = ("torch", "inductor", "gluon-chunked")
+    gn_variants: tuple = ("torch", "inductor", "gluon-chunked", "gluon-split")
     gn_dtype: str = "bfloat16"
 
     @classmethod
     def quick(cls):
         return cls(Ns=(2880, 5120), Ms=(1024, ), other_M=1024, chunk_M=1024, chunk_Ns=(2880, ), chunk_warps=(2, 4), chunk_rows=(1, 2),
-                   stream_M=256, stream_Ns=(16384, 65536), stream_stages=(4, ), gn_shapes=((2, 320, 32, 32), ))
+                   stream_M=256, stream_Ns=(16384, 65536), stream_stages=(4, ), stream_dtypes=("bfloat16", ),
+                   gn_shapes=((2, 320, 32, 32), ))
 
 
 def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
@@ -519,20 +522,21 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                         cases.append({"op": op, "variant": "gluon-chunked", "shape": {"M": plan.chunk_M, "N": N},
                                       "dtype": "bfloat16", "config": {**knobs, "study": "chunk"}})
     if "stream" in parts:
-        for op in plan.ops:
-            for N in plan.stream_Ns:
-                s = {"M": plan.stream_M, "N": N}
-                cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
-                for v in ("inductor", "triton", "liger"):
-                    if v in registry.variants(op):
-                        cases.append({"op": op, "variant": v, "shape": s, "dtype": "bfloat16",
-                                      "config": {"study": "stream"}})
-                if resolves(op, "gluon-chunked", s, "bfloat16", {"streaming": False}):  # the cached row, while it fits
-                    cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
-                                  "config": {"streaming": False, "study": "stream"}})
-                for st in plan.stream_stages:
-                    cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
-                                  "config": {"streaming": True, "stages": st, "study": "stream"}})
+        for dt in plan.stream_dtypes:
+            for op in plan.ops:
+                for N in plan.stream_Ns:
+                    s = {"M": plan.stream_M, "N": N}
+                    cases.append({"op": "copy", "shape": s, "dtype": dt})
+                    for v in ("inductor", "triton", "liger"):
+                        if v in registry.variants(op) and (dt == "bfloat16" or v != "liger"):
+                            cases.append({"op": op, "variant": v, "shape": s, "dtype": dt,
+                                          "config": {"study": "stream"}})
+                    if resolves(op, "gluon-chunked", s, dt, {"streaming": False}):  # the cached row, while it fits
+                        cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": dt,
+                                      "config": {"streaming": False, "study": "stream"}})
+                    for st in plan.stream_stages:
+                        cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": dt,
+                                      "config": {"streaming": True, "stages": st, "study": "stream"}})
     if "groupnorm" in parts:
         for op in ("group_norm", "instance_norm"):
             for (B, C, H, W) in plan.gn_shapes:

@@ -121,3 +121,66 @@ def test_group_census(op, shape, cached):
     assert c["mbarrier_init"] == plan.slots and c["ld_global"] == 2  # the channel's weight and bias
     assert set(c["st_global_by_bits"]) == {128} and c["spill_bytes"] == 0
     assert c["smem_bytes"] <= plan.smem_bytes
+
+
+# ---- gluon-split (GroupNorm / InstanceNorm split across CTAs) ------------------------------------
+
+SPLIT_CASES = [("nchw", 1, 320, 64 * 64, 32, "bfloat16"), ("nchw", 16, 1280, 32 * 32, 32, "bfloat16"),
+               ("channels_last", 1, 320, 64 * 64, 32, "bfloat16"), ("channels_last", 8, 1280, 16 * 16, 1280, "float32"),
+               ("channels_last", 2, 48, 56, 8, "float16"), ("nchw", 3, 24, 72, 8, "float32")]
+
+
+@pytest.mark.parametrize("layout,B,Cc,S,G,dtype", SPLIT_CASES)
+def test_split_plan_covers_each_group_once(layout, B, Cc, S, G, dtype):
+    p = C.SplitPlan.make(layout, B, Cc, S, G, dtype)
+    v = 16 // C.ITEMSIZE[dtype]
+    length, unit = (S, p.tile_rows) if layout == "channels_last" else (Cc // G * S, p.tile_rows * v)
+    assert p.span % unit == 0 and (p.K - 1) * p.span < length <= p.K * p.span  # K slices, none empty
+    assert p.tile_rows * p.col_block * C.ITEMSIZE[dtype] == C.SPLIT_TILE_BYTES or layout == "channels_last"
+    if layout == "channels_last":
+        assert p.col_blocks * p.col_block >= Cc and p.col_block % v == 0
+        assert p.col_blocks * p.col_block - Cc <= 0.125 * p.col_blocks * p.col_block or p.col_block == v
+    outer = B * (p.col_blocks if layout == "channels_last" else G)
+    assert p.ctas == p.K * outer
+    # few groups get sliced until the GPU has ~SPLIT_CTAS_PER_SM CTAs per SM (as far as the group allows)
+    assert p.K == -(-length // unit) or p.ctas >= C.SPLIT_CTAS_PER_SM * C.H200_SMS // 2
+    for k in (1, 3):
+        q = C.SplitPlan.make(layout, B, Cc, S, G, dtype, slices=k)
+        assert q.K == min(k, -(-length // unit))
+
+
+@pytest.mark.parametrize("layout,B,Cc,S,G,dtype", SPLIT_CASES[:4])
+def test_split_census_128_bit_tiles_no_spills(layout, B, Cc, S, G, dtype):
+    """The three launches compile for sm_90: x read and y written only by 128-bit accesses (the
+    stats kernel's partial stores and the apply kernel's weight gathers are the narrow ones), one
+    CTA-wide reduction in stats (2 x a few bar.sync), none in apply."""
+    p = C.SplitPlan.make(layout, B, Cc, S, G, dtype)
+    stats, fin, apply = [codegen.census(codegen.compile_sm90(**s)) for s in C.split_codegen_specs(p, B, Cc, S, G)]
+    for c in (stats, fin, apply):
+        assert c["ld_local"] == c["st_local"] == 0 and c["spill_bytes"] == 0
+    assert stats["ld_global_by_bits"] == {128: 4}  # the shift tile and the loop's tile (x UNROLL)
+    assert stats["tma_load"] == apply["tma_load"] == 0
+    assert apply["st_global_by_bits"] == {128: 2} and apply["ld_global_by_bits"][128] >= 2
+    assert apply["bar_sync"] == 0 and stats["bar_sync"] > 0
+
+
+def test_split_registered_and_refusals():
+    import gluon_lab as gll
+    from gluon_lab import registry
+    for op in ("group_norm", "instance_norm"):
+        v = registry.get_variant(op, "gluon-split")
+        assert v.pattern == "chunked" and v.needs_hopper and v.supports_out
+        p = v.resolve({"B": 2, "C": 320, "H": 32, "W": 32, "G": 32, "layout": "channels_last"}, "bfloat16",
+                      {"slices": 4})
+        assert isinstance(p, C.SplitPlan) and p.K == 4 and p.layout == "channels_last"
+    x = torch.randn(2, 64, 5, 5, dtype=torch.bfloat16)  # S = 25: 50 B rows
+    with pytest.raises(ValueError, match=r"gluon-split.*prod\(spatial\).*multiple of 16 bytes"):
+        C.check_split(x, 8, None, None)
+    xc = torch.randn(2, 12, 4, 4, dtype=torch.bfloat16).to(memory_format=torch.channels_last)  # 24 B rows
+    with pytest.raises(ValueError, match=r"gluon-split.*C \(channels-last rows.*multiple of 16 bytes"):
+        C.check_split(xc, 4, None, None)
+    with pytest.raises(ValueError, match="contiguous"):
+        C.check_split(torch.randn(2, 64, 8, 8).transpose(2, 3), 8, None, None)
+    w = torch.randn(128)[::2]
+    with pytest.raises(ValueError, match="weight must be contiguous"):
+        C.check_split(torch.randn(2, 64, 8, 8), 8, w, None)

@@ -14,7 +14,8 @@ variance ((0 - mean)^2 != 0) and out of the stores.
 
 Rows whose cached copy would take more than CACHED_SMEM_LIMIT stream instead (streaming_norm_kernel):
 a ring of STREAM_STAGES chunk slots on their own mbarriers carries the row through twice (pass 1:
-statistics, LayerNorm by Chan-merged per-chunk moments; pass 2: normalize and store), the second read
+statistics in per-lane accumulators reduced once, LayerNorm by sums shifted by chunk 0's mean; pass 2:
+normalize and store), the second read
 coming from L2 or HBM.
 """
 from __future__ import annotations
@@ -26,14 +27,16 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from . import norm_math, rowio
-from .hopper import (ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, cdiv, check_tma_operands, check_tma_rows, desc_type,
-                     descriptor, dtype_name, kernel_spec, row_layout, row_outputs, short_dtype, vec)
+from .hopper import (CTA_SMEM_OVERHEAD, H200_SMS, ITEMSIZE, MAX_WARPS_PER_SM, SM_SMEM, SMEM_LIMIT, SMEM_RESERVE,
+                     cdiv, check_tma_operands, check_tma_rows, desc_type, descriptor, dtype_name, kernel_spec, num_sms,
+                     row_layout, row_outputs, short_dtype, vec)
 
 # Cache the row while it takes <= 100 KB (two CTAs per SM, as gluon-tma's heuristic); longer rows
 # stream. Where exactly streaming starts to pay is for the H200 sweep of issue #4 to say.
 CACHED_SMEM_LIMIT = 100 * 1024
 STREAM_STAGES = 4  # ring slots in flight: 3 chunks (12 KB) ahead of the one being reduced
 STREAM_WARPS = 8  # streaming chunks: 8 warps = 2048 bf16 / 1024 fp32 elements (4 KB)
+OCCUPANCY_MIN_WARPS = 48  # resident warps per SM below which a cached row gets 16 warps (occupancy_warps)
 PLAN_KNOBS = ("num_warps", "streaming", "stages", "rows")  # what a sweep may override
 
 
@@ -148,11 +151,10 @@ def streaming_norm_kernel(x_desc, r_desc, y_ptr, s_ptr, w_ptr, b_ptr, M, y_strid
         _issue_chunk(x_desc, r_desc, bufs, rbufs, bars, p, row, NUM_CHUNKS, p < TOTAL, S, HAS_RESIDUAL)
 
     cols0 = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, L))
-    zero = gl.sum(gl.zeros([1, CHUNK], gl.float32, L), axis=1)
-    acc = zero  # the hooks' running statistics: sum of squares, or (count, mean, M2) of x - K
-    mean = zero
-    m2 = zero
-    K = zero
+    acc = gl.zeros([1, CHUNK], gl.float32, L)  # the hooks' per-lane running statistics (norm_math)
+    mean = acc
+    m2 = acc
+    K = gl.sum(acc, axis=1)
     if CENTERED:
         # Centered statistics work on x - K, K = the mean of chunk 0 (slot 0's first fill, waited
         # for here and again, already complete, in the loop). Merging chunk means into a running
@@ -238,6 +240,30 @@ class ChunkPlan:
                 return nw
         return 1
 
+    @staticmethod
+    def occupancy_warps(N: int, dtype: str, nw: int, row_copies: int) -> int:
+        """16 warps instead of nw when the cached rows leave an SM under OCCUPANCY_MIN_WARPS resident
+        warps (shared memory caps the CTAs per SM) and the 4096-byte x 16-warp chunk keeps the padding
+        within 12.5%: the CHUNK sweep of run 20261201T094814Z, RMSNorm bf16 M = 16384, N = 24576
+        (4 CTAs x 8 warps = 32 resident): 70.0% -> 85.3% of the datasheet with 16 warps; at N = 14336
+        (7 x 8 = 56 resident) LayerNorm lost 82.5% -> 73.4% with 16, so the bar is below 56."""
+        if nw >= 16:
+            return nw
+
+        def resident(w):
+            chunk = vec(dtype) * 32 * w
+            smem = cdiv(N, chunk) * chunk * ITEMSIZE[dtype] * row_copies + SMEM_RESERVE
+            if smem > CACHED_SMEM_LIMIT:
+                return 0
+            return min(SM_SMEM // (smem + CTA_SMEM_OVERHEAD), MAX_WARPS_PER_SM // w) * w
+
+        chunk16 = vec(dtype) * 32 * 16
+        nc16 = cdiv(N, chunk16)
+        if resident(nw) < OCCUPANCY_MIN_WARPS and nc16 * chunk16 - N <= 0.125 * nc16 * chunk16 and \
+                resident(16) > resident(nw):
+            return 16
+        return nw
+
     @classmethod
     def for_row(cls, op, N: int, dtype: str, num_warps: int | None = None, streaming: bool | None = None,
                 stages: int | None = None, rows: int | None = None) -> "ChunkPlan":
@@ -247,10 +273,11 @@ class ChunkPlan:
         row, _ = rowio.resolve(op)
         e = ITEMSIZE[dtype]
         n_in = 2 if row.residual else 1
-        if num_warps is None:
-            num_warps = cls.chunk_warps(N, dtype)
         if rows is None:
             rows = ROWS_HEURISTIC(N * e * n_in)
+        if num_warps is None:
+            num_warps = cls.chunk_warps(N, dtype)
+            num_warps = cls.occupancy_warps(N, dtype, num_warps, rows * n_in)
         chunk = vec(dtype) * 32 * num_warps
         nc = max(1, cdiv(N, chunk))
         tail = N - (nc - 1) * chunk
@@ -693,3 +720,409 @@ def _register_group():
 
 
 _register_group()
+
+
+# ----------------------------------------------------------------------------------------------
+# GroupNorm / InstanceNorm split across CTAs (variant "gluon-split"): a two-phase reduction.
+#
+# One CTA per (sample, group) leaves most of the GPU idle when B * G is small (B = 1, G = 32: 32
+# CTAs on 132 SMs) and makes one CTA stream a whole group (up to 40 channels x 128² = 1.3 MB bf16).
+# Here every group is cut into K slices and three launches share the work:
+#   1. stats:    one CTA per (slice, column block, sample) accumulates shifted sums s1 = sum(x - k),
+#                s2 = sum((x - k)²) per lane in registers (no cross-warp reduction until the end)
+#                and writes one partial per column of the reduction: NCHW's column is the group (its
+#                Cg * S elements are one contiguous row of the (B*G, Cg*S) view), channels-last's is
+#                the channel (the (B*S, C) view's column). k, the shift, is the mean of the first
+#                tile the CTA's column sees (the same for every slice: the partials just add).
+#   2. finalize: one CTA per GB groups merges the K slices (sums add) and then a group's columns
+#                (Chan's parallel formula: mean = mean of column means, M2 = sum M2_c + n * sum
+#                (mean_c - mean)²) into (mean, rstd) per (sample, group).
+#   3. apply:    one CTA per slice again, in reverse order (the slices stats read last are the ones
+#                still in L2), y = x * a + b' with a = rstd * w[c], b' = bias[c] - mean * a.
+# DRAM traffic: x twice (once where it still sits in L2) + y once. Loads and stores are plain
+# 128-bit ld/st.global over [rows, VEC] register tiles; the slices keep every SM busy.
+
+SPLIT_WARPS = 4
+SPLIT_TILE_BYTES = 4096  # one register tile per loop step: 2048 bf16 / 1024 fp32 elements per CTA
+SPLIT_UNROLL = 2  # 16-byte vectors per thread per step (both issued before either is used)
+SPLIT_CTAS_PER_SM = 4  # slices per group: enough CTAs for ~4 per SM (measured: see notebook 02)
+SPLIT_MAX_COLS = 256  # channels-last column block
+
+
+@gluon.jit
+def gn_rows_stats_kernel(x_ptr, shift_ptr, s1_ptr, s2_ptr, Lg_v, span_v, K, N0, L: gl.constexpr, NV: gl.constexpr):
+    """NCHW: program (k, row) of the (B*G, Lg) view, Lg = Cg * S: elements [k*span, (k+1)*span) of
+    the row. Lengths arrive in 16-byte vectors (Lg_v, span_v) so every access stays 128 bits."""
+    dtype: gl.constexpr = x_ptr.dtype.element_ty
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
+    TILE: gl.constexpr = NV * VEC
+    k = gl.program_id(0)
+    row = gl.program_id(1)
+    Lg = Lg_v * VEC
+    span = span_v * VEC
+    base = x_ptr + row.to(gl.int64) * Lg
+    offs0 = gl.expand_dims(gl.arange(0, NV, layout=gl.SliceLayout(1, L)) * VEC, 1) + \
+        gl.expand_dims(gl.arange(0, VEC, layout=gl.SliceLayout(0, L)), 0)
+    m0 = offs0 < Lg
+    x0 = gl.load(base + offs0, mask=m0, other=0.0).to(gl.float32)
+    shift = gl.sum(gl.sum(x0, axis=1), axis=0) / (N0 * 1.0)  # N0 = min(Lg, TILE)
+    lo = k * span
+    hi = lo + span
+    a1 = gl.zeros([NV, VEC], gl.float32, L)
+    a2 = gl.zeros([NV, VEC], gl.float32, L)
+    for start in range(lo, gl.minimum(hi, Lg), TILE):
+        offs = start + offs0
+        m = (offs < hi) & (offs < Lg)
+        d = gl.where(m, gl.load(base + offs, mask=m, other=0.0).to(gl.float32) - shift, 0.0)
+        a1 += d
+        a2 += d * d
+    gl.store(s1_ptr + row * K + k, gl.sum(gl.sum(a1, axis=1), axis=0))
+    gl.store(s2_ptr + row * K + k, gl.sum(gl.sum(a2, axis=1), axis=0))
+    gl.store(shift_ptr + row, shift, mask=k == 0)
+
+
+@gluon.jit
+def gn_cols_stats_kernel(x_ptr, shift_ptr, s1_ptr, s2_ptr, S, C_v, K, span, N0, L: gl.constexpr, BR: gl.constexpr,
+                         BC: gl.constexpr):
+    """channels-last: program (k, column block, sample b) of the (B*S, C) view: spatial rows
+    [k*span, (k+1)*span) of sample b, channels [cb*BC, cb*BC + BC); one partial per channel."""
+    dtype: gl.constexpr = x_ptr.dtype.element_ty
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
+    k = gl.program_id(0)
+    cb = gl.program_id(1)
+    b = gl.program_id(2)
+    C = C_v * VEC
+    rows = gl.arange(0, BR, layout=gl.SliceLayout(1, L))
+    cols = cb * BC + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
+    cmask = gl.expand_dims(cols < C, 0)
+    base = x_ptr + (b * S).to(gl.int64) * C
+    m0 = gl.expand_dims(rows < S, 1) & cmask
+    x0 = gl.load(base + gl.expand_dims(rows * C, 1) + gl.expand_dims(cols, 0), mask=m0, other=0.0).to(gl.float32)
+    shift = gl.sum(x0, axis=0) / (N0 * 1.0)  # per channel: its mean over rows 0..N0-1, N0 = min(S, BR)
+    sh = gl.expand_dims(shift, 0)
+    lo = k * span
+    hi = lo + span
+    a1 = gl.zeros([BR, BC], gl.float32, L)
+    a2 = gl.zeros([BR, BC], gl.float32, L)
+    for r0 in range(lo, gl.minimum(hi, S), BR):
+        r = r0 + rows
+        m = gl.expand_dims((r < hi) & (r < S), 1) & cmask
+        d = gl.where(m, gl.load(base + gl.expand_dims(r * C, 1) + gl.expand_dims(cols, 0), mask=m,
+                                other=0.0).to(gl.float32) - sh, 0.0)
+        a1 += d
+        a2 += d * d
+    idx = (b * K + k) * C + cols
+    gl.store(s1_ptr + idx, gl.sum(a1, axis=0), mask=cols < C)
+    gl.store(s2_ptr + idx, gl.sum(a2, axis=0), mask=cols < C)
+    gl.store(shift_ptr + b * C + cols, shift, mask=(cols < C) & (k == 0))
+
+
+@gluon.jit(do_not_specialize=["eps"])
+def gn_split_finalize_kernel(shift_ptr, s1_ptr, s2_ptr, stats_ptr, G, K, NCOL, CPG, NPC, eps, LF: gl.constexpr,
+                             GB: gl.constexpr, CP: gl.constexpr):
+    """Program (group block, sample b): (mean, rstd) of groups gb*GB .. of sample b from the K
+    slices' partials ([B, K, NCOL] sums, [B, NCOL] shifts); group g owns columns g*CPG .. + CPG-1,
+    NPC elements each."""
+    gb = gl.program_id(0)
+    b = gl.program_id(1)
+    gi = gb * GB + gl.arange(0, GB, layout=gl.SliceLayout(1, LF))
+    j = gl.arange(0, CP, layout=gl.SliceLayout(0, LF))
+    col = gl.expand_dims(gi * CPG, 1) + gl.expand_dims(j, 0)
+    m = gl.expand_dims(gi < G, 1) & gl.expand_dims(j < CPG, 0)
+    t1 = gl.zeros([GB, CP], gl.float32, LF)
+    t2 = gl.zeros([GB, CP], gl.float32, LF)
+    for k in range(K):
+        idx = (b * K + k) * NCOL + col
+        t1 += gl.load(s1_ptr + idx, mask=m, other=0.0)
+        t2 += gl.load(s2_ptr + idx, mask=m, other=0.0)
+    n = NPC * 1.0
+    mean_c = gl.load(shift_ptr + b * NCOL + col, mask=m, other=0.0) + t1 / n
+    m2_c = t2 - t1 * (t1 / n)
+    mean = gl.sum(gl.where(m, mean_c, 0.0), axis=1) / (CPG * 1.0)
+    dev = gl.where(m, mean_c - gl.expand_dims(mean, 1), 0.0)
+    m2 = gl.sum(gl.where(m, m2_c, 0.0), axis=1) + n * gl.sum(dev * dev, axis=1)
+    var = m2 / (n * (CPG * 1.0))
+    var = gl.where(var < 0.0, 0.0, var)  # rounding of s2 - s1²/n; a NaN stays NaN (NaN < 0 is false)
+    out = (b * G + gi) * 2
+    gl.store(stats_ptr + out, mean, mask=gi < G)
+    gl.store(stats_ptr + out + 1, gl.rsqrt(var + eps), mask=gi < G)
+
+
+@gluon.jit
+def gn_rows_apply_kernel(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, G, Cg, S_v, Lg_v, span_v, L: gl.constexpr,
+                         NV: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr):
+    """NCHW: y for slice k of row (b*G + g), launched in reverse slice order. The channel of a
+    16-byte vector is g*Cg + (its offset in the group) // S (S * itemsize % 16 == 0: a vector never
+    straddles two channels)."""
+    dtype: gl.constexpr = x_ptr.dtype.element_ty
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
+    TILE: gl.constexpr = NV * VEC
+    KP = gl.num_programs(0)
+    k = KP - 1 - gl.program_id(0)
+    row = gl.num_programs(1) - 1 - gl.program_id(1)
+    g = row % G
+    Lg = Lg_v * VEC
+    S = S_v * VEC
+    span = span_v * VEC
+    mean = gl.load(stats_ptr + row * 2)
+    rstd = gl.load(stats_ptr + row * 2 + 1)
+    base = row.to(gl.int64) * Lg
+    vi = gl.arange(0, NV, layout=gl.SliceLayout(1, L)) * VEC
+    ci = gl.expand_dims(gl.arange(0, VEC, layout=gl.SliceLayout(0, L)), 0)
+    lo = k * span
+    hi = lo + span
+    for start in range(lo, gl.minimum(hi, Lg), TILE):
+        v0 = start + vi  # [NV]: the first element of each vector
+        ch = g * Cg + v0 // S
+        vm = (v0 < hi) & (v0 < Lg)
+        a = gl.zeros_like(v0.to(gl.float32)) + rstd
+        if HAS_W:
+            a = a * gl.load(w_ptr + ch, mask=vm, other=0.0).to(gl.float32)
+        bb = -mean * a
+        if HAS_B:
+            bb = bb + gl.load(b_ptr + ch, mask=vm, other=0.0).to(gl.float32)
+        offs = gl.expand_dims(v0, 1) + ci
+        m = gl.expand_dims(vm, 1)
+        x = gl.load(x_ptr + base + offs, mask=m, other=0.0).to(gl.float32)
+        y = x * gl.expand_dims(a, 1) + gl.expand_dims(bb, 1)
+        gl.store(y_ptr + base + offs, y.to(dtype), mask=m)
+
+
+@gluon.jit
+def gn_cols_apply_kernel(x_ptr, y_ptr, w_ptr, b_ptr, stats_ptr, G, Cg, S, C_v, span, L: gl.constexpr,
+                         BR: gl.constexpr, BC: gl.constexpr, HAS_W: gl.constexpr, HAS_B: gl.constexpr):
+    """channels-last: y for (slice k, column block, sample b), launched in reverse slice order."""
+    dtype: gl.constexpr = x_ptr.dtype.element_ty
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
+    k = gl.num_programs(0) - 1 - gl.program_id(0)
+    cb = gl.program_id(1)
+    b = gl.num_programs(2) - 1 - gl.program_id(2)
+    C = C_v * VEC
+    rows = gl.arange(0, BR, layout=gl.SliceLayout(1, L))
+    cols = cb * BC + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
+    cm = cols < C
+    gidx = (b * G + cols // Cg) * 2
+    mean = gl.load(stats_ptr + gidx, mask=cm, other=0.0)
+    a = gl.load(stats_ptr + gidx + 1, mask=cm, other=0.0)
+    if HAS_W:
+        a = a * gl.load(w_ptr + cols, mask=cm, other=0.0).to(gl.float32)
+    bb = -mean * a
+    if HAS_B:
+        bb = bb + gl.load(b_ptr + cols, mask=cm, other=0.0).to(gl.float32)
+    a2 = gl.expand_dims(a, 0)
+    b2 = gl.expand_dims(bb, 0)
+    cmask = gl.expand_dims(cm, 0)
+    base = (b * S).to(gl.int64) * C
+    lo = k * span
+    hi = lo + span
+    for r0 in range(lo, gl.minimum(hi, S), BR):
+        r = r0 + rows
+        offs = gl.expand_dims(r * C, 1) + gl.expand_dims(cols, 0)
+        m = gl.expand_dims((r < hi) & (r < S), 1) & cmask
+        x = gl.load(x_ptr + base + offs, mask=m, other=0.0).to(gl.float32)
+        gl.store(y_ptr + base + offs, (x * a2 + b2).to(dtype), mask=m)
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How gluon-split cuts a GroupNorm / InstanceNorm: K slices per group (NCHW: of the group's
+    contiguous Cg*S row; channels-last: of the sample's S spatial rows, per column block of BC
+    channels), each walked in [tile_rows, VEC] (NCHW) or [tile_rows, BC] (channels-last) register
+    tiles; and the finalize kernel's [GB, CP] group tile."""
+    layout: str
+    dtype: str
+    K: int
+    span: int  # elements (NCHW) or spatial rows (channels-last) per slice
+    tile_rows: int
+    col_block: int  # channels-last: BC; NCHW: VEC
+    col_blocks: int  # channels-last: cdiv(C, BC); NCHW: 1
+    num_warps: int
+    fin_groups: int  # GB
+    fin_cols: int  # CP = next_pow2(columns per group)
+    ctas: int  # stats / apply CTAs
+
+    @classmethod
+    def make(cls, layout: str, B: int, C: int, S: int, G: int, dtype: str, slices: int | None = None,
+             sms: int = H200_SMS) -> "SplitPlan":
+        v = vec(dtype)
+        e = ITEMSIZE[dtype]
+        nw = SPLIT_WARPS
+        tile = SPLIT_TILE_BYTES // e  # elements per register tile
+        Cg = C // G
+        if layout == "channels_last":
+            bc = min(SPLIT_MAX_COLS, _pow2_at_most(C)) if C >= v else v
+            while bc > v and cdiv(C, bc) * bc - C > 0.125 * cdiv(C, bc) * bc:  # <= 12.5% masked columns
+                bc //= 2
+            bc = max(bc, v)
+            tc = min(32, bc // v)  # threads along the columns
+            br = max(tile // bc, 32 // tc * nw)
+            length, unit, outer = S, br, B * cdiv(C, bc)
+            col_blocks, cpg, ncol = cdiv(C, bc), Cg, C
+        else:
+            br = tile // v  # vectors per tile
+            bc = v
+            length, unit, outer = Cg * S, tile, B * G
+            col_blocks, cpg, ncol = 1, 1, G
+        max_k = cdiv(length, unit)
+        k = slices if slices is not None else max(1, min(max_k, round(SPLIT_CTAS_PER_SM * sms / outer)))
+        k = max(1, min(k, max_k))
+        span = cdiv(cdiv(length, k), unit) * unit
+        k = cdiv(length, span)
+        cp = 1 << (cpg - 1).bit_length()
+        gb = max(1, min(_pow2_at_most(max(1, 1024 // cp)), 1 << (G - 1).bit_length()))
+        return cls(layout=layout, dtype=dtype, K=k, span=span, tile_rows=br, col_block=bc, col_blocks=col_blocks,
+                   num_warps=nw, fin_groups=gb, fin_cols=cp, ctas=k * outer)
+
+    def tile_layout(self):
+        v = vec(self.dtype)
+        if self.layout == "channels_last":
+            tc = min(32, self.col_block // v)
+            return gl.BlockedLayout([1, v], [32 // tc, tc], [self.num_warps, 1], [1, 0])
+        return gl.BlockedLayout([1, v], [32, 1], [self.num_warps, 1], [1, 0])
+
+    def fin_layout(self):
+        tc = min(32, self.fin_cols)
+        return gl.BlockedLayout([1, 1], [32 // tc, tc], [1, 1], [1, 0])
+
+
+def check_split(x, num_groups, weight, bias) -> SplitPlan:
+    B, C = x.shape[0], x.shape[1]
+    S = x.numel() // max(1, B * C)
+    dt = dtype_name(x)
+    e = ITEMSIZE[dt]
+    layout = group_layout_of(x)
+    inner, what = (C, "C (channels-last rows are C wide)") if layout == "channels_last" else \
+        (S, "prod(spatial) (a 16-byte vector must not straddle two channels)")
+    if (inner * e) % 16:
+        raise ValueError(f"variant 'gluon-split' needs {what} * itemsize to be a multiple of 16 bytes: "
+                         f"{inner} x {e} B = {inner * e} B; use variant='torch'")
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if t is not None and t.data_ptr() % 16:
+            raise ValueError(f"{name}'s data pointer must be 16-byte aligned for 128-bit accesses (got address % 16 "
+                             f"= {t.data_ptr() % 16})")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.stride(0) != 1:
+            raise ValueError(f"{name} must be contiguous (stride 1)")
+    if x.numel() >= 2 ** 31:
+        raise ValueError(f"variant 'gluon-split' indexes a sample with 32-bit offsets: x has {x.numel()} elements "
+                         f"(limit 2**31 - 1)")
+    return SplitPlan.make(layout, B, C, S, num_groups, dt, sms=_sms(x))
+
+
+def _sms(x) -> int:
+    return num_sms(x.device) if x.is_cuda else H200_SMS
+
+
+def _split_launches(plan: SplitPlan, B: int, C: int, S: int, G: int, has_w: bool, has_b: bool):
+    """[(kernel, grid, {arg: value or type}, constexprs)] for the three launches: what launch_split
+    runs and what the CPU codegen compiles (tensors as their compile_sm90 type strings)."""
+    v = vec(plan.dtype)
+    ptr = f"*{short_dtype(plan.dtype)}"
+    f32 = "*fp32"
+    L = plan.tile_layout()
+    cl = plan.layout == "channels_last"
+    Cg = C // G
+    if cl:
+        ncol, cpg, npc = C, Cg, S
+        stats = (gn_cols_stats_kernel, (plan.K, plan.col_blocks, B),
+                 {"x_ptr": ptr, "shift_ptr": f32, "s1_ptr": f32, "s2_ptr": f32, "S": S, "C_v": C // v, "K": plan.K,
+                  "span": plan.span, "N0": min(S, plan.tile_rows)}, dict(L=L, BR=plan.tile_rows, BC=plan.col_block))
+        apply = (gn_cols_apply_kernel, (plan.K, plan.col_blocks, B),
+                 {"x_ptr": ptr, "y_ptr": ptr, "w_ptr": ptr if has_w else None, "b_ptr": ptr if has_b else None,
+                  "stats_ptr": f32, "G": G, "Cg": Cg, "S": S, "C_v": C // v, "span": plan.span},
+                 dict(L=L, BR=plan.tile_rows, BC=plan.col_block, HAS_W=has_w, HAS_B=has_b))
+    else:
+        ncol, cpg, npc = G, 1, Cg * S
+        stats = (gn_rows_stats_kernel, (plan.K, B * G),
+                 {"x_ptr": ptr, "shift_ptr": f32, "s1_ptr": f32, "s2_ptr": f32, "Lg_v": Cg * S // v,
+                  "span_v": plan.span // v, "K": plan.K, "N0": min(Cg * S, plan.tile_rows * v)},
+                 dict(L=L, NV=plan.tile_rows))
+        apply = (gn_rows_apply_kernel, (plan.K, B * G),
+                 {"x_ptr": ptr, "y_ptr": ptr, "w_ptr": ptr if has_w else None, "b_ptr": ptr if has_b else None,
+                  "stats_ptr": f32, "G": G, "Cg": Cg, "S_v": S // v, "Lg_v": Cg * S // v,
+                  "span_v": plan.span // v}, dict(L=L, NV=plan.tile_rows, HAS_W=has_w, HAS_B=has_b))
+    fin = (gn_split_finalize_kernel, (cdiv(G, plan.fin_groups), B),
+           {"shift_ptr": f32, "s1_ptr": f32, "s2_ptr": f32, "stats_ptr": f32, "G": G, "K": plan.K, "NCOL": ncol,
+            "CPG": cpg, "NPC": npc, "eps": "fp32"}, dict(LF=plan.fin_layout(), GB=plan.fin_groups, CP=plan.fin_cols))
+    return [stats, fin, apply], ncol
+
+
+def launch_split(x, num_groups, weight, bias, eps: float, out=None, config: SplitPlan | None = None):
+    import torch
+    plan = check_split(x, num_groups, weight, bias)
+    plan = config or plan
+    B, C = x.shape[0], x.shape[1]
+    S = x.numel() // (B * C)
+    G = num_groups
+    y = torch.empty_like(x) if out is None else out
+    if y.shape != x.shape or y.stride() != x.stride() or y.dtype != x.dtype:
+        raise ValueError(f"out must have x's shape, dtype and strides {tuple(x.stride())}")
+    if x.numel() == 0:
+        return y
+    launches, ncol = _split_launches(plan, B, C, S, G, weight is not None, bias is not None)
+    # one fp32 workspace: s1, s2 [B, K, NCOL], shifts [B, NCOL], (mean, rstd) [B, G]
+    n_part = B * plan.K * ncol
+    ws = torch.empty(2 * n_part + B * ncol + 2 * B * G, dtype=torch.float32, device=x.device)
+    s1, s2 = ws[:n_part], ws[n_part:2 * n_part]
+    shift = ws[2 * n_part:2 * n_part + B * ncol]
+    stats = ws[2 * n_part + B * ncol:]
+    tensors = {"x_ptr": x, "y_ptr": y, "w_ptr": weight, "b_ptr": bias, "shift_ptr": shift, "s1_ptr": s1,
+               "s2_ptr": s2, "stats_ptr": stats, "eps": eps}
+    for kernel, grid, args, ce in launches:
+        kernel[grid](**{n: tensors.get(n, args[n]) for n in args}, **ce, num_warps=plan.num_warps if "L" in ce else 1)
+    return y
+
+
+def split_codegen_specs(plan: SplitPlan, B: int, C: int, S: int, G: int, has_w: bool = True,
+                        has_b: bool = True) -> list[dict]:
+    """compile_sm90 arguments of the three launches launch_split makes (stats, finalize, apply)."""
+    launches, _ = _split_launches(plan, B, C, S, G, has_w, has_b)
+    return [kernel_spec(k, args, ce, num_warps=plan.num_warps if "L" in ce else 1) for k, _, args, ce in launches]
+
+
+SPLIT_KNOBS = {"slices": (1, 2, 4, 8, 16, 32)}
+
+
+def configure_split(shape: dict, dtype: str, overrides: dict) -> SplitPlan:
+    from ..specs.group import group_shape
+    C, S, G, layout = _group_dims(shape)
+    B = group_shape(shape)[0]
+    return SplitPlan.make(layout, B, C, S, G, dtype, slices=overrides.get("slices"))
+
+
+def codegen_split(shape: dict, dtype: str, config: SplitPlan | None = None):
+    """The stats kernel (the reduction this variant is about); split_codegen_specs gives all three."""
+    from ..specs.group import group_shape
+    C, S, G, _ = _group_dims(shape)
+    B = group_shape(shape)[0]
+    return split_codegen_specs(config or configure_split(shape, dtype, {}), B, C, S, G)[0]
+
+
+def _register_split():
+    from .. import specs
+    from ..registry import register
+    for spec in specs.family("group_norm"):
+        def fn(*inputs, eps, out=None, config=None, _spec=spec):
+            a = _spec.named(inputs)
+            return launch_split(a["x"], a.get("num_groups", a["x"].shape[1]), a["weight"], a["bias"], eps, out=out,
+                                config=config)
+
+        def check(*inputs, _spec=spec):
+            _spec.validate(*inputs, **_spec.scalars)
+            a = _spec.named(inputs)
+            check_split(a["x"], a.get("num_groups", a["x"].shape[1]), a["weight"], a["bias"])
+
+        fn.__name__ = fn.__qualname__ = f"{spec.name}_gluon_split"
+        register(spec.name, "gluon-split", pattern="chunked", needs_hopper=True, supports_out=True, check=check,
+                 configure=configure_split, codegen=codegen_split, knobs=SPLIT_KNOBS,
+                 roots=(launch_split, check_split, SplitPlan, _split_launches, gn_rows_stats_kernel,
+                        gn_cols_stats_kernel, gn_split_finalize_kernel, gn_rows_apply_kernel, gn_cols_apply_kernel),
+                 description="a group split across CTAs: per-slice shifted sums, a finalize merge (Chan), then "
+                             "y = x * a + b' per slice; NCHW and channels-last, 128-bit register tiles")(fn)
+
+
+_register_split()
