@@ -88,9 +88,13 @@ def test_dynamic_schedule_stages_graphs_and_fast_path(variant, stages):
     cfg = v.resolve({"M": M, "N": N}, "bfloat16", {"schedule": "dynamic", "num_stages": stages})
     x, w = bench.make_inputs("rms_norm", {"M": M, "N": N}, "bfloat16", seed=stages)
     ref = bench.reference_outputs("rms_norm", (x, w))
-    y = v.fn(x, w, eps=1e-6, config=cfg)
+    side = torch.cuda.Stream()  # the capture stream: its block counter exists before the capture (warm-up)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = v.fn(x, w, eps=1e-6, config=cfg)
+    torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, stream=side):
         y = v.fn(x, w, eps=1e-6, config=cfg)
     for _ in range(5):
         y.fill_(float("nan"))

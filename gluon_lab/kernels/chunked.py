@@ -750,7 +750,7 @@ SPLIT_MAX_COLS = 256  # channels-last column block
 
 
 @gluon.jit
-def gn_rows_stats_kernel(x_ptr, shift_ptr, s1_ptr, s2_ptr, Lg_v, span_v, K, N0, L: gl.constexpr, NV: gl.constexpr):
+def gn_rows_stats_kernel(x_ptr, shift_ptr, s1_ptr, s2_ptr, G, Lg_v, span_v, K, N0, L: gl.constexpr, NV: gl.constexpr):
     """NCHW: program (k, row) of the (B*G, Lg) view, Lg = Cg * S: elements [k*span, (k+1)*span) of
     the row. Lengths arrive in 16-byte vectors (Lg_v, span_v) so every access stays 128 bits."""
     dtype: gl.constexpr = x_ptr.dtype.element_ty
@@ -776,8 +776,9 @@ def gn_rows_stats_kernel(x_ptr, shift_ptr, s1_ptr, s2_ptr, Lg_v, span_v, K, N0, 
         d = gl.where(m, gl.load(base + offs, mask=m, other=0.0).to(gl.float32) - shift, 0.0)
         a1 += d
         a2 += d * d
-    gl.store(s1_ptr + row * K + k, gl.sum(gl.sum(a1, axis=1), axis=0))
-    gl.store(s2_ptr + row * K + k, gl.sum(gl.sum(a2, axis=1), axis=0))
+    part = ((row // G) * K + k) * G + row % G  # [B, K, G], as the finalize reads it
+    gl.store(s1_ptr + part, gl.sum(gl.sum(a1, axis=1), axis=0))
+    gl.store(s2_ptr + part, gl.sum(gl.sum(a2, axis=1), axis=0))
     gl.store(shift_ptr + row, shift, mask=k == 0)
 
 
@@ -1038,7 +1039,7 @@ def _split_launches(plan: SplitPlan, B: int, C: int, S: int, G: int, has_w: bool
     else:
         ncol, cpg, npc = G, 1, Cg * S
         stats = (gn_rows_stats_kernel, (plan.K, B * G),
-                 {"x_ptr": ptr, "shift_ptr": f32, "s1_ptr": f32, "s2_ptr": f32, "Lg_v": Cg * S // v,
+                 {"x_ptr": ptr, "shift_ptr": f32, "s1_ptr": f32, "s2_ptr": f32, "G": G, "Lg_v": Cg * S // v,
                   "span_v": plan.span // v, "K": plan.K, "N0": min(Cg * S, plan.tile_rows * v)},
                  dict(L=L, NV=plan.tile_rows))
         apply = (gn_rows_apply_kernel, (plan.K, B * G),
