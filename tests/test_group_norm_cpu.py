@@ -198,9 +198,10 @@ def test_auto_buckets_keep_layouts_and_group_sizes_apart():
     assert 0 < selection._distance(nchw, spec.bucket(spec.shape_of(x, 32))) < float("inf")
 
 
-def test_gluon_chunked_takes_nchw_only():
+def test_gluon_chunked_takes_both_layouts_and_refuses_others():
     x = torch.randn(2, 64, 8, 8, dtype=torch.bfloat16)
     from gluon_lab.kernels import chunked as C
     assert C.check_group(x, 8, None, None).layout == "nchw"
-    with pytest.raises(ValueError, match="channels-last"):
-        C.check_group(x.to(memory_format=torch.channels_last), 8, None, None)
+    assert C.check_group(x.to(memory_format=torch.channels_last), 8, None, None).layout == "channels_last"
+    with pytest.raises(ValueError, match="contiguous .NCHW. or channels-last"):
+        C.check_group(x.transpose(2, 3), 8, None, None)

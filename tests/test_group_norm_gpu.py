@@ -119,9 +119,10 @@ def test_no_affine_and_nan():
     torch.testing.assert_close(y[fin].float(), ref[fin].float(), atol=3e-2, rtol=3e-2)
 
 
-def test_output_keeps_the_memory_format():
+@pytest.mark.parametrize("variant", ["gluon-chunked", "gluon-split"])
+def test_output_keeps_the_memory_format(variant):
     import torch
     import gluon_lab as gll
     x = torch.randn(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    y = gll.group_norm(x, 8, variant="gluon-split")
+    y = gll.group_norm(x, 8, variant=variant)
     assert y.is_contiguous(memory_format=torch.channels_last)

@@ -406,9 +406,9 @@ rowio.register_row_variants(
 # ring of S slots streams the group twice; the second read mostly hits L2 (the groups in flight
 # on the GPU take ~ 132 SMs x a few chunks, far below the 50+ MB L2).
 
-# The channels-last path compiles for sm_90 (CPU census) but stopped with "an illegal instruction
-# was encountered" on its first H200 run (2026-11-29, box [128, 16] bf16); refused until debugged.
-CHANNELS_LAST_ENABLED = False
+# The channels-last path stopped with "an illegal instruction was encountered" on its first H200 run
+# (2026-11-29): its boxes started at channel g * Cg, not 16-byte aligned (see group_norm_kernel).
+CHANNELS_LAST_ENABLED = True
 GROUP_CACHED_LIMIT = 100 * 1024  # as CACHED_SMEM_LIMIT: two CTAs per SM keep loading while one computes
 GROUP_STREAM_STAGES = 8  # 8 x 4 KB ring: ~28 KB in flight per CTA; with B*G ~ 256 CTAs on 132 SMs a
 # 4-slot ring (12 KB in flight) is below Little's law for ~19 GB/s per CTA at ~1.5 us latency.
@@ -458,14 +458,21 @@ def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.c
     b = pid // G
     g = pid % G
     if CL:  # rows = spatial positions of sample b, columns = the group's channels
+        # A tiled TMA box must start at a 16-byte aligned global address: the first box column is
+        # the group's first channel rounded down to a 16-byte vector, and the group's channels are
+        # box columns C_LO .. C_LO + Cg - 1. (Starting at channel g * Cg itself was the "illegal
+        # instruction" of the first H200 run: compute-sanitizer put it on this copy, in the first
+        # block whose g * Cg * itemsize % 16 != 0 — run of 2026-12-01, ci/repro_gn_channels_last.py.)
         r0 = b * S
-        c0 = g * Cg
+        c0 = (g * Cg) // VEC * VEC
+        C_LO = g * Cg - c0
         GR = S
-        GC = Cg
+        GC = C_LO + Cg
         row_stride = C
     else:  # rows = the group's channels, columns = spatial positions
         r0 = b * C + g * Cg
         c0 = g * 0
+        C_LO = g * 0
         GR = Cg
         GC = S
         row_stride = S
@@ -488,10 +495,11 @@ def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.c
     ci0 = gl.arange(0, BC, layout=gl.SliceLayout(0, L))
     mbarrier.wait(bars.index(0), 0)
     K = _region_moments(bufs.index(0).load(L).to(gl.float32),
-                        gl.expand_dims(ri0 < GR, 1) & gl.expand_dims(ci0 < GC, 0))[1]
-    cnt = K * 0.0
-    mean = K * 0.0  # running mean of x - K
-    m2 = K * 0.0
+                        gl.expand_dims(ri0 < GR, 1) & gl.expand_dims((ci0 >= C_LO) & (ci0 < GC), 0))[1]
+    # per-lane shifted sums of x - K, reduced once after the loop (a CTA-wide reduction per box
+    # serialized the first version: 9.5-48% of the datasheet on the H200, run 20261201T094011Z)
+    a1 = gl.zeros([BR, BC], gl.float32, L)
+    a2 = gl.zeros([BR, BC], gl.float32, L)
     for k in range(T):  # pass 1: statistics
         if not CACHED:
             fence_async_shared()
@@ -500,12 +508,15 @@ def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.c
         mbarrier.wait(bars.index(slot), (k // SLOTS) & 1)
         ri = (k // n_cb) * BR + ri0
         ci = (k % n_cb) * BC + ci0
-        valid = gl.expand_dims(ri < GR, 1) & gl.expand_dims(ci < GC, 0)
-        x = bufs.index(slot).load(L).to(gl.float32)
-        n_b, delta, m2_b = _region_moments((x - K) - mean, valid)
-        cnt, mean, m2 = norm_math.chan_merge(cnt, mean, m2, n_b, delta, m2_b)
-    shift = K + mean
-    rstd = gl.rsqrt(m2 / cnt + eps)
+        valid = gl.expand_dims(ri < GR, 1) & gl.expand_dims((ci >= C_LO) & (ci < GC), 0)
+        d = gl.where(valid, bufs.index(slot).load(L).to(gl.float32) - K, 0.0)
+        a1 += d
+        a2 += d * d
+    n = (Cg * S) * 1.0
+    md = gl.sum(gl.sum(a1, axis=1), axis=0) / n
+    var = gl.sum(gl.sum(a2, axis=1), axis=0) / n - md * md
+    shift = K + md
+    rstd = gl.rsqrt(gl.where(var < 0.0, 0.0, var) + eps)  # a NaN stays NaN
 
     for j in range(T):  # pass 2: normalize, per-channel affine, store
         if CACHED:
@@ -518,15 +529,16 @@ def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.c
             mbarrier.wait(bars.index(slot), (k // SLOTS) & 1)
         ri = (j // n_cb) * BR + ri0
         ci = (j % n_cb) * BC + ci0
-        valid = gl.expand_dims(ri < GR, 1) & gl.expand_dims(ci < GC, 0)
+        valid = gl.expand_dims(ri < GR, 1) & gl.expand_dims((ci >= C_LO) & (ci < GC), 0)
         x = bufs.index(slot).load(L).to(gl.float32)
         y = (x - shift) * rstd
         if CL:  # channel = column
-            ch = g * Cg + ci
+            ch = c0 + ci
+            cok = (ci >= C_LO) & (ci < GC)
             if HAS_W:
-                y = y * gl.expand_dims(gl.load(w_ptr + ch, mask=ci < GC, other=0.0).to(gl.float32), 0)
+                y = y * gl.expand_dims(gl.load(w_ptr + ch, mask=cok, other=0.0).to(gl.float32), 0)
             if HAS_B:
-                y = y + gl.expand_dims(gl.load(b_ptr + ch, mask=ci < GC, other=0.0).to(gl.float32), 0)
+                y = y + gl.expand_dims(gl.load(b_ptr + ch, mask=cok, other=0.0).to(gl.float32), 0)
         else:  # channel = row
             ch = g * Cg + ri
             if HAS_W:
@@ -562,8 +574,9 @@ class GroupPlan:
         v = vec(dtype)
         Cg = C // G
         if layout == "channels_last":
-            # columns: the group's channels padded to a power of two, at least one 16-byte vector
-            bc = max(v, 1 << (Cg - 1).bit_length())
+            # columns: the group's channels from the 16-byte vector holding its first one (a TMA box
+            # starts 16-byte aligned): Cg + up to VEC - 1 columns, padded to a power of two
+            bc = max(v, 1 << (Cg + v - 2).bit_length())
             tc = min(32, bc // v)
             nw = 4
             # rows: boxes of ~4 KB (at most 256 rows, TMA's per-dimension limit), at least one row
@@ -747,6 +760,8 @@ SPLIT_TILE_BYTES = 4096  # one register tile per loop step: 2048 bf16 / 1024 fp3
 SPLIT_UNROLL = 2  # 16-byte vectors per thread per step (both issued before either is used)
 SPLIT_CTAS_PER_SM = 4  # slices per group: enough CTAs for ~4 per SM (measured: see notebook 02)
 SPLIT_MAX_COLS = 256  # channels-last column block
+FIN_COLS = 256  # finalize: columns per CTA (whole groups) ...
+FIN_K_BLOCK = 8  # ... x slices summed per step: a [8, 256] tile, 4 warps
 
 
 @gluon.jit
@@ -819,34 +834,51 @@ def gn_cols_stats_kernel(x_ptr, shift_ptr, s1_ptr, s2_ptr, S, C_v, K, span, N0, 
 
 
 @gluon.jit(do_not_specialize=["eps"])
-def gn_split_finalize_kernel(shift_ptr, s1_ptr, s2_ptr, stats_ptr, G, K, NCOL, CPG, NPC, eps, LF: gl.constexpr,
-                             GB: gl.constexpr, CP: gl.constexpr):
-    """Program (group block, sample b): (mean, rstd) of groups gb*GB .. of sample b from the K
+def gn_split_finalize_kernel(shift_ptr, s1_ptr, s2_ptr, stats_ptr, G, K, NCOL, CPG, NPC, GB, eps, LF: gl.constexpr,
+                             KB: gl.constexpr, NCB: gl.constexpr, GBP: gl.constexpr, ONE_COL: gl.constexpr):
+    """Program (group block, sample b): (mean, rstd) of groups gb*GB .. + GB-1 of sample b from the K
     slices' partials ([B, K, NCOL] sums, [B, NCOL] shifts); group g owns columns g*CPG .. + CPG-1,
-    NPC elements each."""
+    NPC elements each. The K slices are summed KB at a time over the block's NCB columns (parallel
+    loads, not a K-long chain), then a group's columns merge by Chan's formula through a [GBP, NCB]
+    ownership mask (ONE_COL: a column is a group, InstanceNorm and NCHW)."""
     gb = gl.program_id(0)
     b = gl.program_id(1)
-    gi = gb * GB + gl.arange(0, GB, layout=gl.SliceLayout(1, LF))
-    j = gl.arange(0, CP, layout=gl.SliceLayout(0, LF))
-    col = gl.expand_dims(gi * CPG, 1) + gl.expand_dims(j, 0)
-    m = gl.expand_dims(gi < G, 1) & gl.expand_dims(j < CPG, 0)
-    t1 = gl.zeros([GB, CP], gl.float32, LF)
-    t2 = gl.zeros([GB, CP], gl.float32, LF)
-    for k in range(K):
-        idx = (b * K + k) * NCOL + col
+    g0 = gb * GB
+    c = g0 * CPG + gl.arange(0, NCB, layout=gl.SliceLayout(0, LF))
+    cm = (c < (g0 + GB) * CPG) & (c < NCOL)
+    kk = gl.arange(0, KB, layout=gl.SliceLayout(1, LF))
+    t1 = gl.zeros([KB, NCB], gl.float32, LF)
+    t2 = gl.zeros([KB, NCB], gl.float32, LF)
+    for k0 in range(0, K, KB):
+        k = k0 + kk
+        m = gl.expand_dims(k < K, 1) & gl.expand_dims(cm, 0)
+        idx = gl.expand_dims((b * K + k) * NCOL, 1) + gl.expand_dims(c, 0)
         t1 += gl.load(s1_ptr + idx, mask=m, other=0.0)
         t2 += gl.load(s2_ptr + idx, mask=m, other=0.0)
+    S1 = gl.sum(t1, axis=0)
+    S2 = gl.sum(t2, axis=0)
     n = NPC * 1.0
-    mean_c = gl.load(shift_ptr + b * NCOL + col, mask=m, other=0.0) + t1 / n
-    m2_c = t2 - t1 * (t1 / n)
-    mean = gl.sum(gl.where(m, mean_c, 0.0), axis=1) / (CPG * 1.0)
-    dev = gl.where(m, mean_c - gl.expand_dims(mean, 1), 0.0)
-    m2 = gl.sum(gl.where(m, m2_c, 0.0), axis=1) + n * gl.sum(dev * dev, axis=1)
-    var = m2 / (n * (CPG * 1.0))
-    var = gl.where(var < 0.0, 0.0, var)  # rounding of s2 - s1²/n; a NaN stays NaN (NaN < 0 is false)
-    out = (b * G + gi) * 2
-    gl.store(stats_ptr + out, mean, mask=gi < G)
-    gl.store(stats_ptr + out + 1, gl.rsqrt(var + eps), mask=gi < G)
+    mean_c = gl.load(shift_ptr + b * NCOL + c, mask=cm, other=0.0) + S1 / n
+    m2_c = S2 - S1 * (S1 / n)
+    if ONE_COL:
+        var = m2_c / n
+        var = gl.where(var < 0.0, 0.0, var)  # rounding of s2 - s1²/n; a NaN stays NaN (NaN < 0 is false)
+        out = (b * G + c) * 2
+        gl.store(stats_ptr + out, mean_c, mask=cm)
+        gl.store(stats_ptr + out + 1, gl.rsqrt(var + eps), mask=cm)
+    else:
+        gi = g0 + gl.arange(0, GBP, layout=gl.SliceLayout(1, LF))
+        own = (gl.expand_dims(c // CPG, 0) == gl.expand_dims(gi, 1)) & gl.expand_dims(cm, 0)  # [GBP, NCB]
+        cpg = CPG * 1.0
+        mean = gl.sum(gl.where(own, gl.expand_dims(mean_c, 0), 0.0), axis=1) / cpg
+        dev = gl.where(cm, mean_c - gl.sum(gl.where(own, gl.expand_dims(mean, 1), 0.0), axis=0), 0.0)
+        m2 = gl.sum(gl.where(own, gl.expand_dims(m2_c + n * dev * dev, 0), 0.0), axis=1)
+        var = m2 / (n * cpg)
+        var = gl.where(var < 0.0, 0.0, var)
+        gm = (gi < g0 + GB) & (gi < G)
+        out = (b * G + gi) * 2
+        gl.store(stats_ptr + out, mean, mask=gm)
+        gl.store(stats_ptr + out + 1, gl.rsqrt(var + eps), mask=gm)
 
 
 @gluon.jit
@@ -942,8 +974,8 @@ class SplitPlan:
     col_block: int  # channels-last: BC; NCHW: VEC
     col_blocks: int  # channels-last: cdiv(C, BC); NCHW: 1
     num_warps: int
-    fin_groups: int  # GB
-    fin_cols: int  # CP = next_pow2(columns per group)
+    fin_groups: int  # GB: groups per finalize CTA
+    fin_cols: int  # NCB: their columns, a power of 2 >= GB * columns per group
     ctas: int  # stats / apply CTAs
 
     @classmethod
@@ -973,10 +1005,11 @@ class SplitPlan:
         k = max(1, min(k, max_k))
         span = cdiv(cdiv(length, k), unit) * unit
         k = cdiv(length, span)
-        cp = 1 << (cpg - 1).bit_length()
-        gb = max(1, min(_pow2_at_most(max(1, 1024 // cp)), 1 << (G - 1).bit_length()))
+        ncb = max(FIN_COLS, 1 << (cpg - 1).bit_length())  # finalize: the columns of whole groups
+        gb = max(1, min(ncb // cpg, G))
+        ncb = max(8, min(ncb, 1 << (gb * cpg - 1).bit_length()))
         return cls(layout=layout, dtype=dtype, K=k, span=span, tile_rows=br, col_block=bc, col_blocks=col_blocks,
-                   num_warps=nw, fin_groups=gb, fin_cols=cp, ctas=k * outer)
+                   num_warps=nw, fin_groups=gb, fin_cols=ncb, ctas=k * outer)
 
     def tile_layout(self):
         v = vec(self.dtype)
@@ -987,7 +1020,7 @@ class SplitPlan:
 
     def fin_layout(self):
         tc = min(32, self.fin_cols)
-        return gl.BlockedLayout([1, 1], [32 // tc, tc], [1, 1], [1, 0])
+        return gl.BlockedLayout([1, 1], [32 // tc, tc], [1, SPLIT_WARPS], [1, 0])
 
 
 def check_split(x, num_groups, weight, bias) -> SplitPlan:
@@ -1048,7 +1081,9 @@ def _split_launches(plan: SplitPlan, B: int, C: int, S: int, G: int, has_w: bool
                   "span_v": plan.span // v}, dict(L=L, NV=plan.tile_rows, HAS_W=has_w, HAS_B=has_b))
     fin = (gn_split_finalize_kernel, (cdiv(G, plan.fin_groups), B),
            {"shift_ptr": f32, "s1_ptr": f32, "s2_ptr": f32, "stats_ptr": f32, "G": G, "K": plan.K, "NCOL": ncol,
-            "CPG": cpg, "NPC": npc, "eps": "fp32"}, dict(LF=plan.fin_layout(), GB=plan.fin_groups, CP=plan.fin_cols))
+            "CPG": cpg, "NPC": npc, "GB": plan.fin_groups, "eps": "fp32"},
+           dict(LF=plan.fin_layout(), KB=FIN_K_BLOCK, NCB=plan.fin_cols,
+                GBP=1 << (plan.fin_groups - 1).bit_length(), ONE_COL=cpg == 1))
     return [stats, fin, apply], ncol
 
 
@@ -1074,7 +1109,7 @@ def launch_split(x, num_groups, weight, bias, eps: float, out=None, config: Spli
     tensors = {"x_ptr": x, "y_ptr": y, "w_ptr": weight, "b_ptr": bias, "shift_ptr": shift, "s1_ptr": s1,
                "s2_ptr": s2, "stats_ptr": stats, "eps": eps}
     for kernel, grid, args, ce in launches:
-        kernel[grid](**{n: tensors.get(n, args[n]) for n in args}, **ce, num_warps=plan.num_warps if "L" in ce else 1)
+        kernel[grid](**{n: tensors.get(n, args[n]) for n in args}, **ce, num_warps=plan.num_warps)
     return y
 
 
@@ -1082,7 +1117,7 @@ def split_codegen_specs(plan: SplitPlan, B: int, C: int, S: int, G: int, has_w: 
                         has_b: bool = True) -> list[dict]:
     """compile_sm90 arguments of the three launches launch_split makes (stats, finalize, apply)."""
     launches, _ = _split_launches(plan, B, C, S, G, has_w, has_b)
-    return [kernel_spec(k, args, ce, num_warps=plan.num_warps if "L" in ce else 1) for k, _, args, ce in launches]
+    return [kernel_spec(k, args, ce, num_warps=plan.num_warps) for k, _, args, ce in launches]
 
 
 SPLIT_KNOBS = {"slices": (1, 2, 4, 8, 16, 32)}
