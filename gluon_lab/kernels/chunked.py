@@ -760,8 +760,8 @@ SPLIT_TILE_BYTES = 4096  # one register tile per loop step: 2048 bf16 / 1024 fp3
 SPLIT_UNROLL = 2  # 16-byte vectors per thread per step (both issued before either is used)
 SPLIT_CTAS_PER_SM = 4  # slices per group: enough CTAs for ~4 per SM (measured: see notebook 02)
 SPLIT_MAX_COLS = 256  # channels-last column block
-FIN_COLS = 256  # finalize: columns per CTA (whole groups) ...
-FIN_K_BLOCK = 8  # ... x slices summed per step: a [8, 256] tile, 4 warps
+FIN_COLS = 256  # finalize: at most this many columns per CTA (whole groups) ...
+FIN_TILE = 2048  # ... x slices summed per step: a [KB, NCB] tile of this many elements, 4 warps
 
 
 @gluon.jit
@@ -976,6 +976,7 @@ class SplitPlan:
     num_warps: int
     fin_groups: int  # GB: groups per finalize CTA
     fin_cols: int  # NCB: their columns, a power of 2 >= GB * columns per group
+    fin_k: int  # KB: slices summed per step
     ctas: int  # stats / apply CTAs
 
     @classmethod
@@ -1005,11 +1006,19 @@ class SplitPlan:
         k = max(1, min(k, max_k))
         span = cdiv(cdiv(length, k), unit) * unit
         k = cdiv(length, span)
-        ncb = max(FIN_COLS, 1 << (cpg - 1).bit_length())  # finalize: the columns of whole groups
+        # finalize: NCB columns of GB whole groups x KB slices per step (a FIN_TILE-element tile); fewer
+        # columns per CTA until the grid has ~2 CTAs per SM, so many slices (K = 256 at B = 1, C = 512
+        # channels-last) are summed by many CTAs at once instead of a long chain of dependent steps
+        # in two (the first finalize took 2 CTAs x 32 steps: ~4x the stats kernel, run 20261201T2041Z)
+        cpg2 = 1 << (cpg - 1).bit_length()
+        ncb = max(cpg2, min(FIN_COLS, 1 << (cpg * G - 1).bit_length()))
+        while ncb > cpg2 and ncb > 8 and B * cdiv(G, max(1, ncb // cpg)) < 2 * sms:
+            ncb //= 2
         gb = max(1, min(ncb // cpg, G))
         ncb = max(8, min(ncb, 1 << (gb * cpg - 1).bit_length()))
         return cls(layout=layout, dtype=dtype, K=k, span=span, tile_rows=br, col_block=bc, col_blocks=col_blocks,
-                   num_warps=nw, fin_groups=gb, fin_cols=ncb, ctas=k * outer)
+                   num_warps=nw, fin_groups=gb, fin_cols=ncb, fin_k=max(1, min(FIN_TILE // ncb, 1 << (k - 1).bit_length())),
+                   ctas=k * outer)
 
     def tile_layout(self):
         v = vec(self.dtype)
@@ -1020,7 +1029,8 @@ class SplitPlan:
 
     def fin_layout(self):
         tc = min(32, self.fin_cols)
-        return gl.BlockedLayout([1, 1], [32 // tc, tc], [1, SPLIT_WARPS], [1, 0])
+        wc = max(1, min(SPLIT_WARPS, self.fin_cols // tc))
+        return gl.BlockedLayout([1, 1], [32 // tc, tc], [SPLIT_WARPS // wc, wc], [1, 0])
 
 
 def check_split(x, num_groups, weight, bias) -> SplitPlan:
@@ -1082,7 +1092,7 @@ def _split_launches(plan: SplitPlan, B: int, C: int, S: int, G: int, has_w: bool
     fin = (gn_split_finalize_kernel, (cdiv(G, plan.fin_groups), B),
            {"shift_ptr": f32, "s1_ptr": f32, "s2_ptr": f32, "stats_ptr": f32, "G": G, "K": plan.K, "NCOL": ncol,
             "CPG": cpg, "NPC": npc, "GB": plan.fin_groups, "eps": "fp32"},
-           dict(LF=plan.fin_layout(), KB=FIN_K_BLOCK, NCB=plan.fin_cols,
+           dict(LF=plan.fin_layout(), KB=plan.fin_k, NCB=plan.fin_cols,
                 GBP=1 << (plan.fin_groups - 1).bit_length(), ONE_COL=cpg == 1))
     return [stats, fin, apply], ncol
 
