@@ -112,7 +112,7 @@ def test_registered_for_every_row_norm_and_the_group_ops():
 @pytest.mark.parametrize("op,shape,cached", [
     ("group_norm", {"B": 8, "C": 320, "H": 32, "W": 32, "G": 32, "layout": "nchw"}, True),
     ("group_norm", {"B": 8, "C": 640, "H": 64, "W": 64, "G": 32, "layout": "nchw"}, False),
-    ("instance_norm", {"B": 8, "C": 320, "H": 32, "W": 32, "layout": "nchw"}, True)], ids=str)
+    ("instance_norm", {"B": 8, "C": 320, "H": 128, "W": 128, "layout": "nchw"}, True)], ids=str)
 def test_group_census(op, shape, cached):
     """NCHW groups: x only through TMA ([1, CHUNK] boxes, one expect per fill), per-row weight/bias
     scalars, 128-bit stores, no spills; a cached group waits for each box once, a streamed one twice."""
@@ -186,3 +186,23 @@ def test_split_registered_and_refusals():
     w = torch.randn(128)[::2]
     with pytest.raises(ValueError, match="weight must be contiguous"):
         C.check_split(torch.randn(2, 64, 8, 8), 8, w, None)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("shape", [{"B": 16, "C": 1280, "H": 16, "W": 16, "layout": "nchw"},
+                                   {"B": 2, "C": 320, "H": 64, "W": 64, "layout": "nchw"},
+                                   {"B": 2, "C": 64, "H": 33, "W": 8, "G": 32, "layout": "nchw"}], ids=str)
+def test_packed_groups_census(shape, dtype):
+    """NCHW groups of <= PACK_MAX_ELEMS elements: several whole groups per CTA in one register tile, x and
+    y by 128-bit accesses only, no TMA, no shared-memory buffer, no spills; InstanceNorm loads its
+    weight per row (Cg = 1), GroupNorm per element (channel = g * Cg + col // S)."""
+    from gluon_lab import registry
+    op = "group_norm" if "G" in shape else "instance_norm"
+    plan = registry.get_variant(op, "gluon-chunked").resolve(shape, dtype)
+    Lg = (shape["C"] // shape.get("G", shape["C"])) * shape["H"] * shape["W"]
+    assert plan.packed and plan.pack_cols == 1 << (Lg - 1).bit_length()
+    assert plan.pack_rows * plan.pack_cols >= C.PACK_TILE or plan.pack_rows == 8
+    _, c = codegen.inspect_variant(op, "gluon-chunked", shape=shape, dtype=dtype)
+    assert c["tma_load"] == 0 and c["mbarrier_init"] == 0 and set(c["st_global_by_bits"]) == {128}
+    assert c["ld_global_by_bits"][128] > 0 and c["spill_bytes"] == 0 and c["ld_local"] == 0
+    assert not registry.get_variant(op, "gluon-chunked").resolve(shape, dtype, {"packed": False}).packed

@@ -126,3 +126,21 @@ def test_output_keeps_the_memory_format(variant):
     x = torch.randn(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     y = gll.group_norm(x, 8, variant=variant)
     assert y.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("shape", [(16, 96, 16, 16, 32), (3, 40, 5, 8, 8), (2, 64, 64, 64, 64)], ids=str)
+def test_packed_groups_agree_with_float64(shape, dtype, packed):
+    """gluon-chunked's packed path (several whole NCHW groups per CTA in registers) and the TMA path it
+    replaces for groups <= PACK_MAX_ELEMS, on x = 50 + N(0, 1), ragged last CTA (B * G not a multiple
+    of the rows per CTA), both ops."""
+    from gluon_lab import bench
+    from gluon_lab.kernels import chunked as C
+    B, Cc, H, W, G = shape
+    for op, groups in (("group_norm", G), ("instance_norm", Cc)):
+        inputs = _inputs(op, B, Cc, H, W, G, "nchw", dtype, seed=B + H, mean=50.0)
+        plan = C.GroupPlan.make("nchw", Cc, H * W, groups, dtype, packed=packed)
+        assert plan.packed == packed
+        res = bench.check_correctness(op, "gluon-chunked", inputs, config=plan)
+        assert res["passed"], (op, res)

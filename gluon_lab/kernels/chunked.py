@@ -32,7 +32,10 @@ from .hopper import (CTA_SMEM_OVERHEAD, H200_SMS, ITEMSIZE, MAX_WARPS_PER_SM, SM
                      row_layout, row_outputs, short_dtype, vec)
 
 # Cache the row while it takes <= 100 KB (two CTAs per SM, as gluon-tma's heuristic); longer rows
-# stream. Where exactly streaming starts to pay is for the H200 sweep of issue #4 to say.
+# stream. The H200 stream study (M = 4096, run 20261201T194000Z) puts the crossover there in both
+# dtypes: bf16 RMSNorm cached leads streaming by 4-12 SOL points up to N = 49152 (96 KB) and trails by
+# 16-22 from 65536; fp32 cached leads at 24576 (96 KB), streaming at 32768 (128 KB). One byte limit
+# serves both dtypes.
 CACHED_SMEM_LIMIT = 100 * 1024
 STREAM_STAGES = 4  # ring slots in flight: 3 chunks (12 KB) ahead of the one being reduced
 STREAM_WARPS = 8  # streaming chunks: 8 warps = 2048 bf16 / 1024 fp32 elements (4 KB)
@@ -409,6 +412,12 @@ rowio.register_row_variants(
 # The channels-last path stopped with "an illegal instruction was encountered" on its first H200 run
 # (2026-11-29): its boxes started at channel g * Cg, not 16-byte aligned (see group_norm_kernel).
 CHANNELS_LAST_ENABLED = True
+# NCHW groups of at most PACK_MAX_ELEMS elements (InstanceNorm planes up to 64², small GroupNorm groups)
+# are normalized several per CTA in registers: one CTA per plane left 20480 one-warp CTAs of 512 B each
+# at InstanceNorm 16 x 1280 x 16² (0.51x torch.compile, which packs rows; run 20261201T194555Z).
+PACK_MAX_ELEMS = 4096
+PACK_TILE = 8192  # elements per packed CTA tile (32 fp32 registers per thread at 8 warps)
+PACK_WARPS = 8
 GROUP_CACHED_LIMIT = 100 * 1024  # as CACHED_SMEM_LIMIT: two CTAs per SM keep loading while one computes
 GROUP_STREAM_STAGES = 8  # 8 x 4 KB ring: ~28 KB in flight per CTA; with B*G ~ 256 CTAs on 132 SMs a
 # 4-slot ring (12 KB in flight) is below Little's law for ~19 GB/s per CTA at ~1.5 us latency.
@@ -551,6 +560,41 @@ def group_norm_kernel(x_desc, y_ptr, w_ptr, b_ptr, G, C_v, S_v, Cg, eps, L: gl.c
         mbarrier.invalidate(bars.index(i))
 
 
+@gluon.jit(do_not_specialize=["eps"])
+def gn_rows_packed_kernel(x_ptr, y_ptr, w_ptr, b_ptr, n_rows, G, Lg_v, eps, S: gl.constexpr, Cg: gl.constexpr,
+                          L: gl.constexpr, R: gl.constexpr, LP: gl.constexpr, HAS_W: gl.constexpr,
+                          HAS_B: gl.constexpr):
+    """NCHW, small groups: R whole groups (rows of the (B*G, Lg) view, Lg = Cg * S) per program in one
+    [R, LP] register tile: one read, exact two-pass statistics in registers, one write. S and Cg are
+    constexprs (the channel of a column is g * Cg + col // S: a division by a constant)."""
+    dtype: gl.constexpr = x_ptr.dtype.element_ty
+    VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
+    Lg = Lg_v * VEC
+    rows = gl.program_id(0) * R + gl.arange(0, R, layout=gl.SliceLayout(1, L))
+    cols = gl.arange(0, LP, layout=gl.SliceLayout(0, L))
+    m = gl.expand_dims(rows < n_rows, 1) & gl.expand_dims(cols < Lg, 0)
+    offs = gl.expand_dims(rows.to(gl.int64) * Lg, 1) + gl.expand_dims(cols, 0)
+    x = gl.load(x_ptr + offs, mask=m, other=0.0).to(gl.float32)
+    n = Lg * 1.0
+    mean = gl.sum(x, axis=1) / n
+    d = gl.where(m, x - gl.expand_dims(mean, 1), 0.0)
+    y = d * gl.expand_dims(gl.rsqrt(gl.sum(d * d, axis=1) / n + eps), 1)
+    if Cg == 1:  # InstanceNorm-like: one channel per row
+        ch = rows % (G * Cg)
+        rm = rows < n_rows
+        if HAS_W:
+            y = y * gl.expand_dims(gl.load(w_ptr + ch, mask=rm, other=0.0).to(gl.float32), 1)
+        if HAS_B:
+            y = y + gl.expand_dims(gl.load(b_ptr + ch, mask=rm, other=0.0).to(gl.float32), 1)
+    else:
+        ch = gl.expand_dims((rows % G) * Cg, 1) + gl.expand_dims(cols // S, 0)
+        if HAS_W:
+            y = y * gl.load(w_ptr + ch, mask=m, other=0.0).to(gl.float32)
+        if HAS_B:
+            y = y + gl.load(b_ptr + ch, mask=m, other=0.0).to(gl.float32)
+    gl.store(y_ptr + offs, y.to(dtype), mask=m)
+
+
 @dataclass(frozen=True)
 class GroupPlan:
     """How one (b, g) group is cut into [box_rows, box_cols] TMA boxes."""
@@ -566,13 +610,20 @@ class GroupPlan:
     threads: tuple  # (threads per warp along rows, along cols)
     warps: tuple  # (warps along rows, along cols)
     overread: float  # box elements read per valid element (1.0 = none)
+    packed: bool = False  # NCHW small groups: pack_rows whole groups per CTA in registers (no TMA, no smem)
+    pack_rows: int = 0
+    pack_cols: int = 0  # next_pow2(Cg * S)
 
     @classmethod
     def make(cls, layout: str, C: int, S: int, G: int, dtype: str, cached: bool | None = None,
-             stages: int | None = None) -> "GroupPlan":
+             stages: int | None = None, packed: bool | None = None) -> "GroupPlan":
         e = ITEMSIZE[dtype]
         v = vec(dtype)
         Cg = C // G
+        if layout == "nchw" and (packed or (packed is None and cached is None and Cg * S <= PACK_MAX_ELEMS)):
+            return cls._packed(dtype, Cg * S)
+        if packed:
+            raise ValueError("packed groups are an NCHW path (a group's Cg * S elements contiguous)")
         if layout == "channels_last":
             # columns: the group's channels from the 16-byte vector holding its first one (a TMA box
             # starts 16-byte aligned): Cg + up to VEC - 1 columns, padded to a power of two
@@ -600,6 +651,22 @@ class GroupPlan:
         return cls(layout=layout, dtype=dtype, num_warps=nw, box_rows=br, box_cols=bc, chunks=T, cached=use_cache,
                    slots=slots, smem_bytes=slots * box + SMEM_RESERVE, threads=threads, warps=warps,
                    overread=T * br * bc / (rows * cols))
+
+    @classmethod
+    def _packed(cls, dtype: str, Lg: int) -> "GroupPlan":
+        """[pack_rows, next_pow2(Lg)] register tiles of PACK_TILE elements: threads and warps along the
+        group's elements first, the rest along groups (InstanceNorm at 16² bf16: 32 planes per CTA)."""
+        v = vec(dtype)
+        lp = max(v, 1 << (Lg - 1).bit_length())
+        if lp > PACK_TILE:
+            raise ValueError(f"a packed group holds at most {PACK_TILE} elements in registers; this one has {Lg}")
+        nw = PACK_WARPS
+        tc = min(32, lp // v)
+        wc = max(1, min(nw, lp // (v * tc)))
+        rows = max((32 // tc) * (nw // wc), PACK_TILE // lp)
+        return cls(layout="nchw", dtype=dtype, num_warps=nw, box_rows=0, box_cols=0, chunks=0, cached=False, slots=0,
+                   smem_bytes=0, threads=(32 // tc, tc), warps=(nw // wc, wc), overread=lp / Lg, packed=True,
+                   pack_rows=rows, pack_cols=lp)
 
     def reg_layout(self):
         return gl.BlockedLayout([1, vec(self.dtype)], list(self.threads), list(self.warps), [1, 0])
@@ -664,6 +731,12 @@ def launch_group(x, num_groups, weight, bias, eps: float, out=None, config: Grou
     y = torch.empty_like(x) if out is None else out
     if y.shape != x.shape or y.stride() != x.stride() or y.dtype != x.dtype:
         raise ValueError(f"out must have x's shape, dtype and strides {tuple(x.stride())}")
+    if plan.packed:
+        args, ce = _packed_args(plan, B, C, S, num_groups, weight is not None, bias is not None)
+        tensors = {"x_ptr": x, "y_ptr": y, "w_ptr": weight, "b_ptr": bias, "eps": eps}
+        gn_rows_packed_kernel[(cdiv(B * num_groups, plan.pack_rows), )](
+            **{n: tensors.get(n, args[n]) for n in args}, **ce, num_warps=plan.num_warps)
+        return y
     if plan.layout == "channels_last":
         x2 = x.permute(0, *range(2, x.dim()), 1).reshape(B * S, C)  # a view: channels innermost
     else:
@@ -674,8 +747,21 @@ def launch_group(x, num_groups, weight, bias, eps: float, out=None, config: Grou
     return y
 
 
-def group_codegen_spec(plan: GroupPlan, C: int, S: int, G: int, has_w: bool = True, has_b: bool = True):
+def _packed_args(plan: GroupPlan, B: int, C: int, S: int, G: int, has_w: bool, has_b: bool):
+    """gn_rows_packed_kernel's arguments ({name: value or compile type}) and constexprs."""
+    ptr = f"*{short_dtype(plan.dtype)}"
+    Cg = C // G
+    args = {"x_ptr": ptr, "y_ptr": ptr, "w_ptr": ptr if has_w else None, "b_ptr": ptr if has_b else None,
+            "n_rows": B * G, "G": G, "Lg_v": Cg * S // vec(plan.dtype), "eps": "fp32"}
+    return args, dict(S=S, Cg=Cg, L=plan.reg_layout(), R=plan.pack_rows, LP=plan.pack_cols, HAS_W=has_w, HAS_B=has_b)
+
+
+def group_codegen_spec(plan: GroupPlan, C: int, S: int, G: int, has_w: bool = True, has_b: bool = True,
+                       B: int = 8):
     """compile_sm90 arguments reproducing what launch_group JITs (CPU codegen)."""
+    if plan.packed:
+        args, ce = _packed_args(plan, B, C, S, G, has_w, has_b)
+        return kernel_spec(gn_rows_packed_kernel, args, ce, num_warps=plan.num_warps)
     ptr = f"*{short_dtype(plan.dtype)}"
     args = {"x_desc": desc_type(plan.dtype, [plan.box_rows, plan.box_cols], row_layout(plan.dtype)), "y_ptr": ptr,
             "w_ptr": ptr if has_w else None, "b_ptr": ptr if has_b else None, **_group_ints(plan, C, S, G),
@@ -685,7 +771,7 @@ def group_codegen_spec(plan: GroupPlan, C: int, S: int, G: int, has_w: bool = Tr
 
 # registration: gluon-chunked for group_norm and instance_norm (instance_norm: one channel per group)
 
-GROUP_KNOBS = {"cached": (False, True), "stages": (3, GROUP_STREAM_STAGES)}
+GROUP_KNOBS = {"cached": (False, True), "stages": (3, GROUP_STREAM_STAGES), "packed": (False, True)}
 
 
 def _group_dims(shape: dict) -> tuple:
@@ -702,12 +788,14 @@ def configure_group(shape: dict, dtype: str, overrides: dict) -> GroupPlan:
     C, S, G, layout = _group_dims(shape)
     if layout == "channels_last" and not CHANNELS_LAST_ENABLED:
         raise ValueError("variant 'gluon-chunked' does not take channels-last x yet (see CHANNELS_LAST_ENABLED)")
-    return GroupPlan.make(layout, C, S, G, dtype, cached=overrides.get("cached"), stages=overrides.get("stages"))
+    return GroupPlan.make(layout, C, S, G, dtype, cached=overrides.get("cached"), stages=overrides.get("stages"),
+                          packed=overrides.get("packed"))
 
 
 def codegen_group(shape: dict, dtype: str, config: GroupPlan | None = None):
+    from ..specs.group import group_shape
     C, S, G, _ = _group_dims(shape)
-    return group_codegen_spec(config or configure_group(shape, dtype, {}), C, S, G)
+    return group_codegen_spec(config or configure_group(shape, dtype, {}), C, S, G, B=group_shape(shape)[0])
 
 
 def _register_group():
@@ -727,7 +815,7 @@ def _register_group():
         fn.__name__ = fn.__qualname__ = f"{spec.name}_gluon_chunked"
         register(spec.name, "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True, check=check,
                  configure=configure_group, codegen=codegen_group, knobs=GROUP_KNOBS,
-                 roots=(launch_group, check_group, GroupPlan, group_norm_kernel),
+                 roots=(launch_group, check_group, GroupPlan, group_norm_kernel, gn_rows_packed_kernel, _packed_args),
                  description="one CTA per (sample, group; instance_norm: a group per channel): the group's region "
                              "in power-of-2 TMA boxes, cached or ring-streamed")(fn)
 
