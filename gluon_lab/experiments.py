@@ -76,7 +76,9 @@ def plan_cases(plan: CeilingsPlan) -> list[dict]:
 
 
 DISPATCH_MS = (1, 32, 256, 4096)  # the M grid: decode (1), small batch, prefill tiles, a full prefill
-DISPATCH_SKIP = ("inductor-max-autotune", )  # minutes of autotuning per shape; its host path is inductor's
+# inductor-max-autotune: minutes of autotuning per shape, its host path is inductor's; quack: timed at
+# its own front door (_quack_peers), not through this API
+DISPATCH_SKIP = ("inductor-max-autotune", "quack")
 DISPATCH_INDUCTOR_OPS = ("rms_norm", )  # a compile per shape: one op shows torch.compile's host path
 
 
@@ -327,8 +329,8 @@ class TmaCachingPlan:
     Ms: tuple = (4096, 8192, 16384, 32768)
     Ns: tuple = (4096, 8192, 16384)
     dtype: str = "bfloat16"
-    rms_variants: tuple = ("torch", "inductor", "inductor-max-autotune", "triton", "liger", "gluon-tma")
-    other_variants: tuple = ("torch", "inductor", "triton", "liger", "gluon-tma")
+    rms_variants: tuple = ("torch", "inductor", "inductor-max-autotune", "triton", "liger", "quack", "gluon-tma")
+    other_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-tma")
     other_ops: tuple = ("layer_norm", "add_rms_norm", "l2_norm")
     sweep_M: int = 16384
     sweep_Ns: tuple = (1024, 4096, 8192, 16384)
@@ -462,8 +464,8 @@ class ChunkedPlan:
     Ns: tuple = (1536, 2560, 2880, 3584, 5120, 6144, 7168, 12288, 14336, 18432, 20480, 24576)
     Ms: tuple = (4096, 16384)
     ops: tuple = ("rms_norm", "layer_norm")
-    bf16_variants: tuple = ("torch", "inductor", "triton", "liger", "gluon-chunked")
-    fp32_variants: tuple = ("torch", "inductor", "triton", "gluon-chunked")
+    bf16_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-chunked")
+    fp32_variants: tuple = ("torch", "inductor", "triton", "quack", "gluon-chunked")
     other_ops: tuple = ("l2_norm", "add_rms_norm")
     other_M: int = 16384
     chunk_M: int = 16384
@@ -572,7 +574,7 @@ class PipelinedPlan:
     Ms: tuple = (256, 1024, 4096, 8192, 16384, 32768)
     Ns: tuple = (4096, 5120, 8192, 16384)
     norm_ops: tuple = ("rms_norm", "layer_norm")
-    norm_variants: tuple = ("torch", "inductor", "triton", "liger", "gluon-tma", "gluon-chunked", "gluon-pipelined")
+    norm_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-tma", "gluon-chunked", "gluon-pipelined")
     stages: tuple = (1, 2, 3, 4)
     other_ops: tuple = ("l2_norm", "add_rms_norm")
     other_M: int = 16384
@@ -795,7 +797,7 @@ class WarpSpecializedPlan:
     Ms: tuple = (256, 1024, 4096, 8192, 16384, 32768)
     Ns: tuple = (4096, 5120, 8192, 16384)
     norm_ops: tuple = ("rms_norm", "layer_norm")
-    norm_variants: tuple = ("inductor", "triton", "liger", "gluon-tma", "gluon-pipelined", "gluon-ws")
+    norm_variants: tuple = ("inductor", "triton", "liger", "quack", "gluon-tma", "gluon-pipelined", "gluon-ws")
     add_M: int = 16384
     gemm_shapes: tuple = PipelinedPlan.gemm_shapes
     gemm_variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")

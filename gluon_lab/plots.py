@@ -11,7 +11,7 @@ import numpy as np
 from . import results as _results
 from . import specs as _specs
 
-VARIANT_COLORS = {"torch": "#7f7f7f", "inductor": "#1f77b4", "triton": "#ff7f0e", "liger": "#8c564b",
+VARIANT_COLORS = {"torch": "#7f7f7f", "inductor": "#1f77b4", "triton": "#ff7f0e", "liger": "#8c564b", "quack": "#bcbd22",
                   "gluon-tma": "#2ca02c", "gluon-chunked": "#17becf", "gluon-pipelined": "#9467bd",
                   "gluon-ws": "#d62728", "copy": "#000000"}
 OP_MARKERS = {**{s.name: s.marker for s in _specs.all_specs()}, "copy": "x"}
@@ -47,7 +47,7 @@ def _color(variant: str) -> str:
     return VARIANT_COLORS.get(variant, "#bcbd22")
 
 
-VARIANT_MARKERS = {"torch": "o", "inductor": "s", "inductor-max-autotune": "D", "triton": "^", "liger": "v",
+VARIANT_MARKERS = {"torch": "o", "inductor": "s", "inductor-max-autotune": "D", "triton": "^", "liger": "v", "quack": "<",
                    "gluon-tma": "P", "gluon-tma (TMA store)": "X", "gluon-chunked": "h", "gluon-pipelined": "*",
                    "gluon-ws": "p", "copy": "x", "cuBLAS ceiling": "d"}
 

@@ -118,3 +118,19 @@ def test_plans_ask_variants_for_knobs():
     assert resolves("rms_norm", "torch", {"M": 4, "N": 64}, "bfloat16")
     with pytest.raises(ValueError, match="has no knobs"):
         registry.get_variant("rms_norm", "torch").resolve({"M": 4, "N": 64}, "bfloat16", {"num_warps": 4})
+
+
+def test_quack_peer_registered_and_absent_without_its_wheels():
+    """QuACK is a baseline for the row norms it has (rms_norm, add_rms_norm, layer_norm): registered,
+    listed only where quack-kernels and its CUTLASS DSL import, never chosen by auto, and timed at its own
+    front door (not through this API) by the dispatch study."""
+    import importlib.util
+    from gluon_lab import experiments, registry
+    for op in ("rms_norm", "add_rms_norm", "layer_norm"):
+        v = registry.get_variant(op, "quack")
+        assert v.pattern == "baseline" and not v.ours and "QuACK" in v.description
+        assert ("quack" in registry.variants(op)) == v.available()
+        if importlib.util.find_spec("quack") is None:
+            assert not v.available()
+    assert "quack" in experiments.DISPATCH_SKIP
+    assert "quack" in experiments.ChunkedPlan().bf16_variants and "quack" in experiments.ChunkedPlan().fp32_variants

@@ -303,3 +303,45 @@ def layer_norm_liger(x, weight, bias, eps=1e-5, out=None):
 def add_rms_norm_liger(x, residual, weight, eps=1e-6, out=None):
     return _liger("fused_add_rms_norm:LigerFusedAddRMSNormFunction").apply(x, residual, weight, eps, 0.0, "gemma",
                                                                            False)
+
+
+# ----------------------------------------------------------------------------------------------
+# QuACK (optional peer: quack-kernels on the CUTLASS CuTe DSL; its wheels travel to the H200 with
+# ci/quack_wheels.sh). The front doors a user calls: quack.rmsnorm.rmsnorm (prenorm=True returns
+# (y, x + residual)) and quack.rmsnorm.layernorm_fwd, which takes fp32 weight and bias only: the
+# cast is part of the timed call, as it is for a bf16 model calling it.
+
+def _quack_available() -> bool:
+    import importlib.util
+    if importlib.util.find_spec("quack") is None:
+        return False
+    try:  # its CUTLASS DSL must import too (a --target install needs dsl_packages on sys.path)
+        import quack.rmsnorm  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _quack():
+    import quack.rmsnorm
+    return quack.rmsnorm
+
+
+@register("rms_norm", "quack", pattern="baseline", available=_quack_available,
+          description="QuACK quack.rmsnorm.rmsnorm (CuTe DSL, compiled per shape on first call)")
+def rms_norm_quack(x, weight, eps=1e-6, out=None):
+    return _quack().rmsnorm(x, weight, eps=eps)
+
+
+@register("add_rms_norm", "quack", pattern="baseline", available=_quack_available,
+          description="QuACK quack.rmsnorm.rmsnorm(residual=, prenorm=True): (y, x + residual)")
+def add_rms_norm_quack(x, residual, weight, eps=1e-6, out=None):
+    return _quack().rmsnorm(x, weight, residual=residual, eps=eps, prenorm=True)
+
+
+@register("layer_norm", "quack", pattern="baseline", available=_quack_available,
+          description="QuACK quack.rmsnorm.layernorm_fwd (fp32 weight/bias: cast inside the call)")
+def layer_norm_quack(x, weight, bias, eps=1e-5, out=None):
+    N = x.shape[-1]
+    y = _quack().layernorm_fwd(x.reshape(-1, N), weight.float(), None if bias is None else bias.float(), eps=eps)
+    return y.reshape(x.shape)
