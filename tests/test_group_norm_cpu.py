@@ -205,3 +205,17 @@ def test_gluon_chunked_takes_both_layouts_and_refuses_others():
     assert C.check_group(x.to(memory_format=torch.channels_last), 8, None, None).layout == "channels_last"
     with pytest.raises(ValueError, match="contiguous .NCHW. or channels-last"):
         C.check_group(x.transpose(2, 3), 8, None, None)
+
+
+def test_group_variants_refuse_what_they_cannot_launch():
+    """Refused by the variants' checks with the rule named (not a launch-time OutOfResources or grid error):
+    gluon-chunked's channels-last ring for fp32 groups of >= 1022 channels needs > 227 KB of shared memory;
+    gluon-split's NCHW grid puts B * groups on grid axis y (<= 65535)."""
+    x = torch.empty(2, 1024, 4, 4, dtype=torch.float32).to(memory_format=torch.channels_last)
+    with pytest.raises(ValueError, match=r"gluon-chunked' would need \d+ B of shared memory .* 1024 float32"):
+        registry.get_variant("group_norm", "gluon-chunked").check(x, 1, None, None)
+    registry.get_variant("group_norm", "gluon-split").check(x, 1, None, None)  # the split takes it
+    xi = torch.empty(64, 1280, 4, 4, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"B \* groups = 64 x 1280 = 81920 exceeds CUDA's 65535"):
+        registry.get_variant("instance_norm", "gluon-split").check(xi, None, None)
+    registry.get_variant("instance_norm", "gluon-split").check(xi.to(memory_format=torch.channels_last), None, None)

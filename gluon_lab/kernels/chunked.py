@@ -810,7 +810,11 @@ def _register_group():
         def check(*inputs, _spec=spec):
             _spec.validate(*inputs, **_spec.scalars)
             a = _spec.named(inputs)
-            check_group(a["x"], a.get("num_groups", a["x"].shape[1]), a["weight"], a["bias"])
+            plan = check_group(a["x"], a.get("num_groups", a["x"].shape[1]), a["weight"], a["bias"])
+            if plan.smem_bytes > SMEM_LIMIT:  # channels-last fp32 with >= 1022 channels per group (G = 1)
+                raise ValueError(f"variant 'gluon-chunked' would need {plan.smem_bytes} B of shared memory per CTA "
+                                 f"for a channels-last group of {a['x'].shape[1] // a.get('num_groups', 1)} "
+                                 f"{plan.dtype} channels (sm_90 allows {SMEM_LIMIT} B); use variant='gluon-split'")
 
         fn.__name__ = fn.__qualname__ = f"{spec.name}_gluon_chunked"
         register(spec.name, "gluon-chunked", pattern="chunked", needs_hopper=True, supports_out=True, check=check,
@@ -844,6 +848,7 @@ _register_group()
 # 128-bit ld/st.global over [rows, VEC] register tiles; the slices keep every SM busy.
 
 SPLIT_WARPS = 4
+MAX_GRID_Y = 65535  # CUDA's limit on grid dimensions y and z
 SPLIT_TILE_BYTES = 4096  # one register tile per loop step: 2048 bf16 / 1024 fp32 elements per CTA
 SPLIT_UNROLL = 2  # 16-byte vectors per thread per step (both issued before either is used)
 SPLIT_CTAS_PER_SM = 4  # slices per group: enough CTAs for ~4 per SM (measured: see notebook 02)
@@ -1248,7 +1253,12 @@ def _register_split():
         def check(*inputs, _spec=spec):
             _spec.validate(*inputs, **_spec.scalars)
             a = _spec.named(inputs)
-            check_split(a["x"], a.get("num_groups", a["x"].shape[1]), a["weight"], a["bias"])
+            x, G = a["x"], a.get("num_groups", a["x"].shape[1])
+            plan = check_split(x, G, a["weight"], a["bias"])
+            if plan.layout == "nchw" and x.shape[0] * G > MAX_GRID_Y:
+                raise ValueError(f"variant 'gluon-split' launches one CTA row per (sample, group) on grid axis y: "
+                                 f"B * groups = {x.shape[0]} x {G} = {x.shape[0] * G} exceeds CUDA's {MAX_GRID_Y}; "
+                                 "use variant='gluon-chunked' or 'torch'")
 
         fn.__name__ = fn.__qualname__ = f"{spec.name}_gluon_split"
         register(spec.name, "gluon-split", pattern="chunked", needs_hopper=True, supports_out=True, check=check,
