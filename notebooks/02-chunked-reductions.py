@@ -165,7 +165,7 @@ cm.show(ana.sweep_view(sw))
 # ring of 2/4/8 chunk slots, next to the baselines that can take the row (the Triton one-row kernel and
 # Liger stop at 65536 elements: register tile limit) and a copy of the same bytes. Streaming reads the
 # row twice: its SOL % (counted on one read + one write) tops out near two thirds of the copy's. The
-# streamed statistics stay in per-lane registers and are reduced once per row (issue #16; a CTA-wide
+# streamed statistics stay in per-lane registers and are reduced once per row (a CTA-wide
 # reduction per 4 KB chunk before): the ~55% plateau did not move, so the second read, not the
 # reductions, is what bounds it. The crossover sits at the same ~100 KB of cached row in both dtypes.
 
