@@ -199,7 +199,8 @@ for dt in PLAN.stream_dtypes:
 
 # %%
 gn = ana.group_records(cur)
-cm.show([ana.group_runs(gn), ana.group_view(gn)] if len(gn) else "**GroupNorm / InstanceNorm: missing**")
+cm.show([ana.group_runs(gn), ana.group_figure(gn), ana.group_view(gn)] if len(gn)
+        else "**GroupNorm / InstanceNorm: missing**")
 
 # %% tags=["fold"] fold_summary="heuristic source: GroupPlan.make (gluon_lab/kernels/chunked.py)"
 print(ana.group_plan_source())

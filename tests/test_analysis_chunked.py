@@ -104,6 +104,10 @@ def test_group_norm(allrec):
     assert t.loc[key, "best gluon vs eager"] == round(ms[key + ("torch", )] / ms[key + ("gluon-chunked", )], 2)
     assert t.loc[key, "best gluon vs inductor"] == round(ms[key + ("inductor", )] / ms[key + ("gluon-chunked", )], 2)
     assert t.shape == (12, 5)  # 2 ops x 2 layouts x 3 shapes
+    fig = ana.group_figure(gn)  # one panel per (op, layout) with a gluon variant: the fixture's NCHW only
+    assert [a.get_title() for a in fig.axes if a.get_title()] == ["GroupNorm, nchw", "InstanceNorm, nchw"]
+    plt.close("all")
+    assert ana.group_figure(gn.iloc[0:0]) is None
 
 
 def test_targets_and_takeaways(allrec):

@@ -460,6 +460,40 @@ def group_table(gn):
     return out
 
 
+def group_figure(gn):
+    """Headline of the GroupNorm section: torch.compile time / the faster gluon variant's, per (C x H x W, B),
+    one panel per (op, layout), green where gluon-lab is faster (None without records)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    if not len(gn):
+        return None
+    gtab = group_ms(gn)
+    best = best_group_ms(gtab)
+    if best is None or "inductor" not in gtab:
+        return None
+    r = (gtab["inductor"] / best).rename("ratio").dropna().reset_index()
+    r["B"] = r["shape"].str.split("x").str[0].astype(int)
+    r["CHW"] = r["shape"].str.split("x", n=1).str[1]
+    panels = [(op, lay) for op in ("group_norm", "instance_norm") for lay in ("nchw", "channels_last")
+              if ((r.op == op) & (r.layout == lay)).any()]
+    if not panels:
+        return None
+    rows = sorted(set(r.CHW), key=lambda s: [int(x) for x in s.split("x")])
+    cols = sorted(set(r.B))
+    span = plots.ratio_span(r.ratio)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.0, 0.42 * len(rows) + 2.0),
+                             squeeze=False)
+    for ax, (op, lay) in zip(axes[0], panels):
+        sub = r[(r.op == op) & (r.layout == lay)]
+        plots.ratio_heatmap(sub, value="ratio", row="CHW", col="B", rows=rows, cols=cols, ax=ax, target=1.0,
+                            span=span, colorbar=ax is axes[0][-1], fmt="{:.2f}",
+                            title=f"{OP_NAMES.get(op, op)}, {lay}")
+    fig.suptitle("torch.compile time / the faster of gluon-chunked and gluon-split (> 1: gluon-lab faster), "
+                 "bf16, G = 32", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
 def group_reason(gn):
     """Why a group_table cell is empty: the variant's configure hook refuses the layout / shape now (its
     message, shortened), an error record, or no record."""
