@@ -311,7 +311,9 @@ def add_rms_norm_liger(x, residual, weight, eps=1e-6, out=None):
 # (y, x + residual)) and quack.rmsnorm.layernorm_fwd, which takes fp32 weight and bias only: the
 # cast is part of the timed call, as it is for a bf16 model calling it.
 
+@functools.lru_cache(maxsize=None)
 def _quack_available() -> bool:
+    """Once per process: importing the CUTLASS DSL takes seconds, and a failed import would be retried."""
     import importlib.util
     if importlib.util.find_spec("quack") is None:
         return False
