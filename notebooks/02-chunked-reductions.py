@@ -202,6 +202,9 @@ gn = ana.group_records(cur)
 cm.show([ana.group_runs(gn), ana.group_figure(gn), ana.group_view(gn)] if len(gn)
         else "**GroupNorm / InstanceNorm: missing**")
 
+# %% tags=["fold"] fold_summary="sm_90 census of the GroupNorm kernels (compiled here, on the CPU)"
+cm.show(ana.census_view(ana.group_census_table()))
+
 # %% tags=["fold"] fold_summary="heuristic source: GroupPlan.make (gluon_lab/kernels/chunked.py)"
 print(ana.group_plan_source())
 

@@ -184,5 +184,10 @@ def test_kernel_facing_on_cpu():
     assert "def chunked_norm_kernel" in ana.kernel_source()
     assert "def layer_row" in ana.norm_math_sources()
     assert "def for_row" in ana.plan_source() and "def make" in ana.group_plan_source()
+    gc = ana.group_census_table(cases=(("nchw", 2, 64, 256, 8), ("channels_last", 2, 64, 256, 8)))
+    assert len(gc) == 8 and all(i.split(" | ")[0] in ("split rows_stats", "split split_finalize", "split rows_apply",
+                                                      "split cols_stats", "split cols_apply", "chunked")
+                                for i in gc.index)
+    assert gc.loc["split rows_stats | nchw B=2 C=64 S=256 G=8", "ld_global_by_bits"] == {128: 4}
     t = ana.census_table(Ns=(5120, ))
     assert list(t.index) == ["gluon-chunked N=5120", "triton N=5120"]

@@ -84,6 +84,32 @@ def census_table(Ns=(2880, 5120, 14336, 24576), op: str = "layer_norm", dtype: s
     return ct[cols] if cols else ct
 
 
+def group_census_table(cases=(("nchw", 8, 320, 64 * 64, 32), ("channels_last", 8, 320, 64 * 64, 32),
+                                ("nchw", 16, 1280, 16 * 16, 1280)), dtype: str = "bfloat16"):
+    """sm_90 census (this CPU) of the GroupNorm kernels as they launch: gluon-split's three launches
+    (kernels.chunked.SplitPlan.make + split_codegen_specs) and gluon-chunked's (inspect_variant), per
+    (layout, B, C, S, G) case: 128-bit global accesses, no TMA in the split, no spills."""
+    from .. import codegen
+    from ..kernels import chunked
+    cen = {}
+    for lay, B, C, S, G in cases:
+        tag = f"{lay} B={B} C={C} S={S} G={G}"
+        plan = chunked.SplitPlan.make(lay, B, C, S, G, dtype)
+        for spec in chunked.split_codegen_specs(plan, B, C, S, G):
+            cen[f"split {spec['fn'].__name__.replace('gn_', '').replace('_kernel', '')} | {tag}"] = \
+                codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+        H = int(round(S ** 0.5))
+        shape = {"B": B, "C": C, "H": H, "W": S // H, "layout": lay}
+        op = "group_norm" if G != C else "instance_norm"
+        if G != C:
+            shape["G"] = G
+        _, cen[f"chunked | {tag}"] = codegen.inspect_variant(op, V, shape=shape, dtype=dtype)
+    ct = codegen.census_table(cen)
+    cols = [c for c in ct.columns if any(k in c for k in ("UTMALDG", "ld_global", "st_global", "registers", "spill",
+                                                          "smem", "bar", "mbarrier"))]
+    return ct[cols] if cols else ct
+
+
 def census_view(ct) -> list:
     """[census without its all-zero columns, short names; the note naming the dropped columns]."""
     return cm.compact_census(ct)
