@@ -134,12 +134,11 @@ def _summary(per):
 
 
 def _quack_peers() -> dict:
-    """{op: QuACK's front door} when quack-kernels is installed (peers, not registered variants)."""
-    try:
-        from quack.rmsnorm import rmsnorm
-    except Exception:  # noqa: BLE001 - not installed (or its CUTLASS DSL is not): no column
-        return {}
-    return {"rms_norm": lambda x, w: rmsnorm(x, w, eps=1e-6)}
+    """{op: QuACK's front door} when quack-kernels is installed: the registered peer's own call
+    (kernels/baselines.py), timed without this API in front of it."""
+    from . import registry
+    v = registry.get_variant("rms_norm", "quack")
+    return {"rms_norm": lambda x, w: v.fn(x, w, eps=1e-6)} if v.available() else {}
 
 
 def fastpath_grid_cases(plan: CeilingsPlan) -> list[dict]:

@@ -148,18 +148,6 @@ def chunk_moments(x, cols, N):
 
 
 @gluon.jit
-def chan_merge(n_a, mean_a, m2_a, n_b, delta, m2_b):
-    """Merge two (count, mean, M2) summaries (Chan et al.), given delta = mean_b - mean_a.
-    Pass the chunk's moments computed on x - mean_a (chunk_moments(x - mean_a, ...): its mean IS
-    delta): the data stay O(std) even when |mean| >> std, where forming mean_b - mean_a from two
-    large fp32 means would cancel (seen on the H200: LayerNorm fp32, x = 100 + N(0, 1),
-    N = 131080, 2e-4 max error from unshifted chunk means)."""
-    n = n_a + n_b
-    frac = n_b / gl.maximum(n, 1.0)
-    return n, mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac
-
-
-@gluon.jit
 def sum_sq_accumulate(acc, mean, m2, x, K, cols, N):
     """acc += x² per lane (the zero-filled tail adds nothing); mean, m2 and K unused. The lanes
     are reduced once, in finalize: a CTA-wide sum per chunk put a cross-warp reduction (shared
