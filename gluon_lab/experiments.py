@@ -338,11 +338,20 @@ class TmaCachingPlan:
     sweep_flags: tuple = ("tma_store", "one_box", "param_tma")  # full factorial over these booleans
     inductor_code_Ns: tuple = (4096, 16384)
     ln_sweep_Ns: tuple = (4096, 16384)
+    # 'small-m' (issue 16, D3): the sweep above ran at M = 16384 only; at M = 2048-4096 the grid's
+    # gluon-tma trailed torch.compile / Liger by 1-4%. Its knobs at small M, the peers side by side.
+    small_m_Ms: tuple = (2048, 4096)
+    small_m_Ns: tuple = (4096, 8192, 16384)
+    small_m_ops: tuple = ("rms_norm", "add_rms_norm")
+    small_m_warps: tuple = (4, 8, 16)
+    small_m_rows: tuple = (1, 2, 4)
+    small_m_peers: tuple = ("inductor", "triton", "liger", "quack")
 
     @classmethod
     def quick(cls):
         return cls(Ms=(1024, ), Ns=(1024, 4096), sweep_M=1024, sweep_Ns=(1024, ), sweep_warps=(4, ), sweep_rows=(1, 2),
-                   inductor_code_Ns=(1024, ), ln_sweep_Ns=(1024, ))
+                   inductor_code_Ns=(1024, ), ln_sweep_Ns=(1024, ), small_m_Ms=(1024, ), small_m_Ns=(4096, ),
+                   small_m_warps=(4, ), small_m_rows=(1, 2))
 
 
 def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
@@ -371,6 +380,21 @@ def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
                         cases.append({"op": "layer_norm", "variant": "gluon-tma", "shape": {"M": plan.sweep_M, "N": N},
                                       "dtype": plan.dtype, "config": {"num_warps": nw, "rows_per_cta": r,
                                                                       "param_tma": pt, "study": "ln-sweep"}})
+    if "small-m" in parts:
+        for M in plan.small_m_Ms:
+            for N in plan.small_m_Ns:
+                s = {"M": M, "N": N}
+                cases.append({"op": "copy", "shape": s, "dtype": plan.dtype})
+                for op in plan.small_m_ops:
+                    cases += [{"op": op, "variant": v, "shape": s, "dtype": plan.dtype, "config": {"study": "small-m"}}
+                              for v in plan.small_m_peers if v in registry.variants(op)]
+                    for nw in plan.small_m_warps:
+                        for r in plan.small_m_rows:
+                            for pt in (False, True):
+                                knobs = {"num_warps": nw, "rows_per_cta": r, "param_tma": pt, "tma_store": False}
+                                if resolves(op, "gluon-tma", s, plan.dtype, knobs):
+                                    cases.append({"op": op, "variant": "gluon-tma", "shape": s, "dtype": plan.dtype,
+                                                  "config": {**knobs, "study": "small-m"}})
     if "sweep" in parts:
         for N in plan.sweep_Ns:
             for nw in plan.sweep_warps:
@@ -463,7 +487,9 @@ class ChunkedPlan:
     Ns: tuple = (1536, 2560, 2880, 3584, 5120, 6144, 7168, 12288, 14336, 18432, 20480, 24576)
     Ms: tuple = (4096, 16384)
     ops: tuple = ("rms_norm", "layer_norm")
-    bf16_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-chunked")
+    # every gluon variant that takes the shape (issue 16's "best gluon"): gluon-tma is power-of-2 N only
+    bf16_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-chunked", "gluon-pipelined",
+                            "gluon-ws")
     fp32_variants: tuple = ("torch", "inductor", "triton", "quack", "gluon-chunked")
     other_ops: tuple = ("l2_norm", "add_rms_norm")
     other_M: int = 16384
@@ -483,12 +509,20 @@ class ChunkedPlan:
     gn_layouts: tuple = ("nchw", "channels_last")
     gn_variants: tuple = ("torch", "inductor", "gluon-chunked", "gluon-split")
     gn_dtype: str = "bfloat16"
+    # 'mid-n' (issue 16, D3): gluon-chunked's CHUNK x rows at M = 2048 / 4096 and mid N, where QuACK led
+    # by up to 4% and Liger's add+RMSNorm by up to 10%; the peers side by side
+    mid_n_Ms: tuple = (2048, 4096)
+    mid_n_Ns: tuple = (5120, 6144, 7168, 12288, 14336)
+    mid_n_ops: tuple = ("rms_norm", "add_rms_norm")
+    mid_n_warps: tuple = (4, 8, 16)
+    mid_n_rows: tuple = (1, 2)
+    mid_n_peers: tuple = ("inductor", "triton", "liger", "quack")
 
     @classmethod
     def quick(cls):
         return cls(Ns=(2880, 5120), Ms=(1024, ), other_M=1024, chunk_M=1024, chunk_Ns=(2880, ), chunk_warps=(2, 4), chunk_rows=(1, 2),
                    stream_M=256, stream_Ns=(16384, 65536), stream_stages=(4, ), stream_dtypes=("bfloat16", ),
-                   gn_shapes=((2, 320, 32, 32), ))
+                   gn_shapes=((2, 320, 32, 32), ), mid_n_Ms=(1024, ), mid_n_Ns=(5120, ), mid_n_warps=(4, ), mid_n_rows=(1, ))
 
 
 def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
@@ -503,13 +537,27 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                 cases.append({"op": "copy", "shape": s, "dtype": dtype})
                 for op in plan.ops:
                     cases += [{"op": op, "variant": v, "shape": s, "dtype": dtype} for v in variants
-                              if v in registry.variants(op)]
+                              if v in registry.variants(op) and resolves(op, v, s, dtype)]
     if "others" in parts:
         for op in plan.other_ops:
             for N in plan.Ns:
                 s = {"M": plan.other_M, "N": N}
                 cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.bf16_variants
-                          if v in registry.variants(op)]
+                          if v in registry.variants(op) and resolves(op, v, s, "bfloat16")]
+    if "mid-n" in parts:
+        for M in plan.mid_n_Ms:
+            for N in plan.mid_n_Ns:
+                s = {"M": M, "N": N}
+                cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
+                for op in plan.mid_n_ops:
+                    cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16", "config": {"study": "mid-n"}}
+                              for v in plan.mid_n_peers if v in registry.variants(op)]
+                    for nw in plan.mid_n_warps:
+                        for r in plan.mid_n_rows:
+                            knobs = {"num_warps": nw, "rows": r, "streaming": False}
+                            if resolves(op, "gluon-chunked", s, "bfloat16", knobs):
+                                cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
+                                              "config": {**knobs, "study": "mid-n"}})
     if "chunk" in parts:
         for op in plan.ops:
             for N in plan.chunk_Ns:
@@ -573,7 +621,8 @@ class PipelinedPlan:
     Ms: tuple = (256, 1024, 4096, 8192, 16384, 32768)
     Ns: tuple = (4096, 5120, 8192, 16384)
     norm_ops: tuple = ("rms_norm", "layer_norm")
-    norm_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-tma", "gluon-chunked", "gluon-pipelined")
+    norm_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-tma", "gluon-chunked", "gluon-pipelined",
+                            "gluon-ws")  # gluon-ws (pattern 4) too: the grid is issue 16's every-gluon scoreboard
     stages: tuple = (1, 2, 3, 4)
     other_ops: tuple = ("l2_norm", "add_rms_norm")
     other_M: int = 16384
