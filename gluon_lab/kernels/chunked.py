@@ -272,7 +272,13 @@ class ChunkPlan:
                 stages: int | None = None, rows: int | None = None) -> "ChunkPlan":
         """The plan the heuristic picks for op (an OpSpec, its RowNorm or an op name); num_warps
         (the CHUNK), rows, streaming and stages override it (the CHUNK sweep and the
-        cached-vs-streaming study of notebook 02)."""
+        cached-vs-streaming study of notebook 02).
+        Measured, not adopted: the 02 'mid-n' study (run 20261201T214328Z, M = 2048 / 4096, N = 5120 ...
+        14336, RMSNorm and add + RMSNorm, 4 / 8 / 16 warps x 1 / 2 rows) found this rule within 1% of
+        the best config in 17 of 20 cells; 16 warps led where 8 left 48-56 resident warps per SM
+        (RMSNorm N = 14336 by 1.8-2.6%, add + RMSNorm 7168 by 0.6-0.9%) and R = 2 at 2048 x 6144 by
+        6.6% (a tie at 4096 x 6144). An M-aware bar (64 resident warps at M <= 4096) would take them,
+        but ChunkPlan is in GroupNorm's code hash and no grid cell changes side (notebook 02 shows it)."""
         row, _ = rowio.resolve(op)
         e = ITEMSIZE[dtype]
         n_in = 2 if row.residual else 1

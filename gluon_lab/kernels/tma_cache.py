@@ -35,6 +35,7 @@ from .hopper import (ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, cdiv, check_tma_operand
                      kernel_spec, row_layout, row_outputs, short_dtype, vec)
 
 SMEM_PER_CTA_TARGET = 100 * 1024  # heuristic: <= this so two CTAs fit on an SM (see heuristic())
+SMALL_M = 4096  # heuristic: rows at or below which the small-M rule applies (see heuristic())
 
 
 @gluon.jit(do_not_specialize=["M", "eps"])  # one compile serves every row count
@@ -206,6 +207,20 @@ class TmaCacheConfig:
         target = 64 * 1024 if row.centered else SMEM_PER_CTA_TARGET
         while cfg.smem_bytes(row, N, dtype) > target and (cfg.param_tma or cfg.rows_per_cta > 1):
             cfg = dataclasses.replace(cfg, **({"param_tma": False} if cfg.param_tma else {"rows_per_cta": 1}))
+        # Small M (<= SMALL_M rows: a few waves of CTAs on 132 SMs): the 01 'small-m' study (run
+        # 20261201T214136Z, M = 2048 / 4096, N = 4096 / 8192 / 16384, 18 configs per cell) found the
+        # M = 16384 rule 0.7-5.7% off the best config in 10 of 12 cells. Plain rows: 4 warps x R = 2
+        # at N <= 4096 (within 1.0% of the best; 16 warps x R = 2 was 2.5-5.7% slower) and 8 warps x
+        # R = 1 above (within 0.9%). With a residual: R = 1 at the same warps (within 0.8%; R = 2 was
+        # 0.7-2.7% slower). LayerNorm was not in the study and keeps the rule above.
+        if M is not None and M <= SMALL_M and not row.centered:
+            if row.residual:
+                cfg = dataclasses.replace(cfg, rows_per_cta=1)
+            else:
+                nw, r = (4, 2) if N <= 4096 else (8, 1)
+                cfg = dataclasses.replace(cfg, num_warps=max(1, min(nw, N // (vec(dtype) * 32))), rows_per_cta=r)
+                while cfg.smem_bytes(row, N, dtype) > target and (cfg.param_tma or cfg.rows_per_cta > 1):
+                    cfg = dataclasses.replace(cfg, **({"param_tma": False} if cfg.param_tma else {"rows_per_cta": 1}))
         return cfg
 
     @classmethod
@@ -256,7 +271,8 @@ def check(op, x, *rest, config: TmaCacheConfig | None = None) -> TmaCacheConfig:
     row, _ = rowio.resolve(op)
     dt = dtype_name(x)
     N = x.shape[-1]
-    cfg = (config or TmaCacheConfig.heuristic(op, N, dt)).validate(op, N, dt)
+    M = x.numel() // N if N else 0
+    cfg = (config or TmaCacheConfig.heuristic(op, N, dt, M)).validate(op, N, dt)
     check_tma_operands(rowio.named_operands(row, (x, ) + rest), N)
     return cfg
 
