@@ -231,7 +231,9 @@ def time_cudagraph(calls: Sequence[Callable], reps: int | None = None, warmup_re
     # allocates its output (torch, inductor, liger) gets the block the previous call just freed
     # from the graph's private pool, and all K calls write ONE buffer that can stay in L2.
     outs = []
-    with torch.cuda.graph(g):
+    # Capture on the warm-up stream: state a variant keeps per stream (the dynamic schedule's block
+    # counter) exists there; torch.cuda.graph's default is a fresh side stream of its own.
+    with torch.cuda.graph(g, stream=s):
         for c in calls:
             outs.append(c())
     check_distinct_outputs(outs)

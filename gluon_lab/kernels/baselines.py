@@ -325,8 +325,10 @@ def _quack_available() -> bool:
 
 
 def _quack():
-    import quack.rmsnorm
-    return quack.rmsnorm
+    # the module, not the attribute: quack/__init__.py re-exports the function rmsnorm, which shadows the
+    # submodule's name on the package (quack.rmsnorm is then a function; run 20261201T220541Z failed on it)
+    import importlib
+    return importlib.import_module("quack.rmsnorm")
 
 
 @register("rms_norm", "quack", pattern="baseline", available=_quack_available,
