@@ -186,6 +186,25 @@ fig = ana.roofline(allrec, spec, slug)
 cm.show(ana.sweep_section(allrec))
 
 # %% [markdown]
+# ### Small M: the knobs at M = 2048 / 4096, the peers side by side
+#
+# The sweep above runs at M = 16384. At M ≤ 4096 its rule (16 warps, R = 2) was 0.7–5.7% off the
+# best config in 10 of 12 cells; this study set the small-M rule of `TmaCacheConfig.heuristic`
+# (plain rows: 4 warps × R = 2 at N ≤ 4096, 8 warps × R = 1 above; add+RMSNorm: R = 1). Its gluon-tma
+# records predate that rule, so they read STALE (the rule is part of the variant's code hash); the
+# kernels they ran are the ones the rule now picks. `heuristic` is the current code's pick.
+
+# %%
+small, small_rec = ana.small_m_study(allrec)
+if len(small):
+    if "stale" in small_rec and small_rec["stale"].astype(bool).any():
+        cm.show(f"**STALE (by code hash): the small-M study from run `{small_rec.run_id.iloc[0]}`**, measured before "
+                "the heuristic rule it set; its configs are explicit, so the table still shows what each config ran at.")
+    cm.show(small)
+else:
+    print("No run holds the small-m study.")
+
+# %% [markdown]
 # ## 8. Targets, checked against the records above
 #
 # Green: met, red: missed. "Fastest baseline" is the fastest of eager PyTorch, torch.compile, the

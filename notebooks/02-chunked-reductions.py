@@ -209,6 +209,32 @@ cm.show(ana.census_view(ana.group_census_table()))
 print(ana.group_plan_source())
 
 # %% [markdown]
+# ## 9a. Small M, mid N: gluon-chunked's CHUNK x rows against Liger, QuACK, torch.compile
+#
+# At M = 2048 / 4096 the grid above has few rows per SM (a handful of waves of CTAs), and the peers
+# read x once from registers (Liger, QuACK: one row per program, 4-16 warps; QuACK 64-128 threads a
+# row, no cluster below N = 16K) where gluon-chunked caches the row in shared memory. The study sweeps
+# warps x rows per CTA with the peers in the same run; `peer / heuristic` >= 1 means the config the
+# current code picks leads. The finding (16 warps at N = 14336, R = 2 at 2048 x 6144) is recorded in
+# `ChunkPlan.for_row` but not adopted: `ChunkPlan` is in GroupNorm's code hash, and no grid cell
+# changes side with it.
+
+# %%
+mid = ana.mid_n_study(cur)
+cm.show(mid if len(mid) else "No run of the current code holds the mid-n study.")
+
+# %% [markdown]
+# ## 9b. The every-gluon scoreboard: best Gluon variant vs best peer
+#
+# Per cell of the bf16 odd-N grid (gluon-chunked, -pipelined and -ws side by side in one run), the
+# bf16 add+RMSNorm / L2Norm grid and the fp32 grid: `ratio` = best peer µs ÷ best gluon µs (≥ 1:
+# Gluon leads). Targets: every cell ≥ 1.0×; geomean ≥ 1.05× (RMSNorm, add+RMSNorm) and ≥ 1.3×
+# (LayerNorm). A QuACK case that ran and failed is a failed record of the run, not a peer result.
+
+# %% tags=["scoreboard"]
+cm.show(ana.scoreboard_view(cur))
+
+# %% [markdown]
 # ## 9. Targets, checked against the records above
 #
 # Green: met, red: missed. "Fastest baseline" is the fastest of eager PyTorch, torch.compile, the

@@ -242,6 +242,28 @@ cm.show(ana.target_views(ctx, grids, targets, summary, stale))
 cm.show(ana.target_details(grids, targets))
 
 # %% [markdown]
+# ### The every-gluon scoreboard: the best Gluon variant against the best peer
+#
+# The lab's question across patterns 1–4: per cell, is the *fastest* Gluon variant (gluon-tma,
+# -chunked, -pipelined, -ws, all in this grid's run) at least as fast as the *fastest* peer (torch,
+# torch.compile default and max-autotune, Triton, Liger, QuACK when it ran)? `ratio` = best peer µs ÷
+# best gluon µs (≥ 1: Gluon leads). Targets: every cell ≥ 1.0×, geomean ≥ 1.05× (RMSNorm,
+# add+RMSNorm) and ≥ 1.3× (LayerNorm), ≥ 97% of the copy ceiling where M·N ≥ 64 Mi. A peer that ran
+# but failed every case is named below, not silently dropped.
+
+# %% tags=["scoreboard"]
+boards = ana.scoreboards(use, grids)
+cm.show(ana.failed_peers(grids), cm.scoreboard_summary(boards))
+cm.show(cm.target_list(ana.scoreboard_targets(boards)))
+for op in ("rms_norm", "layer_norm"):
+    if op in boards:
+        print(op, "— best peer µs / best gluon µs")
+        cm.show(cm.scoreboard_grid(boards[op]))
+
+# %% tags=["fold"] fold_summary="the scoreboards cell by cell: which variant was best on each side"
+cm.show(*[ana.table(t.round(3)) for t in boards.values()])
+
+# %% [markdown]
 # ## 6. How deep a ring? NUM_STAGES 1…4, and the occupancy knobs
 #
 # The `stages` study times `gluon-pipelined` RMSNorm with 1, 2, 3 and 4 slots over the whole grid, every

@@ -665,3 +665,33 @@ def takeaways(cur) -> list[str]:
                              f"{r.min():.2f}-{r.max():.2f}x (geomean {plots.geomean(r):.2f}x); fastest gluon variant "
                              f"per cell: " + ", ".join(f"{v} {n}" for v, n in wins.items()) + ".")
     return lines
+
+
+# ---- issue 16: the every-gluon scoreboard of this notebook's grids, and the mid-N study ----------
+#: geomean targets per board; every cell >= 1.0x (fp32: >= best peer in every cell)
+SCOREBOARD_GEOMEAN = {"rms_norm bf16": 1.05, "layer_norm bf16": 1.3, "add_rms_norm bf16": 1.05}
+
+
+def scoreboards(cur) -> dict:
+    """{label: cm.scoreboard} over the odd-N bf16 grid (every gluon variant in its run), the bf16
+    'others' (add+RMSNorm, L2Norm at one M) and the fp32 grid; boards without records are left out."""
+    boards = {f"{op} {short}": cm.scoreboard(grid(cur, op, dt))
+              for dt, short in (("bfloat16", "bf16"), ("float32", "fp32"))
+              for op in ("rms_norm", "layer_norm", "add_rms_norm", "l2_norm")}
+    return {k: v for k, v in boards.items() if len(v)}
+
+
+def scoreboard_view(cur) -> list:
+    boards = scoreboards(cur)
+    if not boards:
+        return ["No run of the current code holds the grids (scoreboard not computed)."]
+    return [cm.scoreboard_summary(boards), cm.target_list(cm.scoreboard_targets(boards, SCOREBOARD_GEOMEAN))]
+
+
+def mid_n_study(cur):
+    """The 'mid-n' study (M = 2048 / 4096, mid N, gluon-chunked warps x rows, peers in the same run)."""
+    from ..kernels import chunked
+    st = cm.newest_run(cur, cm.config_value(cur, "study") == "mid-n") if len(cur) else cur
+    if not len(st):
+        return st
+    return cm.study_vs_peers(st, ("num_warps", "rows"), lambda op, N, M: chunked.ChunkPlan.for_row(op, N, "bfloat16"))

@@ -436,3 +436,123 @@ def sweep_best_vs_heuristic(sweep, heuristic, knobs: tuple):
         except Exception as e:  # noqa: BLE001 - a refused shape is a table cell, not a crash
             hk, hg = f"{type(e).__name__}", np.nan
         yield op, M, N, sub, best, hk, hg
+
+
+# ---- issue-16 style scoreboard: the best Gluon variant against the best peer, cell by cell ---------
+GLUON_PREFIXES = ("gluon", )  # a variant is a peer when its name does not start with one of these
+
+
+def scoreboard(g):
+    """Per (M, N) cell of ONE run's records of one op (every variant side by side): the fastest passing
+    Gluon variant and the fastest passing peer (every non-Gluon variant: torch, torch.compile, Triton,
+    Liger, QuACK, ...), their medians (us) and `ratio` = best peer ms / best gluon ms (>= 1: Gluon leads).
+    `% of ceiling` (the best gluon's) when g carries `pct_ceiling`. Empty frame without both sides."""
+    import pandas as pd
+    cols = ["M", "N", "best gluon", "gluon us", "best peer", "peer us", "ratio"]
+    g = passed(g) if len(g) else g
+    if not len(g):
+        return pd.DataFrame(columns=cols)
+    gl = g[g.variant.str.startswith(GLUON_PREFIXES)]
+    pe = g[~g.variant.str.startswith(GLUON_PREFIXES)]
+    if not len(gl) or not len(pe):
+        return pd.DataFrame(columns=cols)
+
+    def best(d, name):
+        i = d.groupby(["M", "N"]).ms_median.idxmin()
+        b = d.loc[i.values].set_index(["M", "N"])
+        out = pd.DataFrame({f"best {name}": b.variant, f"{name} us": 1000 * b.ms_median})
+        if name == "gluon" and "pct_ceiling" in b:
+            out["% of ceiling"] = b.pct_ceiling
+        return out
+
+    t = best(gl, "gluon").join(best(pe, "peer"), how="inner")
+    t["ratio"] = t["peer us"] / t["gluon us"]
+    return t.reset_index()
+
+
+def geomean(s) -> float:
+    import numpy as np
+    s = s.dropna()
+    return float(np.exp(np.log(s).mean())) if len(s) else float("nan")
+
+
+def scoreboard_summary(boards: dict):
+    """One row per board ({label: scoreboard frame}): cells, cells >= 1.0, worst cell, geomean ratio."""
+    import pandas as pd
+    rows = []
+    for label, t in boards.items():
+        if not len(t):
+            continue
+        w = t.loc[t.ratio.idxmin()]
+        rows.append({"grid": label, "cells": len(t), "best gluon >= best peer": int((t.ratio >= 1.0).sum()),
+                     "geomean ratio": round(geomean(t.ratio), 3), "worst ratio": round(float(w.ratio), 3),
+                     "worst cell": f"{int(w.M)} x {int(w.N)} ({w['best peer']} leads)"})
+    return pd.DataFrame(rows)
+
+
+def scoreboard_targets(boards: dict, geomean_targets: dict, every_cell: float = 1.0):
+    """(target, measured, met) rows: every cell of each board >= every_cell, and the geomean target of
+    each board whose label is in geomean_targets ({label: target})."""
+    import pandas as pd
+    rows = []
+    for label, t in boards.items():
+        if not len(t):
+            rows.append({"target": f"{label}: every cell >= {every_cell:.2f}x", "measured": None, "met": None})
+            continue
+        n_ok = int((t.ratio >= every_cell).sum())
+        rows.append({"target": f"{label}: best gluon >= best peer in every cell",
+                     "measured": f"{n_ok}/{len(t)} cells (worst {t.ratio.min():.3f}x)", "met": n_ok == len(t)})
+        if label in geomean_targets:
+            gm = geomean(t.ratio)
+            rows.append({"target": f"{label}: geomean >= {geomean_targets[label]:.2f}x", "measured": f"{gm:.3f}x",
+                         "met": gm >= geomean_targets[label]})
+    return pd.DataFrame(rows)
+
+
+def scoreboard_grid(t):
+    """The ratio of a scoreboard as an M x N grid coloured met (>= 1.0) / near (>= 0.98) / missed."""
+    if t is None or not len(t):
+        return None
+    v = t.pivot(index="M", columns="N", values="ratio")
+    st = v.map(lambda r: "met" if r >= 1.0 else "near" if r >= 0.98 else "missed")
+    return met_grid(v, st, fmt="{:.3f}", legend={"green": ">= 1.0 (gluon leads)", "amber": "0.98-1.0",
+                                                  "red": "< 0.98"})
+
+
+def _knob(v):
+    """A knob value as recorded (pandas turns integer columns with gaps into floats: 8.0 -> 8)."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def study_vs_peers(st, knobs: tuple, heuristic):
+    """A knob study with its peers side by side (one run; config 'study' labels both): per (op, M, N)
+    the heuristic's config (heuristic(op, N, M) -> object with the knob attributes) and its us, the
+    best swept config and its us, the best peer and its us, and best peer / heuristic, best peer / best
+    (>= 1: the Gluon config leads)."""
+    import pandas as pd
+    ok = passed(st) if len(st) else st
+    rows = []
+    if not len(ok):
+        return pd.DataFrame()
+    ok = ok.copy()
+    for k in knobs:
+        ok[k] = config_value(ok, k)
+    for (op, M, N), sub in ok.groupby(["op", "M", "N"]):
+        gl, pe = sub[sub.variant.str.startswith(GLUON_PREFIXES)], sub[~sub.variant.str.startswith(GLUON_PREFIXES)]
+        if not len(gl) or not len(pe):
+            continue
+        b, p = gl.loc[gl.ms_median.idxmin()], pe.loc[pe.ms_median.idxmin()]
+        try:
+            h = heuristic(op, int(N), int(M))
+            hk = tuple(getattr(h, k) for k in knobs)
+            hs = gl[[tuple(r) == hk for r in gl[list(knobs)].itertuples(index=False)]]
+            hus = 1000 * float(hs.ms_median.min()) if len(hs) else float("nan")
+        except Exception as e:  # noqa: BLE001 - a refused shape is a cell, not a crash
+            hk, hus = type(e).__name__, float("nan")
+        rows.append({"op": op, "M": int(M), "N": int(N), "heuristic": " ".join(f"{k}={v}" for k, v in zip(knobs, hk))
+                     if isinstance(hk, tuple) else hk, "heuristic us": round(hus, 2),
+                     "best config": " ".join(f"{k}={_knob(b[k])}" for k in knobs), "best us": round(1000 * b.ms_median, 2),
+                     "best peer": p.variant, "peer us": round(1000 * p.ms_median, 2),
+                     "peer / heuristic": round(p.ms_median * 1000 / hus, 3) if hus == hus else float("nan"),
+                     "peer / best": round(p.ms_median / b.ms_median, 3)})
+    return pd.DataFrame(rows)

@@ -644,7 +644,7 @@ def best_baseline(g, col: str = "gbps"):
 
 
 def timer_text(g) -> str:
-    tm = g.groupby("M").timer.agg(lambda s: "/".join(sorted(set(s))))
+    tm = g.groupby("M").timer.agg(lambda s: "/".join(sorted(set(s.dropna()))))
     return (f"every cell timed by {tm.iloc[0]}" if tm.nunique() == 1 else
             "timers by M: " + ", ".join(f"{m}: {t}" for m, t in tm.items()))
 
@@ -751,7 +751,7 @@ def variant_maps(grids: dict, before: str = "gluon-chunked", after: str = "gluon
         vs = [v for v in NORM_ORDER if v in set(g.variant)]
         for group, title in (([v for v in vs if v in BASELINES], "baselines"),
                              ([v for v in vs if v not in BASELINES], "Gluon kernels")):
-            timer = f" (timer: {'/'.join(sorted(g.timer.unique()))})" if with_timer else ""
+            timer = f" (timer: {'/'.join(sorted(g.timer.dropna().unique()))})" if with_timer else ""
             fig = cm.heatmaps(g, group, value="pct_ceiling", vmax=110,
                               suptitle=f"{op} bf16, {title}, run {g.run_id.iloc[0]}: % of the copy ceiling{timer}")
             if fig is not None:
@@ -980,7 +980,7 @@ def stages_figures(stg) -> list:
             ax.set_xticks(sorted(so.num_stages.unique()))
         axes[0, 0].set_ylabel("GB/s")
         axes[0, -1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)  # outside the data
-        fig.suptitle(f"gluon-pipelined {op} bf16, run {so.run_id.iloc[0]}, timer {'/'.join(sorted(so.timer.unique()))}"
+        fig.suptitle(f"gluon-pipelined {op} bf16, run {so.run_id.iloc[0]}, timer {'/'.join(sorted(so.timer.dropna().unique()))}"
                      + (" — STALE" if so.stale.any() else ""), fontsize=10)
         fig.tight_layout()
         figs.append(fig)
@@ -1308,7 +1308,7 @@ def gemm_bars(gm, variants=GEMM_VARIANTS):
         return None
     vs = [v for v in variants if v in set(gm.variant) and v != "torch"]
     return plots.speedup_bars(gm[gm.passed.astype(bool)], "torch", vs, by=("M", "N", "K"),
-                              title=f"bf16 GEMM vs cuBLAS, run {gm.run_id.iloc[0]} (timer {'/'.join(sorted(gm.timer.unique()))})")
+                              title=f"bf16 GEMM vs cuBLAS, run {gm.run_id.iloc[0]} (timer {'/'.join(sorted(gm.timer.dropna().unique()))})")
 
 
 def gemm_views(gm, t) -> list:
@@ -1644,3 +1644,49 @@ def takeaways(*, grids=None, targets=None, summary=None, TL=None, tl_stats=EMPTY
     else:
         lines.append("compute-sanitizer: no records (not run).")
     return lines
+
+
+# ---- the every-gluon scoreboard (issue 16): best Gluon variant vs best peer over this grid ---------
+#: geomean targets per board (RMSNorm / add+RMSNorm >= 1.05x, LayerNorm >= 1.3x); every cell >= 1.0x
+SCOREBOARD_GEOMEAN = {"rms_norm": 1.05, "layer_norm": 1.3, "add_rms_norm (M = 16384)": 1.05}
+CEILING_TARGET_PCT = 97.0  # % of the same run's copy ceiling, for M*N >= BIG elements
+
+
+def scoreboards(use, grids: dict) -> dict:
+    """{label: cm.scoreboard} for the grid's ops and the 'others' part (add+RMSNorm, L2Norm at one M)."""
+    boards = {op: cm.scoreboard(g) for op, g in grids.items()}
+    for op in ("add_rms_norm", "l2_norm"):
+        g = norm_grid(use, op, require=("inductor", "gluon-pipelined"))  # the grid's run, not the schedule study's
+        if len(g):
+            boards[f"{op} (M = {int(g.M.iloc[0])})" if g.M.nunique() == 1 else op] = cm.scoreboard(g)
+    return boards
+
+
+def failed_peers(grids: dict) -> list[str]:
+    """Peers that ran in the grid's run but passed no case there, with the first error (stated, never hidden)."""
+    out = []
+    for op, g in grids.items():
+        for v, d in g[~g.variant.str.startswith("gluon")].groupby("variant"):
+            if not d.passed.astype(bool).any():
+                out.append(f"{op}: peer {v!r} ran but failed every case of this run ({d.notes.dropna().iloc[0] if d.notes.notna().any() else 'no note'}); "
+                           "it is not in the best-peer column")
+    return out
+
+
+def scoreboard_targets(boards: dict):
+    """The issue's targets on these boards: every cell, geomeans, and >= 97% of the copy ceiling where
+    M*N >= 64 Mi (the best gluon's % of the same run's reference)."""
+    import pandas as pd
+    t = cm.scoreboard_targets(boards, SCOREBOARD_GEOMEAN)
+    rows = []
+    for op in ("rms_norm", "layer_norm"):
+        b = boards.get(op)
+        if b is None or not len(b) or "% of ceiling" not in b:
+            continue
+        big = b[b.M * b.N >= BIG]
+        if len(big):
+            rows.append({"target": f"{op}: best gluon >= {CEILING_TARGET_PCT:.0f}% of the copy ceiling where M*N >= 64 Mi",
+                         "measured": f"{int((big['% of ceiling'] >= CEILING_TARGET_PCT).sum())}/{len(big)} cells "
+                                     f"({big['% of ceiling'].min():.1f}-{big['% of ceiling'].max():.1f}%)",
+                         "met": bool((big["% of ceiling"] >= CEILING_TARGET_PCT).all())})
+    return pd.concat([t, pd.DataFrame(rows)], ignore_index=True)

@@ -149,7 +149,7 @@ def run_line(rms, ceil, spec, run_id) -> str | None:
         return None
     pct = f" ({100 * ceil['copy_gbps'] / spec.hbm_gbps:.1f}% of datasheet)" if spec else ""
     return (f"run {run_id}: copy ceiling {ceil['copy_gbps']:.0f} GB/s{pct}, bf16 matmul {ceil['matmul_tflops']:.0f} "
-            f"TFLOP/s; timers: {sorted(rms.timer.unique())}; records passed: {int(rms.passed.sum())}/{len(rms)}; "
+            f"TFLOP/s; timers: {sorted(rms.timer.dropna().unique())}; records passed: {int(rms.passed.sum())}/{len(rms)}; "
             f"stale: {int(rms.stale.sum())}")
 
 
@@ -495,3 +495,17 @@ def takeaways(allrec, ik) -> list[str]:
     lines.append("What would close the remaining gap: overlap the next row's copy with this row's passes inside a CTA "
                  "(an mbarrier ring, pattern 3) instead of relying on other CTAs on the SM to hide it.")
     return lines
+
+
+# ---- issue 16: the small-M study (M = 2048 / 4096; the knobs that set the heuristic's small-M rule) ----
+def small_m_study(allrec):
+    """(the newest 'small-m' study with its peers: cm.study_vs_peers table, its records). Shown as
+    recorded even when stale: its gluon-tma records predate the rule they set (the rule changed the
+    variant's code hash), which the notebook states."""
+    from ..kernels import tma_cache
+    st = cm.newest_run(allrec, cm.config_value(allrec, "study") == "small-m") if len(allrec) else allrec
+    if not len(st):
+        return st, st
+    t = cm.study_vs_peers(st, ("num_warps", "rows_per_cta", "param_tma"),
+                          lambda op, N, M: tma_cache.TmaCacheConfig.heuristic(op, N, "bfloat16", M))
+    return t, st

@@ -750,7 +750,7 @@ def grid_figure(grids: dict, slug: str):
         plots.sol_heatmap(t.reset_index(), value="pipe", ax=row[1], vmax=110, title=f"{op}: gluon-pipelined, % of ceiling")
         ratio_map(row[2], t, "ratio", f"{op}: gluon-ws / gluon-pipelined (speed)", span=span)
     g0 = next(iter(heat.values()))
-    fig.suptitle(f"bf16 norms on {slug}, run {g0.run_id.iloc[0]}, timer {'/'.join(sorted(g0.timer.unique()))}"
+    fig.suptitle(f"bf16 norms on {slug}, run {g0.run_id.iloc[0]}, timer {'/'.join(sorted(g0.timer.dropna().unique()))}"
                  + (" — STALE gluon-ws records" if g0[g0.variant == 'gluon-ws'].stale.any() else ""), fontsize=10)
     fig.tight_layout()
     return fig
