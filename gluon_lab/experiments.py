@@ -324,7 +324,9 @@ class TmaCachingPlan:
     """Pattern 1. Parts run in separate batches when a GPU call is time-limited:
     'rms' = RMSNorm bf16 grid (all baselines, both store paths, max-autotune);
     'others' = LayerNorm / add+RMSNorm / L2Norm bf16 grids; 'sweep' = num_warps x rows_per_cta x store;
-    'inductor-code' = the Triton kernels Inductor generates, kept for the CPU codegen census."""
+    'inductor-code' = the Triton kernels Inductor generates, kept for the CPU codegen census;
+    'small-m' = gluon-tma's knobs at M = 2048 / 4096 with the peers; 'regs' = gluon-regs (the row
+    cached in registers) warps x rows with gluon-tma, gluon-chunked and the peers, M = 256 ... 16384."""
     Ms: tuple = (4096, 8192, 16384, 32768)
     Ns: tuple = (4096, 8192, 16384)
     dtype: str = "bfloat16"
@@ -346,12 +348,20 @@ class TmaCachingPlan:
     small_m_warps: tuple = (4, 8, 16)
     small_m_rows: tuple = (1, 2, 4)
     small_m_peers: tuple = ("inductor", "triton", "liger", "quack")
+    # 'regs': gluon-regs (the row cached in registers, Liger's / QuACK's design) warps x rows next to
+    # gluon-tma's heuristic and the peers, small to large M
+    regs_Ms: tuple = (256, 2048, 4096, 16384)
+    regs_Ns: tuple = (4096, 5120, 8192, 16384)
+    regs_ops: tuple = ("rms_norm", "add_rms_norm")
+    regs_warps: tuple = (4, 8, 16, 32)
+    regs_rows: tuple = (1, 2)
 
     @classmethod
     def quick(cls):
         return cls(Ms=(1024, ), Ns=(1024, 4096), sweep_M=1024, sweep_Ns=(1024, ), sweep_warps=(4, ), sweep_rows=(1, 2),
                    inductor_code_Ns=(1024, ), ln_sweep_Ns=(1024, ), small_m_Ms=(1024, ), small_m_Ns=(4096, ),
-                   small_m_warps=(4, ), small_m_rows=(1, 2))
+                   small_m_warps=(4, ), small_m_rows=(1, 2), regs_Ms=(1024, ), regs_Ns=(4096, ), regs_warps=(4, ),
+                   regs_rows=(1, ))
 
 
 def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
@@ -395,6 +405,21 @@ def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
                                 if resolves(op, "gluon-tma", s, plan.dtype, knobs):
                                     cases.append({"op": op, "variant": "gluon-tma", "shape": s, "dtype": plan.dtype,
                                                   "config": {**knobs, "study": "small-m"}})
+    if "regs" in parts:
+        for M in plan.regs_Ms:
+            for N in plan.regs_Ns:
+                s = {"M": M, "N": N}
+                cases.append({"op": "copy", "shape": s, "dtype": plan.dtype})
+                for op in plan.regs_ops:
+                    cases += [{"op": op, "variant": v, "shape": s, "dtype": plan.dtype, "config": {"study": "regs"}}
+                              for v in plan.small_m_peers + ("gluon-tma", "gluon-chunked")
+                              if v in registry.variants(op) and resolves(op, v, s, plan.dtype)]
+                    for nw in plan.regs_warps:
+                        for r in plan.regs_rows:
+                            knobs = {"num_warps": nw, "rows": r}
+                            if resolves(op, "gluon-regs", s, plan.dtype, knobs):
+                                cases.append({"op": op, "variant": "gluon-regs", "shape": s, "dtype": plan.dtype,
+                                              "config": {**knobs, "study": "regs"}})
     if "sweep" in parts:
         for N in plan.sweep_Ns:
             for nw in plan.sweep_warps:
@@ -488,8 +513,8 @@ class ChunkedPlan:
     Ms: tuple = (4096, 16384)
     ops: tuple = ("rms_norm", "layer_norm")
     # every gluon variant that takes the shape (issue 16's "best gluon"): gluon-tma is power-of-2 N only
-    bf16_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-chunked", "gluon-pipelined",
-                            "gluon-ws")
+    bf16_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-regs", "gluon-chunked",
+                            "gluon-pipelined", "gluon-ws")
     fp32_variants: tuple = ("torch", "inductor", "triton", "quack", "gluon-chunked")
     other_ops: tuple = ("l2_norm", "add_rms_norm")
     other_M: int = 16384
@@ -621,8 +646,8 @@ class PipelinedPlan:
     Ms: tuple = (256, 1024, 4096, 8192, 16384, 32768)
     Ns: tuple = (4096, 5120, 8192, 16384)
     norm_ops: tuple = ("rms_norm", "layer_norm")
-    norm_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-tma", "gluon-chunked", "gluon-pipelined",
-                            "gluon-ws")  # gluon-ws (pattern 4) too: the grid is issue 16's every-gluon scoreboard
+    norm_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-regs", "gluon-tma", "gluon-chunked",
+                            "gluon-pipelined", "gluon-ws")  # every gluon variant: the grid is issue 16's scoreboard
     stages: tuple = (1, 2, 3, 4)
     other_ops: tuple = ("l2_norm", "add_rms_norm")
     other_M: int = 16384

@@ -205,6 +205,23 @@ else:
     print("No run holds the small-m study.")
 
 # %% [markdown]
+# ### The other cache: the row in registers (`gluon-regs`)
+#
+# Liger's RMSNorm and QuACK's sm_90 rmsnorm keep the row in *registers*: plain 16-byte vector loads,
+# the reduction on registers, the normalize pass on the same registers, no TMA descriptor, no
+# mbarrier, no shared-memory row. `gluon-regs` is that design in Gluon (`gluon_lab/kernels/regs_cache.py`;
+# BLOCK = next_power_of_2(N), padded lanes masked; warps so a thread holds ~16 values of its row).
+# Where the smem cache pays for its setup (long rows, many rows per SM) and where registers win
+# (few rows, short rows) is what the 'regs' study measures, next to gluon-tma, gluon-chunked and
+# the peers. Its census is compiled here:
+
+# %%
+cm.show(cm.compact_census(ana.regs_census()))
+regs = ana.regs_study(allrec)
+cm.show(regs if len(regs) else "The 'regs' study has not run on a GPU yet (no records): the table appears after "
+        "`python -m gluon_lab bench 01-tma-caching --parts regs`.")
+
+# %% [markdown]
 # ## 8. Targets, checked against the records above
 #
 # Green: met, red: missed. "Fastest baseline" is the fastest of eager PyTorch, torch.compile, the

@@ -509,3 +509,49 @@ def small_m_study(allrec):
     t = cm.study_vs_peers(st, ("num_warps", "rows_per_cta", "param_tma"),
                           lambda op, N, M: tma_cache.TmaCacheConfig.heuristic(op, N, "bfloat16", M))
     return t, st
+
+
+def regs_study(allrec):
+    """The newest 'regs' study (gluon-regs warps x rows, gluon-tma / gluon-chunked at their heuristics
+    and the peers, one run) per (op, M, N): gluon-regs at the current heuristic and at its best swept
+    config, the other two Gluon variants, the best peer, and best peer / best gluon (>= 1: Gluon
+    leads). Empty before the study has run."""
+    import pandas as pd
+    from ..kernels import regs_cache
+    st = cm.newest_run(allrec, cm.config_value(allrec, "study") == "regs") if len(allrec) else allrec
+    if not len(st):
+        return pd.DataFrame()
+    st = cm.passed(st)
+    reg = st[st.variant == "gluon-regs"]
+    t = cm.study_vs_peers(reg, ("num_warps", "rows"),
+                          lambda op, N, M: regs_cache.RegsConfig.heuristic(op, N, "bfloat16", M)) if len(reg) else None
+    rows = []
+    for (op, M, N), sub in st.groupby(["op", "M", "N"]):
+        us = {v: 1000 * d.ms_median.min() for v, d in sub.groupby("variant")}
+        peers = {v: x for v, x in us.items() if not v.startswith("gluon")}
+        gl_best = min((x for v, x in us.items() if v.startswith("gluon")), default=float("nan"))
+        p = min(peers, key=peers.get) if peers else None
+        rows.append({"op": op, "M": int(M), "N": int(N), "gluon-regs best us": round(us.get("gluon-regs", float("nan")), 2),
+                     "gluon-tma us": round(us.get("gluon-tma", float("nan")), 2),
+                     "gluon-chunked us": round(us.get("gluon-chunked", float("nan")), 2),
+                     "best peer": p, "peer us": round(peers[p], 2) if p else float("nan"),
+                     "best peer / best gluon": round(peers[p] / gl_best, 3) if p else float("nan")})
+    out = pd.DataFrame(rows)
+    if t is not None and len(t):
+        out = out.merge(t[["op", "M", "N", "heuristic", "heuristic us", "best config"]].rename(
+            columns={"heuristic": "gluon-regs heuristic", "heuristic us": "gluon-regs heuristic us",
+                     "best config": "gluon-regs best config"}), on=["op", "M", "N"], how="left")
+    return out
+
+
+def regs_census(Ns=(4096, 5120, 8192, 16384), ops=("rms_norm", "add_rms_norm"), dtype: str = "bfloat16"):
+    """sm_90 census (compiled on this CPU) of gluon-regs as its heuristic picks it, per op and N."""
+    from .. import codegen
+    from ..kernels import regs_cache
+    cen = {}
+    for op in ops:
+        for N in Ns:
+            cfg = regs_cache.RegsConfig.heuristic(op, N, dtype)
+            _, cen[f"gluon-regs {op} N={N} {cfg.num_warps}w rows={cfg.rows}"] = \
+                codegen.inspect_variant(op, "gluon-regs", N=N, dtype=dtype, config=cfg)
+    return codegen.census_table(cen)

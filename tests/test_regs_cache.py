@@ -1,0 +1,81 @@
+"""gluon-regs on the CPU: the sm_90 code shows the pattern (x, and the residual, loaded once with
+128-bit global loads, nothing through TMA or a shared-memory row, no spills; both passes on the same
+registers), the config's register rules, and bad input refused with a clear message."""
+import pytest
+import torch
+
+from gluon_lab import codegen, specs
+from gluon_lab.kernels import regs_cache as R
+
+OPS = tuple(s.name for s in specs.family("row_norm"))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("N", [4096, 5120, 8192])
+def test_census_shows_the_pattern(op, dtype, N):
+    cfg = R.RegsConfig.make(op, N, dtype)
+    _, c = codegen.inspect_variant(op, "gluon-regs", N=N, dtype=dtype)  # the registered hooks
+    row = specs.get(op).row
+    vec = 16 // R.ITEMSIZE[dtype]
+    B = R.RegsConfig.block(N)
+    per_thread = B // (vec * 32 * cfg.num_warps) * cfg.rows  # 16-byte vectors of a thread's rows
+    params = B // (vec * 32 * cfg.num_warps) * (row.weight + row.bias)  # weight / bias: one row's worth
+    # every input element read once, in 16-byte vectors; no TMA, no mbarrier, no smem row
+    assert c["ld_global"] == per_thread * (1 + row.residual) + params
+    assert set(c["ld_global_by_bits"]) == {128}
+    assert c["tma_load"] == 0 and c.get("mbarrier_wait", 0) == 0
+    assert c["smem_bytes"] <= 256  # the cross-warp reduction scratch only
+    # y (and s) leave in 16-byte vectors, once
+    assert c["st_global"] == per_thread * (1 + row.residual) and set(c["st_global_by_bits"]) == {128}
+    assert c["spill_bytes"] == 0
+    # LayerNorm's two reductions (mean, centred variance) each cross the warps once; the others one
+    assert c["bar_sync"] >= (2 if row.centered else 1)
+
+
+@pytest.mark.parametrize("N,warps", [(8192, 16), (4096, 8), (2880, 8), (1024, 4), (256, 1), (32768, 16)])
+def test_heuristic_warps(N, warps):
+    cfg = R.RegsConfig.heuristic("rms_norm", N, "bfloat16")
+    assert cfg.num_warps == warps
+    assert cfg.elems_per_thread(N) * cfg.rows <= R.MAX_ELEMS_PER_THREAD
+
+
+def cpu(*shape, dtype=torch.bfloat16):
+    return torch.randn(*shape).to(dtype)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ((cpu(4, 5120), cpu(5120)), None),
+    ((cpu(4, 1000), cpu(1000)), None),
+    ((cpu(2, 40000), cpu(40000)), r"next_power_of_2\(N\) must be <= 32768"),
+    ((cpu(2048, 4).t(), cpu(2048)), r"contiguous in its last dimension"),
+    ((torch.randn(3, 4, 8, 512).transpose(1, 2).to(torch.bfloat16), cpu(512)), r"cannot be flattened"),
+    ((cpu(4, 100), cpu(100)), r"next_power_of_2\(N\) >= 256 for bfloat16"),
+    ((torch.randn(4, 1024).to(torch.float64), torch.randn(1024).to(torch.float64)), r"bfloat16, float16 or float32"),
+])
+def test_check_refuses_bad_input(args, msg):
+    if msg is None:
+        R.check("rms_norm", *args)
+        return
+    with pytest.raises(ValueError, match=msg):
+        R.check("rms_norm", *args)
+
+
+def test_config_rules():
+    with pytest.raises(ValueError, match="rows must be 1, 2, 4 or 8"):
+        R.check("rms_norm", cpu(4, 1024), cpu(1024), config=R.RegsConfig(num_warps=4, rows=3))
+    with pytest.raises(ValueError, match="needs a row tile of at least 2048 lanes"):
+        R.check("rms_norm", cpu(4, 1024), cpu(1024), config=R.RegsConfig(num_warps=8))
+    with pytest.raises(ValueError, match="register elements per thread"):
+        R.check("rms_norm", cpu(4, 16384), cpu(16384), config=R.RegsConfig(num_warps=4))
+    with pytest.raises(ValueError, match="num_warps must be a power of 2"):
+        R.check("rms_norm", cpu(4, 8192), cpu(8192), config=R.RegsConfig(num_warps=6))
+
+
+def test_gluon_variant_needs_gpu_on_cpu_machine():
+    import gluon_lab as gll
+    from gluon_lab import device
+    if device.cuda_available():
+        pytest.skip("checks the CPU-only message")
+    with pytest.raises(ValueError, match="runs on a CUDA GPU"):
+        gll.rms_norm(cpu(4, 1024), cpu(1024), variant="gluon-regs")

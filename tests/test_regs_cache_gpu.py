@@ -1,0 +1,86 @@
+"""gluon-regs on the H200 (marked gpu): every op x dtype x N (powers of 2 and odd hidden sizes, padded
+lanes masked) x M (ragged) against float64 with poisoned outputs (bench.check_correctness), every
+warps x rows config of the 01 'regs' study, large-magnitude fp16 rows, NaN/Inf propagation, leading
+dims and strided rows through the public API."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+OPS = ("rms_norm", "layer_norm", "l2_norm", "add_rms_norm")
+DTYPES = ("bfloat16", "float16", "float32")
+NS = (256, 1000, 2880, 4096, 5120, 7168, 8192, 14336, 16384, 32768)
+
+
+def _takes(op, N, dtype, **knobs):
+    from gluon_lab.kernels.regs_cache import RegsConfig
+    try:
+        RegsConfig.make(op, N, dtype, **knobs).validate(op, N, dtype)
+    except ValueError:
+        return False
+    return True
+
+
+CASES = [(op, dt, N, M) for op in OPS for dt in DTYPES for N in NS for M in (1, 3, 1001)
+         if _takes(op, N, dt)]
+
+
+@pytest.mark.parametrize("op,dtype,N,M", CASES, ids=lambda v: str(v))
+def test_gluon_regs_matches_float64(op, dtype, N, M):
+    from gluon_lab import bench
+    inputs = bench.make_inputs(op, {"M": M, "N": N}, dtype, seed=N + M)
+    res = bench.check_correctness(op, "gluon-regs", inputs)
+    assert res["passed"], res
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("N", [1024, 5120, 8192])
+@pytest.mark.parametrize("warps,rows", [(4, 1), (4, 2), (8, 1), (8, 4), (16, 1), (16, 2), (32, 1)])
+def test_gluon_regs_configs(op, N, warps, rows):
+    from gluon_lab import bench
+    from gluon_lab.kernels.regs_cache import RegsConfig
+    cfg = RegsConfig(num_warps=warps, rows=rows)
+    if not _takes(op, N, "bfloat16", num_warps=warps, rows=rows):
+        pytest.skip("refused before launch (tests/test_regs_cache.py checks the message)")
+    inputs = bench.make_inputs(op, {"M": 999, "N": N}, "bfloat16", seed=warps * rows)
+    res = bench.check_correctness(op, "gluon-regs", inputs, config=cfg)
+    assert res["passed"], (cfg, res)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_large_magnitude_fp16_rows(op):
+    """|x| ~ 1e4 in fp16: the sum of squares overflows fp16 but not the fp32 accumulation."""
+    from gluon_lab import bench
+    inputs = bench.make_inputs(op, {"M": 257, "N": 6144}, "float16", seed=11, scale=1e4)
+    res = bench.check_correctness(op, "gluon-regs", inputs)
+    assert res["passed"], res
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_nan_inf_propagate_like_torch(op):
+    import torch
+    import gluon_lab as gll
+    from gluon_lab import bench
+    inputs = list(bench.make_inputs(op, {"M": 8, "N": 5120}, "bfloat16", seed=2))
+    inputs[0][2, 5] = float("nan")
+    inputs[0][5, 7] = float("inf")
+    fn = getattr(gll, op)
+    got = fn(*inputs, variant="gluon-regs")
+    ref = fn(*inputs, variant="torch")
+    got, ref = (got if isinstance(got, tuple) else (got, )), (ref if isinstance(ref, tuple) else (ref, ))
+    for g, r in zip(got, ref):
+        assert torch.equal(torch.isnan(g), torch.isnan(r)), op
+        assert torch.equal(torch.isinf(g), torch.isinf(r)), op
+
+
+def test_leading_dims_and_strided_rows():
+    import torch
+    import gluon_lab as gll
+    x = torch.randn(4, 6, 2880, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2880, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(gll.rms_norm(x, w, variant="gluon-regs"), gll.rms_norm(x, w, variant="torch"),
+                               atol=2e-2, rtol=2e-2)
+    big = torch.randn(300, 3072, device="cuda", dtype=torch.bfloat16)
+    xs = big[:, :2048]  # row stride 3072 elements, not contiguous: the kernel takes the stride
+    ws = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(gll.rms_norm(xs, ws, variant="gluon-regs"), gll.rms_norm(xs, ws, variant="torch"),
+                               atol=2e-2, rtol=2e-2)
