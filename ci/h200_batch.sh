@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One batch on the lent H200 (device tool): GPU tests, then a notebook's measurement plan.
 # Usage (on the device, repo root as cwd):  bash ci/h200_batch.sh NOTEBOOK [NOTEBOOK...]
-# Writes under $OUT: gpu.txt, gpu-tests.log, bench-<nb>.log, results/<gpu-slug>/<nb>.jsonl (+ the
-# timeline JSON of 03/04 when PARTS has 'timeline') and, with SANITIZE="kernel ...", sanitizer.jsonl.
-# The device tool brings back at most 8 files: two notebooks with timelines + sanitizer is the limit.
+# Writes under $OUT: gpu.txt, gpu-tests.log, bench.log (every notebook's, appended: one file however
+# many notebooks), results/<gpu-slug>/<nb>.jsonl (+ the timeline JSON of 03/04 when PARTS has 'timeline')
+# and, with SANITIZE="kernel ...", sanitizer.jsonl. The device tool brings back at most 8 files and the
+# rest is lost with the call: count them before a call (LOGS=0 writes no gpu.txt / bench.log / gpu-tests.log,
+# the logs still print).
 # COMPARE=1: first ci/compare_old.py (old vs new kernels in one process; needs .old/ from
 # ci/old_package.sh carried) -> results/<gpu>/redesign-compare.jsonl + compare.log.
 # GLUON_LAB_EXCLUDE_VARIANTS=a,b leaves those variants out of the plans (time-limited calls).
@@ -17,15 +19,16 @@ if [ -z "${GLUON_LAB_GIT_COMMIT:-}" ]; then
   exit 2
 fi
 mkdir -p "$OUT/results"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+LOGDIR="$OUT"; [ "${LOGS:-1}" = 0 ] && LOGDIR=$(mktemp -d)  # LOGS=0: logs off $OUT (they still print)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$LOGDIR/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$LOGDIR/gpu.txt"
 rc=0
 if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
-  timeout "${GPU_TEST_TIMEOUT:-900}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider ${PYTEST_ARGS:--x} 2>&1 | tail -n 60 | tee "$OUT/gpu-tests.log" || rc=1
+  timeout "${GPU_TEST_TIMEOUT:-900}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider ${PYTEST_ARGS:--x} 2>&1 | tail -n 60 | tee "$LOGDIR/gpu-tests.log" || rc=1
   # a GPU run passes only if GPU tests really ran: pytest's summary must count passed tests (a few
   # documented skips, e.g. configs that do not fit in shared memory, are expected; tests/conftest.py
   # makes "-m gpu" without a usable GPU an error of its own)
-  if ! grep -Eq "[1-9][0-9]* passed" "$OUT/gpu-tests.log"; then
+  if ! grep -Eq "[1-9][0-9]* passed" "$LOGDIR/gpu-tests.log"; then
     echo "GPU tests: no test passed on the GPU machine (see gpu-tests.log)"; rc=1
   fi
 fi
@@ -34,8 +37,9 @@ if [ "${COMPARE:-0}" = 1 ]; then
   tail -n 60 "$OUT/compare.log"
 fi
 for nb in "$@"; do
-  python3 -m gluon_lab bench "$nb" --results-dir "$OUT/results" ${QUICK:+--quick} ${PARTS:+--parts $PARTS} > "$OUT/bench-$nb.log" 2>&1 || rc=1
-  tail -n 120 "$OUT/bench-$nb.log"
+  python3 -m gluon_lab bench "$nb" --results-dir "$OUT/results" ${QUICK:+--quick} ${PARTS:+--parts $PARTS} > "$LOGDIR/bench-$nb.log" 2>&1 || rc=1
+  tail -n 120 "$LOGDIR/bench-$nb.log"
+  cat "$LOGDIR/bench-$nb.log" >> "$LOGDIR/bench.log" && rm -f "$LOGDIR/bench-$nb.log"
 done
 if [ -n "${SANITIZE:-}" ]; then  # e.g. SANITIZE="pipelined-norm ws-gemm" (names: ci/sanitize.py CASES)
   python3 ci/sanitize.py "$OUT/results/sanitizer.jsonl" $SANITIZE > /dev/null 2>&1 || rc=1
