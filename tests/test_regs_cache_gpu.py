@@ -32,15 +32,16 @@ def test_gluon_regs_matches_float64(op, dtype, N, M):
     assert res["passed"], res
 
 
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("N", [1024, 5120, 8192])
-@pytest.mark.parametrize("warps,rows", [(4, 1), (4, 2), (8, 1), (8, 4), (16, 1), (16, 2), (32, 1)])
+# every config the 01 'regs' study can time (refused ones are tests/test_regs_cache.py's: their messages)
+CONFIGS = [(op, N, w, r) for op in OPS for N in (1024, 5120, 8192, 16384) for w in (4, 8, 16, 32) for r in (1, 2)
+           if _takes(op, N, "bfloat16", num_warps=w, rows=r)]
+
+
+@pytest.mark.parametrize("op,N,warps,rows", CONFIGS, ids=lambda v: str(v))
 def test_gluon_regs_configs(op, N, warps, rows):
     from gluon_lab import bench
     from gluon_lab.kernels.regs_cache import RegsConfig
     cfg = RegsConfig(num_warps=warps, rows=rows)
-    if not _takes(op, N, "bfloat16", num_warps=warps, rows=rows):
-        pytest.skip("refused before launch (tests/test_regs_cache.py checks the message)")
     inputs = bench.make_inputs(op, {"M": 999, "N": N}, "bfloat16", seed=warps * rows)
     res = bench.check_correctness(op, "gluon-regs", inputs, config=cfg)
     assert res["passed"], (cfg, res)
