@@ -12,7 +12,7 @@ OPS = tuple(s.name for s in specs.family("row_norm"))
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("N", [4096, 5120, 8192])
+@pytest.mark.parametrize("N", [1000, 4096, 5120, 8192])
 def test_census_shows_the_pattern(op, dtype, N):
     cfg = R.RegsConfig.make(op, N, dtype)
     _, c = codegen.inspect_variant(op, "gluon-regs", N=N, dtype=dtype)  # the registered hooks
@@ -31,6 +31,33 @@ def test_census_shows_the_pattern(op, dtype, N):
     assert c["spill_bytes"] == 0
     # LayerNorm's two reductions (mean, centred variance) each cross the warps once; the others one
     assert c["bar_sync"] >= (2 if row.centered else 1)
+
+
+@pytest.mark.parametrize("op,dtype", [("rms_norm", "bfloat16"), ("add_rms_norm", "float32"), ("layer_norm", "float32")])
+def test_every_accepted_long_row_config_compiles_without_spills(op, dtype):
+    """validate's register rule against the compiler: every warps x rows config it accepts at
+    N = 32768 (the longest row) compiles for sm_90 without spilling."""
+    ok = 0
+    for w in R.KNOBS["num_warps"]:
+        for r in R.KNOBS["rows"]:
+            cfg = R.RegsConfig(num_warps=w, rows=r)
+            try:
+                cfg.validate(op, 32768, dtype)
+            except ValueError:
+                continue
+            _, c = codegen.inspect_variant(op, "gluon-regs", N=32768, dtype=dtype, config=cfg)
+            assert c["spill_bytes"] == 0, (cfg, c["spill_bytes"])
+            ok += 1
+    assert ok >= 2  # the heuristic's 16 warps and 32 warps x 1 row at least
+
+
+@pytest.mark.parametrize("N,bits", [(1000, {128}), (2880, {128}), (1001, {16})])
+def test_rows_that_are_not_multiples_of_16_still_move_in_vectors(N, bits):
+    """The runtime marks a stride divisible only at multiples of 16; ALIGNED (a host check) tells the
+    compiler each row starts on a 16-byte boundary, so N = 1000 bf16 still loads 128-bit vectors. N = 1001
+    rows are not 16-byte aligned and move element by element (correct, and what the compiler can do)."""
+    _, c = codegen.inspect_variant("rms_norm", "gluon-regs", N=N, dtype="bfloat16")
+    assert set(c["ld_global_by_bits"]) == bits and set(c["st_global_by_bits"]) == bits
 
 
 @pytest.mark.parametrize("N,warps", [(8192, 16), (4096, 8), (2880, 8), (1024, 4), (256, 1), (32768, 16)])
@@ -79,3 +106,19 @@ def test_gluon_variant_needs_gpu_on_cpu_machine():
         pytest.skip("checks the CPU-only message")
     with pytest.raises(ValueError, match="runs on a CUDA GPU"):
         gll.rms_norm(cpu(4, 1024), cpu(1024), variant="gluon-regs")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("op", OPS)
+def test_heuristic_takes_every_row_up_to_32768(op, dtype):
+    """The heuristic takes every N from one vector per lane up to MAX_BLOCK (the GPU tests' case list
+    asserts its own coverage at collection, so it cannot shrink silently either)."""
+    for N in (257, 1000, 2880, 4097, 5120, 7168, 12288, 14336, 24576, 30000, R.MAX_BLOCK):
+        if R.RegsConfig.block(N) >= 16 // R.ITEMSIZE[dtype] * 32:
+            R.RegsConfig.make(op, N, dtype).validate(op, N, dtype)
+
+
+def test_outputs_take_the_operand_rules():
+    y = torch.empty(2048, 4, dtype=torch.bfloat16).t()  # last dimension strided
+    with pytest.raises(ValueError, match=r"out \(y\) must be contiguous in its last dimension"):
+        R._check_operands({"out (y)": y}, 2048)

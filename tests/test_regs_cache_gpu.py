@@ -22,6 +22,8 @@ def _takes(op, N, dtype, **knobs):
 
 CASES = [(op, dt, N, M) for op in OPS for dt in DTYPES for N in NS for M in (1, 3, 1001)
          if _takes(op, N, dt)]
+# the list comes from the code under test: it must not shrink when the heuristic or validate changes
+assert len(CASES) == len(OPS) * len(DTYPES) * len(NS) * 3, "gluon-regs refused a case of NS x DTYPES"
 
 
 @pytest.mark.parametrize("op,dtype,N,M", CASES, ids=lambda v: str(v))
@@ -85,3 +87,21 @@ def test_leading_dims_and_strided_rows():
     ws = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
     torch.testing.assert_close(gll.rms_norm(xs, ws, variant="gluon-regs"), gll.rms_norm(xs, ws, variant="torch"),
                                atol=2e-2, rtol=2e-2)
+
+
+def test_add_rms_norm_with_its_own_strides_and_out():
+    """x, residual and the caller's (y, s) with four different row strides: each is read or written
+    through its own stride (a mix-up between them would put rows in the wrong place)."""
+    import torch
+    import gluon_lab as gll
+    N = 2880
+    mk = lambda pitch: torch.randn(257, pitch, device="cuda", dtype=torch.bfloat16)[:, :N]  # noqa: E731
+    x, r = mk(3072), mk(4096)
+    w = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    y, s = torch.full((257, 3200), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :N], \
+        torch.full((257, 3456), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :N]
+    gy, gs = gll.add_rms_norm(x, r, w, variant="gluon-regs", out=(y, s))
+    ry, rs = gll.add_rms_norm(x.contiguous(), r.contiguous(), w, variant="torch")
+    assert gy.data_ptr() == y.data_ptr() and gs.data_ptr() == s.data_ptr()
+    torch.testing.assert_close(gs, rs, atol=0, rtol=0)
+    torch.testing.assert_close(gy, ry, atol=2e-2, rtol=2e-2)

@@ -25,7 +25,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from . import norm_math, rowio
-from .hopper import ITEMSIZE, cdiv, dtype_name, kernel_spec, row_outputs, short_dtype, vec
+from .hopper import ITEMSIZE, REGS_PER_SM, cdiv, dtype_name, kernel_spec, row_outputs, short_dtype, vec
 
 MAX_BLOCK = 32768  # elements of one row tile (next_power_of_2(N)); longer rows are gluon-chunked's (streaming)
 TARGET_ELEMS_PER_THREAD = 16  # heuristic: Liger's 16 fp32 values per thread at N <= 8192 (16 warps at 8192)
@@ -36,10 +36,15 @@ STATS_KIND = {"rms": 0, "l2": 1, "layer": 2}  # spec.row.stats -> the kernel's K
 @gluon.jit(do_not_specialize=["M", "eps"])  # one compile serves every row count
 def regs_norm_kernel(x_ptr, r_ptr, y_ptr, s_ptr, w_ptr, b_ptr, M, x_stride, r_stride, y_stride, s_stride, eps,
                      N: gl.constexpr, BLOCK: gl.constexpr, ROWS: gl.constexpr, KIND: gl.constexpr,
-                     HAS_W: gl.constexpr, HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr, num_warps: gl.constexpr):
+                     HAS_W: gl.constexpr, HAS_B: gl.constexpr, HAS_RESIDUAL: gl.constexpr, ALIGNED: gl.constexpr,
+                     num_warps: gl.constexpr):
     """ROWS rows per program, each row one [1, BLOCK] slice of a register tile. KIND: 0 RMSNorm,
     1 L2Norm, 2 LayerNorm (STATS_KIND). Absent operands are None (r_ptr / s_ptr without a residual,
-    w_ptr / b_ptr without the op's weight / bias)."""
+    w_ptr / b_ptr without the op's weight / bias). ALIGNED (the host checked every base pointer is
+    16-byte aligned and every row stride a multiple of VEC): each row starts on a 16-byte boundary,
+    which the compiler cannot see from a stride like 1000 (the runtime marks only multiples of 16),
+    so it is asserted per row offset; without it, rows of N not a multiple of 16 move element by
+    element."""
     dtype: gl.constexpr = x_ptr.dtype.element_ty
     VEC: gl.constexpr = 128 // dtype.primitive_bitwidth  # 16-byte vectors: 8 x bf16/fp16, 4 x fp32
     L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
@@ -50,12 +55,22 @@ def regs_norm_kernel(x_ptr, r_ptr, y_ptr, s_ptr, w_ptr, b_ptr, M, x_stride, r_st
     mask = gl.expand_dims(rows < M, 1) & col_ok
     r64 = gl.expand_dims(rows.to(gl.int64), 1)
     c2 = gl.expand_dims(cols, 0)
+    x_off = r64 * x_stride
+    y_off = r64 * y_stride
+    if ALIGNED:
+        x_off = gl.multiple_of(x_off, [VEC, VEC])
+        y_off = gl.multiple_of(y_off, [VEC, VEC])
 
     # 1. The row into registers, once (16-byte vector loads; masked lanes read 0).
-    x = gl.load(x_ptr + r64 * x_stride + c2, mask=mask, other=0.0)
+    x = gl.load(x_ptr + x_off + c2, mask=mask, other=0.0)
     if HAS_RESIDUAL:  # s = x + residual in the input dtype, as eager; it leaves once and is what is normalized
-        x = x + gl.load(r_ptr + r64 * r_stride + c2, mask=mask, other=0.0)
-        gl.store(s_ptr + r64 * s_stride + c2, x, mask=mask)
+        r_off = r64 * r_stride
+        s_off = r64 * s_stride
+        if ALIGNED:
+            r_off = gl.multiple_of(r_off, [VEC, VEC])
+            s_off = gl.multiple_of(s_off, [VEC, VEC])
+        x = x + gl.load(r_ptr + r_off + c2, mask=mask, other=0.0)
+        gl.store(s_ptr + s_off + c2, x, mask=mask)
     xf = x.to(gl.float32)
 
     # 2. Statistics from the registers (masked lanes are 0: harmless for sums of x and x^2; the
@@ -81,7 +96,7 @@ def regs_norm_kernel(x_ptr, r_ptr, y_ptr, s_ptr, w_ptr, b_ptr, M, x_stride, r_st
     if HAS_B:
         b = norm_math.load_param(b_ptr, cols, N, BLOCK != N)
     y = norm_math.normalize_chunk(xf, shift, scale, w, b, HAS_W, HAS_B)
-    gl.store(y_ptr + r64 * y_stride + c2, y.to(dtype), mask=mask)
+    gl.store(y_ptr + y_off + c2, y.to(dtype), mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -101,6 +116,13 @@ class RegsConfig:
     def block(N: int) -> int:
         return next_pow2(N)
 
+    def max_elems(self) -> int:
+        """Row elements a thread may hold: MAX_ELEMS_PER_THREAD, and at most half of the registers a
+        thread gets when every warp of the SM is this kernel's (65536 / (32 x warps), at most 255):
+        compiled for sm_90, 32 warps x 2 rows at N = 32768 (64 values in 64 registers) spilled
+        328-740 bytes for every op and dtype; 16 warps x 1 row (64 values in 128) did not."""
+        return min(MAX_ELEMS_PER_THREAD, min(255, REGS_PER_SM // (32 * self.num_warps)) // 2)
+
     def elems_per_thread(self, N: int) -> int:
         """fp32 register elements per thread for one row of the tile (x; s shares them)."""
         return max(1, self.block(N) // (32 * self.num_warps))
@@ -116,7 +138,7 @@ class RegsConfig:
         nw = max(4, min(16, B // (32 * TARGET_ELEMS_PER_THREAD)))
         nw = max(1, min(nw, B // (vec(dtype) * 32)))  # every thread at least one 16-byte vector of the row
         nw = 1 << (nw.bit_length() - 1)  # a power of 2
-        while B // (32 * nw) > MAX_ELEMS_PER_THREAD and nw < 32:
+        while B // (32 * nw) > cls(num_warps=nw).max_elems() and nw < 32:
             nw *= 2
         return cls(num_warps=nw, rows=2 if B <= 1024 else 1)
 
@@ -145,10 +167,11 @@ class RegsConfig:
         if B < vec(dtype) * 32 * self.num_warps:
             raise ValueError(f"num_warps={self.num_warps} needs a row tile of at least {vec(dtype) * 32 * self.num_warps} "
                              f"lanes (16-byte vectors x 32 lanes x warps); N={N} pads to {B}")
-        if self.elems_per_thread(N) * self.rows > MAX_ELEMS_PER_THREAD:
+        if self.elems_per_thread(N) * self.rows > self.max_elems():
             raise ValueError(f"num_warps={self.num_warps} x rows={self.rows} leaves "
                              f"{self.elems_per_thread(N) * self.rows} register elements per thread for N={N} "
-                             f"(limit {MAX_ELEMS_PER_THREAD}: more spills); use more warps or fewer rows")
+                             f"(limit {self.max_elems()} at {self.num_warps} warps: more spills); use fewer rows "
+                             "or other warps")
         return self
 
 
@@ -184,9 +207,15 @@ def check(op, x, *rest, config: RegsConfig | None = None) -> RegsConfig:
     return cfg
 
 
-def _constexprs(row, N: int, cfg: RegsConfig) -> dict:
+def _constexprs(row, N: int, cfg: RegsConfig, aligned: bool) -> dict:
     return {"N": N, "BLOCK": cfg.block(N), "ROWS": cfg.rows, "KIND": STATS_KIND[row.stats], "HAS_W": row.weight,
-            "HAS_B": row.bias, "HAS_RESIDUAL": row.residual, "num_warps": cfg.num_warps}
+            "HAS_B": row.bias, "HAS_RESIDUAL": row.residual, "ALIGNED": aligned, "num_warps": cfg.num_warps}
+
+
+def _aligned(tensors, dtype: str) -> bool:
+    """Every (M, N) view 16-byte aligned with a row stride that is a multiple of one 16-byte vector."""
+    v = vec(dtype)
+    return all(t.data_ptr() % 16 == 0 and (t.shape[0] <= 1 or t.stride(0) % v == 0) for t in tensors if t is not None)
 
 
 def launch(op, x, residual, weight, bias, eps: float, out=None, config: RegsConfig | None = None):
@@ -198,11 +227,15 @@ def launch(op, x, residual, weight, bias, eps: float, out=None, config: RegsConf
     x2 = x.view(-1, N)
     M = x2.shape[0]
     y, s, y2, s2 = row_outputs(x, out, row.residual)
+    if out is not None:  # the caller's buffers take the same rules as the inputs
+        _check_operands({"out (y)": y, "out (s)": s}, N)
     r2 = residual.view(-1, N) if row.residual else None
+    w = weight if row.weight else None
+    b = bias if row.bias else None
+    aligned = _aligned((x2, r2, y2, s2), dtype_name(x)) and all(p is None or p.data_ptr() % 16 == 0 for p in (w, b))
     regs_norm_kernel[(cdiv(M, cfg.rows), )](
-        x2, r2, y2, s2, weight if row.weight else None, bias if row.bias else None, M, x2.stride(0),
-        r2.stride(0) if r2 is not None else 0, y2.stride(0), s2.stride(0) if s2 is not None else 0, eps,
-        **_constexprs(row, N, cfg))
+        x2, r2, y2, s2, w, b, M, x2.stride(0), r2.stride(0) if r2 is not None else 0, y2.stride(0),
+        s2.stride(0) if s2 is not None else 0, eps, **_constexprs(row, N, cfg, aligned))
     return rowio.outputs(row, y, s)
 
 
@@ -214,7 +247,8 @@ def codegen_spec(op, N: int, dtype: str, config: RegsConfig | None = None):
     args = {"x_ptr": ptr, "r_ptr": ptr if row.residual else None, "y_ptr": ptr, "s_ptr": ptr if row.residual else None,
             "w_ptr": ptr if row.weight else None, "b_ptr": ptr if row.bias else None, "M": "i32", "x_stride": N,
             "r_stride": N if row.residual else 0, "y_stride": N, "s_stride": N if row.residual else 0, "eps": "fp32"}
-    return kernel_spec(regs_norm_kernel, args, _constexprs(row, N, cfg), num_warps=cfg.num_warps)
+    # contiguous rows from torch allocations: aligned whenever N is a multiple of one vector
+    return kernel_spec(regs_norm_kernel, args, _constexprs(row, N, cfg, N % vec(dtype) == 0), num_warps=cfg.num_warps)
 
 
 # ----------------------------------------------------------------------------------------------
