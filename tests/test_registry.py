@@ -134,3 +134,18 @@ def test_quack_peer_registered_and_absent_without_its_wheels():
             assert not v.available()
     assert "quack" in experiments.DISPATCH_SKIP
     assert "quack" in experiments.ChunkedPlan().bf16_variants and "quack" in experiments.ChunkedPlan().fp32_variants
+
+
+def test_quack_layer_norm_params_are_cast_once_per_version():
+    """QuACK's LayerNorm takes fp32 weight / bias: the peer casts a bf16 parameter once, not in every
+    timed call, and again after an in-place update (the tensor's version changes)."""
+    import torch
+    from gluon_lab.kernels import baselines as B
+    w = torch.randn(64, dtype=torch.bfloat16)
+    a = B._fp32_param(w)
+    assert a.dtype == torch.float32 and torch.equal(a, w.float()) and B._fp32_param(w) is a
+    w.mul_(2)
+    b = B._fp32_param(w)
+    assert b is not a and torch.equal(b, w.float())
+    f = torch.randn(8)
+    assert B._fp32_param(f) is f and B._fp32_param(None) is None

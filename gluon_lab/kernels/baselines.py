@@ -186,6 +186,7 @@ def matmul_triton(a, b, out=None, BM=128, BN=256, BK=64, GROUP_M=8, num_stages=3
 # kernels; peers (Liger) where installed.
 
 import functools  # noqa: E402
+import types  # noqa: E402
 
 from .. import specs  # noqa: E402
 from ..registry import register  # noqa: E402
@@ -343,9 +344,29 @@ def add_rms_norm_quack(x, residual, weight, eps=1e-6, out=None):
     return _quack().rmsnorm(x, weight, residual=residual, eps=eps, prenorm=True)
 
 
+# the fp32 copies by (storage, version): a stdlib namespace, which the code hash does not read
+_FP32_PARAMS = types.SimpleNamespace(cache={})
+
+
+def _fp32_param(t):
+    """t as float32, cast once per (storage, version): QuACK's LayerNorm takes fp32 weight / bias only, as a
+    model would keep them; casting inside every call would time two extra kernels per call (a large share
+    of a 4 us norm at small M) that a real caller never pays. An in-place update bumps t._version."""
+    import torch
+    if t is None or t.dtype == torch.float32:
+        return t
+    key = (t.data_ptr(), t._version, tuple(t.shape), t.dtype, str(t.device))
+    c = _FP32_PARAMS.cache
+    if key not in c:
+        if len(c) >= 16:
+            c.clear()
+        c[key] = (t, t.float())  # t kept alive: its address cannot be reused while the entry exists
+    return c[key][1]
+
+
 @register("layer_norm", "quack", pattern="baseline", available=_quack_available,
-          description="QuACK quack.rmsnorm.layernorm_fwd (fp32 weight/bias: cast inside the call)")
+          description="QuACK quack.rmsnorm.layernorm_fwd (fp32 weight/bias, cast once per parameter version)")
 def layer_norm_quack(x, weight, bias, eps=1e-5, out=None):
     N = x.shape[-1]
-    y = _quack().layernorm_fwd(x.reshape(-1, N), weight.float(), None if bias is None else bias.float(), eps=eps)
+    y = _quack().layernorm_fwd(x.reshape(-1, N), _fp32_param(weight), _fp32_param(bias), eps=eps)
     return y.reshape(x.shape)
