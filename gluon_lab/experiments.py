@@ -391,35 +391,14 @@ def tma_caching_cases(plan: TmaCachingPlan, parts) -> list[dict]:
                                       "dtype": plan.dtype, "config": {"num_warps": nw, "rows_per_cta": r,
                                                                       "param_tma": pt, "study": "ln-sweep"}})
     if "small-m" in parts:
-        for M in plan.small_m_Ms:
-            for N in plan.small_m_Ns:
-                s = {"M": M, "N": N}
-                cases.append({"op": "copy", "shape": s, "dtype": plan.dtype})
-                for op in plan.small_m_ops:
-                    cases += [{"op": op, "variant": v, "shape": s, "dtype": plan.dtype, "config": {"study": "small-m"}}
-                              for v in plan.small_m_peers if v in registry.variants(op)]
-                    for nw in plan.small_m_warps:
-                        for r in plan.small_m_rows:
-                            for pt in (False, True):
-                                knobs = {"num_warps": nw, "rows_per_cta": r, "param_tma": pt, "tma_store": False}
-                                if resolves(op, "gluon-tma", s, plan.dtype, knobs):
-                                    cases.append({"op": op, "variant": "gluon-tma", "shape": s, "dtype": plan.dtype,
-                                                  "config": {**knobs, "study": "small-m"}})
+        cases += knob_study_cases("small-m", plan.small_m_Ms, plan.small_m_Ns, plan.small_m_ops, plan.dtype,
+                                  plan.small_m_peers, "gluon-tma",
+                                  [{"num_warps": nw, "rows_per_cta": r, "param_tma": pt, "tma_store": False}
+                                   for nw in plan.small_m_warps for r in plan.small_m_rows for pt in (False, True)])
     if "regs" in parts:
-        for M in plan.regs_Ms:
-            for N in plan.regs_Ns:
-                s = {"M": M, "N": N}
-                cases.append({"op": "copy", "shape": s, "dtype": plan.dtype})
-                for op in plan.regs_ops:
-                    cases += [{"op": op, "variant": v, "shape": s, "dtype": plan.dtype, "config": {"study": "regs"}}
-                              for v in plan.small_m_peers + ("gluon-tma", "gluon-chunked")
-                              if v in registry.variants(op) and resolves(op, v, s, plan.dtype)]
-                    for nw in plan.regs_warps:
-                        for r in plan.regs_rows:
-                            knobs = {"num_warps": nw, "rows": r}
-                            if resolves(op, "gluon-regs", s, plan.dtype, knobs):
-                                cases.append({"op": op, "variant": "gluon-regs", "shape": s, "dtype": plan.dtype,
-                                              "config": {**knobs, "study": "regs"}})
+        cases += knob_study_cases("regs", plan.regs_Ms, plan.regs_Ns, plan.regs_ops, plan.dtype,
+                                  plan.small_m_peers + ("gluon-tma", "gluon-chunked"), "gluon-regs",
+                                  [{"num_warps": nw, "rows": r} for nw in plan.regs_warps for r in plan.regs_rows])
     if "sweep" in parts:
         for N in plan.sweep_Ns:
             for nw in plan.sweep_warps:
@@ -570,19 +549,9 @@ def chunked_cases(plan: ChunkedPlan, parts) -> list[dict]:
                 cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16"} for v in plan.bf16_variants
                           if v in registry.variants(op) and resolves(op, v, s, "bfloat16")]
     if "mid-n" in parts:
-        for M in plan.mid_n_Ms:
-            for N in plan.mid_n_Ns:
-                s = {"M": M, "N": N}
-                cases.append({"op": "copy", "shape": s, "dtype": "bfloat16"})
-                for op in plan.mid_n_ops:
-                    cases += [{"op": op, "variant": v, "shape": s, "dtype": "bfloat16", "config": {"study": "mid-n"}}
-                              for v in plan.mid_n_peers if v in registry.variants(op)]
-                    for nw in plan.mid_n_warps:
-                        for r in plan.mid_n_rows:
-                            knobs = {"num_warps": nw, "rows": r, "streaming": False}
-                            if resolves(op, "gluon-chunked", s, "bfloat16", knobs):
-                                cases.append({"op": op, "variant": "gluon-chunked", "shape": s, "dtype": "bfloat16",
-                                              "config": {**knobs, "study": "mid-n"}})
+        cases += knob_study_cases("mid-n", plan.mid_n_Ms, plan.mid_n_Ns, plan.mid_n_ops, "bfloat16", plan.mid_n_peers,
+                                  "gluon-chunked", [{"num_warps": nw, "rows": r, "streaming": False}
+                                                    for nw in plan.mid_n_warps for r in plan.mid_n_rows])
     if "chunk" in parts:
         for op in plan.ops:
             for N in plan.chunk_Ns:
@@ -684,6 +653,25 @@ class PipelinedPlan:
                    pipe_sweep_shapes=((1024, 4096), ), pipe_sweep_ctas=(1, 4), pipe_sweep_stages=(2, ),
                    pipe_sweep_rows=(1, ), ws_sweep_shapes=((1024, 1024, 1024), ), ws_sweep_regs=(24, ),
                    ws_sweep_stages=(3, ), schedule_shapes=((1024, 4096), ))
+
+
+def knob_study_cases(study: str, Ms, Ns, ops, dtype: str, others, variant: str, knob_grid) -> list[dict]:
+    """A knob study with what it is compared to, side by side in one run: per (M, N) a copy of the
+    operand, then per op every variant of `others` that takes the shape (at its own heuristic), then
+    `variant` at every knob dict of knob_grid it accepts; every case but the copy labelled
+    config.study (so the grids never pick these records up)."""
+    from . import registry
+    cases = []
+    for M in Ms:
+        for N in Ns:
+            s = {"M": M, "N": N}
+            cases.append({"op": "copy", "shape": s, "dtype": dtype})
+            for op in ops:
+                cases += [{"op": op, "variant": v, "shape": s, "dtype": dtype, "config": {"study": study}}
+                          for v in others if v in registry.variants(op) and resolves(op, v, s, dtype)]
+                cases += [{"op": op, "variant": variant, "shape": s, "dtype": dtype, "config": {**k, "study": study}}
+                          for k in knob_grid if resolves(op, variant, s, dtype, k)]
+    return cases
 
 
 def norm_grid_cases(Ms, Ns, ops_at, variants, dtype: str = "bfloat16") -> list[dict]:

@@ -470,12 +470,6 @@ def scoreboard(g):
     return t.reset_index()
 
 
-def geomean(s) -> float:
-    import numpy as np
-    s = s.dropna()
-    return float(np.exp(np.log(s).mean())) if len(s) else float("nan")
-
-
 def scoreboard_summary(boards: dict):
     """One row per board ({label: scoreboard frame}): cells, cells >= 1.0, worst cell, geomean ratio."""
     import pandas as pd

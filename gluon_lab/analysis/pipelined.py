@@ -1666,7 +1666,7 @@ def failed_peers(grids: dict) -> list[str]:
     """Peers that ran in the grid's run but passed no case there, with the first error (stated, never hidden)."""
     out = []
     for op, g in grids.items():
-        for v, d in g[~g.variant.str.startswith("gluon")].groupby("variant"):
+        for v, d in g[~g.variant.str.startswith(cm.GLUON_PREFIXES)].groupby("variant"):
             if not d.passed.astype(bool).any():
                 out.append(f"{op}: peer {v!r} ran but failed every case of this run ({d.notes.dropna().iloc[0] if d.notes.notna().any() else 'no note'}); "
                            "it is not in the best-peer column")

