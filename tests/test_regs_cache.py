@@ -60,9 +60,13 @@ def test_rows_that_are_not_multiples_of_16_still_move_in_vectors(N, bits):
     assert set(c["ld_global_by_bits"]) == bits and set(c["st_global_by_bits"]) == bits
 
 
-@pytest.mark.parametrize("N,warps", [(8192, 16), (4096, 8), (2880, 8), (1024, 4), (256, 1), (32768, 16)])
-def test_heuristic_warps(N, warps):
-    cfg = R.RegsConfig.heuristic("rms_norm", N, "bfloat16")
+@pytest.mark.parametrize("N,M,warps", [(8192, None, 16), (5120, None, 8), (4096, None, 8), (2880, None, 4),
+                                        (1024, None, 4), (256, None, 1), (32768, None, 16), (5120, 2048, 8),
+                                        (4096, 256, 16), (5120, 1024, 16), (16384, 256, 16), (1024, 256, 4)])
+def test_heuristic_warps(N, M, warps):
+    """The 01 'regs' study's rule: warps by the real N (5120 pads to 8192 but takes 8 warps), twice the
+    warps for M <= SMALL_M, never more vectors' worth of warps than the row has."""
+    cfg = R.RegsConfig.heuristic("rms_norm", N, "bfloat16", M)
     assert cfg.num_warps == warps
     assert cfg.elems_per_thread(N) * cfg.rows <= R.MAX_ELEMS_PER_THREAD
 

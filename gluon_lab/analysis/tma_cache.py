@@ -522,9 +522,9 @@ def regs_study(allrec):
     if not len(st):
         return pd.DataFrame()
     st = cm.passed(st)
-    reg = st[st.variant == "gluon-regs"]
+    reg = st[(st.variant == "gluon-regs") | ~st.variant.str.startswith(cm.GLUON_PREFIXES)]  # its sweep + the peers
     t = cm.study_vs_peers(reg, ("num_warps", "rows"),
-                          lambda op, N, M: regs_cache.RegsConfig.heuristic(op, N, "bfloat16", M)) if len(reg) else None
+                          lambda op, N, M: regs_cache.RegsConfig.heuristic(op, N, "bfloat16", M)) if (st.variant == "gluon-regs").any() else None
     rows = []
     for (op, M, N), sub in st.groupby(["op", "M", "N"]):
         us = {v: 1000 * d.ms_median.min() for v, d in sub.groupby("variant")}

@@ -28,7 +28,8 @@ from . import norm_math, rowio
 from .hopper import ITEMSIZE, REGS_PER_SM, cdiv, dtype_name, kernel_spec, row_outputs, short_dtype, vec
 
 MAX_BLOCK = 32768  # elements of one row tile (next_power_of_2(N)); longer rows are gluon-chunked's (streaming)
-TARGET_ELEMS_PER_THREAD = 16  # heuristic: Liger's 16 fp32 values per thread at N <= 8192 (16 warps at 8192)
+TARGET_ELEMS_PER_THREAD = 16  # heuristic: ~16 of the row's *real* N values per thread (01 'regs' study, below)
+SMALL_M = 1024  # heuristic: at most this many rows -> twice the warps (01 'regs' study, below)
 MAX_ELEMS_PER_THREAD = 64  # register elements per thread and row: QuACK's 64 at N = 8192 / 4 warps; more spills
 STATS_KIND = {"rms": 0, "l2": 1, "layer": 2}  # spec.row.stats -> the kernel's KIND constexpr
 
@@ -129,13 +130,25 @@ class RegsConfig:
 
     @classmethod
     def heuristic(cls, op, N: int, dtype: str, M: int | None = None) -> "RegsConfig":
-        """Warps so that a thread holds ~TARGET_ELEMS_PER_THREAD values of its row (Liger's
-        calculate_settings lands there: 8 warps at 4096, 16 at 8192 and above), at least one
-        16-byte vector per thread (fewer than 4 warps only for rows that short), 4..16 warps; two rows per program for rows of <= 1024 lanes
-        (a CTA of 4 warps would otherwise finish a 2 KB row in one vector each). Not yet measured
-        on the H200: the 01 plan's 'regs' study sweeps warps x rows next to the peers."""
+        """Measured (01 'regs' study, H200, run 20261202T000710Z: rms_norm / add_rms_norm bf16,
+        M = 256 / 2048 / 4096 / 16384 x N = 4096 / 5120 / 8192 / 16384, warps 4..32 x rows 1 / 2):
+        - warps follow the row's real length N, not its padded BLOCK: ~TARGET_ELEMS_PER_THREAD values
+          per thread, a power of 2 in 4..16 (8 warps at N = 4096 / 5120, 16 at 8192 / 16384). At
+          N = 5120 (BLOCK 8192) 8 warps beat 16 by 4-8% for rms_norm at M >= 2048: the padded third
+          of the tile is masked-off lanes, so 16 warps leave each thread ~10 real values;
+        - few rows (M <= SMALL_M): twice the warps, up to 16. 256 rows are ~2 programs per SM, each
+          program's latency is the time, and more warps split the row: 16 warps beat 8 by 3-36% at
+          M = 256 (rms_norm N = 5120 ... 16384), while at M = 2048 rms_norm N = 4096 / 5120 16 warps
+          lose 4-6% (SMALL_M sits between the measured 256 and 2048);
+        - one row per program: rows = 2 was never the fastest by more than 0.4% and lost up to 24%
+          (it stays for rows of <= 1024 lanes, where one row is one vector per thread; not in the study);
+        - 32 warps never won by more than 0.3%; they lose up to 61% at N = 5120.
+        The heuristic is within 1.7% of the study's best config in all 32 cells (worst: rms_norm
+        256 x 16384, 16 warps 1.7% behind 32; the 01 page's regs table shows every cell)."""
         B = cls.block(N)
-        nw = max(4, min(16, B // (32 * TARGET_ELEMS_PER_THREAD)))
+        nw = max(4, min(16, N // (32 * TARGET_ELEMS_PER_THREAD)))
+        if M is not None and M <= SMALL_M:
+            nw = min(16, 2 * nw)
         nw = max(1, min(nw, B // (vec(dtype) * 32)))  # every thread at least one 16-byte vector of the row
         nw = 1 << (nw.bit_length() - 1)  # a power of 2
         while B // (32 * nw) > cls(num_warps=nw).max_elems() and nw < 32:
