@@ -130,7 +130,7 @@ class RegsConfig:
 
     @classmethod
     def heuristic(cls, op, N: int, dtype: str, M: int | None = None) -> "RegsConfig":
-        """Measured (01 'regs' study, H200, run 20261202T000710Z: rms_norm / add_rms_norm bf16,
+        """Measured (01 'regs' study, H200, run 20261202T001042Z: rms_norm / add_rms_norm bf16,
         M = 256 / 2048 / 4096 / 16384 x N = 4096 / 5120 / 8192 / 16384, warps 4..32 x rows 1 / 2):
         - warps follow the row's real length N, not its padded BLOCK: ~TARGET_ELEMS_PER_THREAD values
           per thread, a power of 2 in 4..16 (8 warps at N = 4096 / 5120, 16 at 8192 / 16384). At
