@@ -484,7 +484,7 @@ EXPERIMENTS["01-tma-caching"] = run_tma_caching
 class ChunkedPlan:
     """Pattern 2. Parts (separate GPU batches when a call is time-limited):
     'bf16' = RMSNorm and LayerNorm bf16 over the issue's N set x Ms, every baseline + gluon-chunked,
-    plus a copy of each shape; 'fp32' = the same in fp32 (torch, inductor, triton, gluon-chunked);
+    plus a copy of each shape; 'fp32' = the same in fp32 (every variant that takes fp32 rows);
     'others' = L2Norm and add+RMSNorm bf16; 'chunk' = the CHUNK (num_warps) sweep; 'stream' = cached
     vs streaming over long rows (where the streaming path takes over); 'groupnorm' = GroupNorm /
     InstanceNorm on SD-style shapes, NCHW and channels-last, bf16."""
@@ -494,7 +494,8 @@ class ChunkedPlan:
     # every gluon variant that takes the shape (issue 16's "best gluon"): gluon-tma is power-of-2 N only
     bf16_variants: tuple = ("torch", "inductor", "triton", "liger", "quack", "gluon-regs", "gluon-chunked",
                             "gluon-pipelined", "gluon-ws")
-    fp32_variants: tuple = ("torch", "inductor", "triton", "quack", "gluon-chunked")
+    fp32_variants: tuple = ("torch", "inductor", "triton", "quack", "gluon-regs", "gluon-chunked", "gluon-pipelined",
+                            "gluon-ws")
     other_ops: tuple = ("l2_norm", "add_rms_norm")
     other_M: int = 16384
     chunk_M: int = 16384
