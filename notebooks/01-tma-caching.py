@@ -210,14 +210,22 @@ else:
 # Liger's RMSNorm and QuACK's sm_90 rmsnorm keep the row in *registers*: plain 16-byte vector loads,
 # the reduction on registers, the normalize pass on the same registers, no TMA descriptor, no
 # mbarrier, no shared-memory row. `gluon-regs` is that design in Gluon (`gluon_lab/kernels/regs_cache.py`;
-# BLOCK = next_power_of_2(N), padded lanes masked; warps so a thread holds ~16 values of its row).
-# Where the smem cache pays for its setup (long rows, many rows per SM) and where registers win
-# (few rows, short rows) is what the 'regs' study measures, next to gluon-tma, gluon-chunked and
-# the peers. Its census is compiled here:
+# BLOCK = next_power_of_2(N), padded lanes masked). Where the smem cache pays for its setup (long
+# rows, many rows per SM) and where registers win (few rows, short rows) is what the 'regs' study
+# measures: gluon-regs' warps × rows per program, next to gluon-tma, gluon-chunked and the peers in
+# one run. The study set `RegsConfig.heuristic`: warps by the row's *real* length (~16 values per
+# thread: 8 warps at N = 4096 / 5120, 16 at 8192 and above, although 5120 pads to an 8192-lane tile),
+# twice the warps at M ≤ 1024 (a few programs per SM: more warps split each row's latency), one row
+# per program. Its gluon-regs records predate that rule, so they read STALE by code hash; their
+# configs are explicit, so each row still shows what that config ran at, and `gluon-regs heuristic`
+# is the current code's pick. Its census is compiled here:
 
 # %%
 cm.show(cm.compact_census(ana.regs_census()))
-regs = ana.regs_study(allrec)
+regs, regs_rec = ana.regs_study(allrec), ana.regs_records(allrec)
+if len(regs) and "stale" in regs_rec and regs_rec["stale"].astype(bool).any():
+    cm.show(f"**STALE (by code hash): the regs study from run `{regs_rec.run_id.iloc[0]}`**, measured before "
+            "the heuristic rule it set; its configs are explicit, so the table still shows what each config ran at.")
 cm.show(regs if len(regs) else "The 'regs' study has not run on a GPU yet (no records): the table appears after "
         "`python -m gluon_lab bench 01-tma-caching --parts regs`.")
 

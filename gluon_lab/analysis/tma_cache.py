@@ -511,6 +511,11 @@ def small_m_study(allrec):
     return t, st
 
 
+def regs_records(allrec):
+    """The newest 'regs' study's records (every variant of that run), as recorded."""
+    return cm.newest_run(allrec, cm.config_value(allrec, "study") == "regs") if len(allrec) else allrec
+
+
 def regs_study(allrec):
     """The newest 'regs' study (gluon-regs warps x rows, gluon-tma / gluon-chunked at their heuristics
     and the peers, one run) per (op, M, N): gluon-regs at the current heuristic and at its best swept
@@ -518,7 +523,7 @@ def regs_study(allrec):
     leads). Empty before the study has run."""
     import pandas as pd
     from ..kernels import regs_cache
-    st = cm.newest_run(allrec, cm.config_value(allrec, "study") == "regs") if len(allrec) else allrec
+    st = regs_records(allrec)
     if not len(st):
         return pd.DataFrame()
     st = cm.passed(st)
