@@ -755,6 +755,19 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
             for (M, N) in plan.pipe_sweep_shapes:
                 cases += [{"op": op, "variant": "gluon-pipelined", "shape": {"M": M, "N": N}, "dtype": "bfloat16",
                            "config": {"fence": f, "study": "fence"}} for f in (True, False)]
+    if "gemm-shapes" in parts:
+        for (M, N, K) in plan.shape_sweep:
+            shape = {"M": M, "N": N, "K": K}
+            cases += [{"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
+                       "config": {"study": "gemm-shapes"}} for v in ("torch", "gluon-pipelined", "gluon-ws")]
+            for (v, bm, bn, bk, nw, st, pp) in plan.shape_configs:
+                knobs = {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st}
+                if pp:
+                    knobs["pingpong"] = True
+                if not resolves("matmul", v, shape, plan.gemm_dtype, knobs):
+                    continue
+                cases.append({"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
+                              "config": {**knobs, "study": "gemm-shapes"}})
     if "ws-sweep" in parts:
         for (M, N, K) in plan.ws_sweep_shapes:
             for regs in plan.ws_sweep_regs:
@@ -848,6 +861,17 @@ EXPERIMENTS["03-multibuffer-pipelining"] = run_pipelined
 # ----------------------------------------------------------------------------------------------
 # 04-warp-specialization
 
+# (M, N, K): square; LLM projections, M in {128, 1024, 4096, 16384} x Llama-3-8B's (N, K) of q/k/v
+# fused (6144, 4096), o (4096, 4096), gate+up fused (28672, 4096), down (4096, 14336); ragged (no
+# dimension a multiple of 128; N and K multiples of 8, TMA's 16-byte rows); long K; the skinny
+# decode-like and long-N shapes the GEMM issue measured (M = 128, N = K = 8192; 2048 x 28672 x 8192)
+GEMM_SHAPE_SWEEP = (
+    (2048, 2048, 2048), (6144, 6144, 6144), (8192, 8192, 8192),  # 4096^3 is the o projection at M = 4096
+    *((M, N, K) for M in (128, 1024, 4096, 16384) for (N, K) in ((6144, 4096), (4096, 4096), (28672, 4096),
+                                                                 (4096, 14336))),
+    (1000, 3000, 2000), (2500, 1736, 4104), (777, 5000, 1000), (3000, 1000, 2000),
+    (1024, 1024, 32768), (128, 8192, 8192), (2048, 28672, 8192))
+
 @dataclass(frozen=True)
 class WarpSpecializedPlan:
     """Pattern 4. Parts: 'norms' = RMSNorm, LayerNorm (and add+RMSNorm at the LLM sizes) bf16 over
@@ -855,7 +879,8 @@ class WarpSpecializedPlan:
     that can win (torch.compile, Triton one-row, Liger), with a copy per shape; 'gemm' = torch
     (cuBLAS), triton, gluon-pipelined and gluon-ws on pattern 3's shape set; 'norm-sweep' = the WS
     norm's partition knobs (producer setmaxnreg x consumer warps x ring depth); 'ws-sweep' = the WS
-    GEMM's producer setmaxnreg x ring depth x tile; 'timeline' = per-partition %globaltimer stamps."""
+    GEMM's producer setmaxnreg x ring depth x tile; 'gemm-shapes' = every GEMM schedule x tile on the
+    GEMM shape sweep (GEMM_SHAPE_SWEEP) beside cuBLAS; 'timeline' = per-partition %globaltimer stamps."""
     Ms: tuple = (256, 1024, 4096, 8192, 16384, 32768)
     Ns: tuple = (4096, 5120, 8192, 16384)
     norm_ops: tuple = ("rms_norm", "layer_norm")
@@ -871,10 +896,25 @@ class WarpSpecializedPlan:
     ws_sweep_shapes: tuple = ((8192, 8192, 8192), (8192, 14336, 4096), (4096, 4096, 4096))
     ws_sweep_regs: tuple = (24, 40, 56, 88)
     ws_sweep_tiles: tuple = ((128, 256, 64, 8, 3), (128, 256, 32, 8, 5), (128, 128, 64, 4, 4), (128, 128, 64, 8, 5))
+    # 'gemm-shapes': every GEMM schedule x tile on a shape set that covers square, LLM projection
+    # (M = 128 ... 16384 x Llama-3-8B's q/k/v, o, gate+up and down (N, K)), ragged (not multiples of
+    # 128) and long-K / long-N shapes, cuBLAS (torch) beside them in the same run. Its best config per
+    # shape is what the shape-bucketed GEMM heuristic is read from.
+    shape_sweep: tuple = GEMM_SHAPE_SWEEP
+    # (variant, BM, BN, BK, num_warps, num_stages, pingpong): cooperative 128x256 (the default), one
+    # warpgroup on 128x128, two on 128x128, ping-pong 128x128 / 64x256 (CUTLASS's fitting ping-pong
+    # tiles), and the small tiles that give skinny / ragged outputs more tiles than SMs
+    shape_configs: tuple = (("gluon-ws", 128, 256, 64, 8, 3, False), ("gluon-ws", 128, 128, 64, 4, 4, False),
+                            ("gluon-ws", 128, 128, 64, 8, 5, False), ("gluon-ws", 128, 128, 64, 4, 4, True),
+                            ("gluon-ws", 128, 128, 64, 4, 5, True), ("gluon-ws", 64, 256, 64, 4, 4, True),
+                            ("gluon-ws", 64, 128, 64, 4, 6, False), ("gluon-ws", 128, 64, 64, 4, 6, False),
+                            ("gluon-ws", 64, 64, 64, 4, 8, False), ("gluon-pipelined", 128, 256, 64, 8, 3, False),
+                            ("gluon-pipelined", 64, 128, 64, 4, 5, False), ("gluon-pipelined", 128, 64, 64, 4, 6, False))
 
     @classmethod
     def quick(cls):
         return cls(Ms=(1024, ), Ns=(4096, 5120), add_M=1024, gemm_shapes=((1024, 1024, 1024), ),
+                   shape_sweep=((1000, 1000, 1000), (128, 1024, 1024)),
                    norm_sweep_shapes=((1024, 4096), ), norm_sweep_regs=(24, ), norm_sweep_warps=(4, ),
                    norm_sweep_stages=(2, ), ws_sweep_shapes=((1024, 1024, 1024), ), ws_sweep_regs=(24, ),
                    ws_sweep_tiles=((128, 128, 64, 4, 4), ))
@@ -900,6 +940,19 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                                 continue
                             cases.append({"op": op, "variant": "gluon-ws", "shape": {"M": M, "N": N},
                                           "dtype": "bfloat16", "config": {**knobs, "study": "norm-sweep"}})
+    if "gemm-shapes" in parts:
+        for (M, N, K) in plan.shape_sweep:
+            shape = {"M": M, "N": N, "K": K}
+            cases += [{"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
+                       "config": {"study": "gemm-shapes"}} for v in ("torch", "gluon-pipelined", "gluon-ws")]
+            for (v, bm, bn, bk, nw, st, pp) in plan.shape_configs:
+                knobs = {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st}
+                if pp:
+                    knobs["pingpong"] = True
+                if not resolves("matmul", v, shape, plan.gemm_dtype, knobs):
+                    continue
+                cases.append({"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
+                              "config": {**knobs, "study": "gemm-shapes"}})
     if "ws-sweep" in parts:
         for (M, N, K) in plan.ws_sweep_shapes:
             for (bm, bn, bk, nw, st) in plan.ws_sweep_tiles:
@@ -924,7 +977,7 @@ def capture_ws_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16", s
 
 
 def run_ws(results_dir: str = "results", quick: bool = False, plan: WarpSpecializedPlan | None = None,
-           parts=("norms", "gemm", "norm-sweep", "ws-sweep", "timeline")):
+           parts=("norms", "gemm", "gemm-shapes", "norm-sweep", "ws-sweep", "timeline")):
     plan = plan or (WarpSpecializedPlan.quick() if quick else WarpSpecializedPlan())
     recs, s = measure_plan("04-warp-specialization", results_dir, quick, ws_cases(plan, parts))
     if "timeline" in parts:

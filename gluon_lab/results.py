@@ -683,6 +683,7 @@ def case_key(config_key: str, timer: str | None = None) -> str:
     heuristic resolved it to: study records (sweeps, the timer study) by their whole config plus
     the timer; grid records only by the knobs a plan sets explicitly (the store path)."""
     c = json.loads(config_key) if config_key else {}
+    c.pop("sm_clock_mhz", None)  # a measurement (bench records it beside compute-bound timings), not the case
     if "study" in c:
         return json.dumps({**c, "_timer": timer}, sort_keys=True)
     return json.dumps({k: c[k] for k in ("tma_store", "what") if k in c}, sort_keys=True)

@@ -47,3 +47,23 @@ def test_warp_specialized_matches_float64(shape, cfg):
     inputs = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, "bfloat16", seed=M + K)
     res = bench.check_correctness("matmul", "gluon-ws", inputs, config=G.GemmConfig.heuristic(M, N, **cfg))
     assert res["passed"], res
+
+
+# ping-pong: one tile (warpgroup 1 idle), an odd and an even number of tiles per CTA (133 tiles on 132
+# SMs: one CTA runs two), K of one k-step, K far longer than the ring (the ORDER barrier keeps the FULL
+# parities exact), ragged M / N / K
+PINGPONG = [dict(BN=128, num_stages=4, num_warps=4, pingpong=True), dict(BN=128, num_stages=5, num_warps=4, pingpong=True),
+            dict(BM=64, BN=256, num_stages=4, num_warps=4, pingpong=True)]
+PINGPONG_SHAPES = [(1, 8, 8), (17, 1000, 3000), (1000, 1000, 3000), (3000, 3000, 1000), (128, 128 * 133, 64),
+                   (4096, 4096, 4096), (2048, 2048, 8192), (1000, 3000, 2000)]
+
+
+@pytest.mark.parametrize("shape", PINGPONG_SHAPES, ids=str)
+@pytest.mark.parametrize("cfg", PINGPONG, ids=str)
+def test_pingpong_matches_float64(shape, cfg):
+    from gluon_lab import bench
+    from gluon_lab.kernels import gemm as G
+    M, N, K = shape
+    inputs = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, "bfloat16", seed=M + N + K)
+    res = bench.check_correctness("matmul", "gluon-ws", inputs, config=G.GemmConfig(**cfg))
+    assert res["passed"], res

@@ -19,6 +19,40 @@ def test_census(cfg):
     assert c["smem_bytes"] <= cfg.smem_bytes()
 
 
+PINGPONG = [G.GemmConfig(BN=128, num_stages=4, num_warps=4, pingpong=True),
+            G.GemmConfig(BN=128, num_stages=5, num_warps=4, pingpong=True),
+            G.GemmConfig(BM=64, BN=256, num_stages=4, num_warps=4, pingpong=True)]
+
+
+@pytest.mark.parametrize("cfg", PINGPONG, ids=str)
+def test_pingpong_census(cfg):
+    """Two consumer warpgroups (each its own wgmma stream and TMA store), one producer warp: 12 warps
+    at launch, budgets 232 / 232 / 40, EMPTY + FULL per slot + the two ORDER barriers, no spills."""
+    k = codegen.compile_sm90(**W.codegen_spec(cfg))
+    c = codegen.census(k)
+    assert c["num_warps"] == 12 and c["spill_bytes"] == 0
+    assert {232, 40} <= set(c["setmaxnreg_values"])
+    assert c["mbarrier_init"] == 2 * cfg.num_stages + 2
+    assert c["mbarrier_wait"] == 3 * 2 - 1  # producer EMPTY; each consumer FULL and ORDER
+    assert c["tma_store"] == 2  # each warpgroup's epilogue
+    # each consumer issues its tile's MMAs: BM / 64 m64 halves x BK / 16 k-steps per ring slot
+    assert c["wgmma"] == 2 * (cfg.BM // 64) * (cfg.BK // 16)
+    assert c["smem_bytes"] <= cfg.smem_bytes()
+
+
+def test_gemm_config_rules():
+    with pytest.raises(ValueError, match="num_warps must be 4"):
+        G.GemmConfig(pingpong=True).validate()  # 8 warps: the cooperative split
+    with pytest.raises(ValueError, match="accumulator registers"):
+        G.GemmConfig(BN=256, num_warps=4).validate()  # 128 x 256 over one warpgroup spills
+    assert G.GemmConfig(BN=128, num_warps=4, num_stages=4, pingpong=True).smem_bytes() == \
+        G.GemmConfig(BN=128, num_warps=4, num_stages=4).smem_bytes() + 128 * 128 * 2  # a C buffer per warpgroup
+    torch = pytest.importorskip("torch")
+    a = torch.empty(128, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="gluon-ws consumer schedule"):
+        G.launch(a, a.T.contiguous(), config=G.GemmConfig(BN=128, num_warps=4, pingpong=True))
+
+
 def test_registered():
     from gluon_lab import registry
     v = registry.get_variant("matmul", "gluon-ws")
@@ -86,3 +120,33 @@ def test_norm_schedule_heuristic():
     assert P.PipeConfig.heuristic("rms_norm", 4096, "bfloat16", 32768).schedule == "static"
     with pytest.raises(ValueError, match="needs num_stages >= 2"):
         P.PipeConfig.heuristic("rms_norm", 4096, "bfloat16", 32768, schedule="dynamic", num_stages=1)
+
+
+def test_gemm_shape_sweep_covers_the_issue_set():
+    """>= 20 shapes: square, LLM projections at M = 128 / 1024 / 4096 / 16384, ragged (no dimension a
+    multiple of 128), long K; every listed config runs on most of them, ping-pong included, cuBLAS on all."""
+    from gluon_lab import experiments as E
+    shapes = E.GEMM_SHAPE_SWEEP
+    assert len(shapes) >= 20 and len(set(shapes)) == len(shapes)
+    assert {M for M, N, K in shapes} >= {128, 1024, 4096, 16384}
+    assert any(M % 128 and N % 128 and K % 128 for M, N, K in shapes)
+    assert any(K >= 4 * max(M, N) for M, N, K in shapes) and any(M == N == K for M, N, K in shapes)
+    assert all(N % 8 == 0 and K % 8 == 0 for M, N, K in shapes)  # bf16 TMA rows: 16-byte multiples
+    cases = E.ws_cases(E.WarpSpecializedPlan(), ["gemm-shapes"])
+    by_shape = {}
+    for c in cases:
+        by_shape.setdefault(tuple(c["shape"].values()), []).append(c)
+    assert len(by_shape) == len(shapes)
+    for cs in by_shape.values():
+        assert sum(c["variant"] == "torch" for c in cs) == 1
+        assert any(c["config"].get("pingpong") for c in cs)
+    assert all(c["config"]["study"] == "gemm-shapes" for c in cases)
+
+
+def test_clock_is_not_part_of_a_case():
+    import json
+    from gluon_lab import results
+    a = json.dumps({"study": "gemm-shapes", "BN": 128, "sm_clock_mhz": 1980})
+    b = json.dumps({"study": "gemm-shapes", "BN": 128, "sm_clock_mhz": 1755})
+    assert results.case_key(a, "cudagraph") == results.case_key(b, "cudagraph")
+    assert results.case_key(a, "cudagraph") != results.case_key(json.dumps({"study": "gemm-shapes", "BN": 256}), "cudagraph")

@@ -142,6 +142,11 @@ def persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.const
         mbarrier.invalidate(bars.index(i))
 
 
+# fp32 accumulator registers per thread a consumer may hold (CUTLASS PR 3372's rule: 128x256 over one
+# warpgroup = 256 spills to 43-90 TFLOP/s; 128 = 128x128 per warpgroup or 128x256 over two fits)
+MAX_ACC_REGS = 128
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     """Tile shape and ring depth. Defaults: 128x256x64, 3 stages, 8 warps (two warpgroups stacked
@@ -157,10 +162,19 @@ class GemmConfig:
     # gluon-ws only: the 1-warp TMA producer's setmaxnreg budget (24..256, multiple of 8); it only
     # computes coordinates, so the rest of the register file goes to the consumer warpgroups
     producer_regs: int = 40
+    # gluon-ws only: the consumer schedule. False = cooperative (num_warps warps share one BM x BN tile);
+    # True = ping-pong (two consumer warpgroups of num_warps = 4 warps each own alternate tiles of the
+    # CTA's list, an order barrier lets one run its mainloop while the other runs its epilogue)
+    pingpong: bool = False
+
+    def consumers(self) -> int:
+        """Accumulator tiles in flight per CTA (one per consumer warpgroup in ping-pong)."""
+        return 2 if self.pingpong else 1
 
     def smem_bytes(self, dtype: str = "bfloat16") -> int:
         e = ITEMSIZE[dtype]
-        return self.num_stages * (self.BM * self.BK + self.BK * self.BN) * e + self.BM * self.BN * e + 1024
+        return (self.num_stages * (self.BM * self.BK + self.BK * self.BN) * e
+                + self.consumers() * self.BM * self.BN * e + 1024)
 
     def validate(self, dtype: str = "bfloat16"):
         for name in ("BM", "BN", "BK"):
@@ -177,6 +191,13 @@ class GemmConfig:
         if not 24 <= self.producer_regs <= 256 or self.producer_regs % 8:
             raise ValueError(f"GemmConfig.producer_regs must be a multiple of 8 in 24..256 (setmaxnreg); "
                              f"got {self.producer_regs}")
+        if self.pingpong and self.num_warps != 4:
+            raise ValueError(f"GemmConfig(pingpong=True) runs one warpgroup per consumer: num_warps must be 4; "
+                             f"got {self.num_warps}")
+        if self.BM * self.BN // (32 * self.num_warps) > MAX_ACC_REGS:
+            raise ValueError(f"GemmConfig {self.BM}x{self.BN} over {self.num_warps} warps holds "
+                             f"{self.BM * self.BN // (32 * self.num_warps)} fp32 accumulator registers per thread "
+                             f"> {MAX_ACC_REGS} (it spills): use a smaller tile or more warps")
         if self.smem_bytes(dtype) > SMEM_LIMIT:
             raise ValueError(f"GemmConfig {self} needs {self.smem_bytes(dtype)} B of shared memory > {SMEM_LIMIT}")
         return self
@@ -242,6 +263,9 @@ def prepare(a, b, out=None, config: GemmConfig | None = None):
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None):
+    if config is not None and config.pingpong:
+        raise ValueError("GemmConfig(pingpong=True) is a gluon-ws consumer schedule; gluon-pipelined has no "
+                         "consumer partitions (use variant='gluon-ws')")
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
     persistent_gemm_kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
                                  num_warps=cfg.num_warps)

@@ -112,10 +112,111 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.constexpr, GR
         mbarrier.invalidate(full_bars.index(i))
 
 
+# ---------------------------------------------------------------------------------------------
+# Ping-pong consumers (CUTLASS's KernelTmaWarpSpecializedPingpong, QuACK's pingpong=True): two
+# consumer warpgroups, each holding a whole BM x BN accumulator, take alternate tiles of the CTA's
+# list (WG 0: local tiles 0, 2, 4, ...; WG 1: 1, 3, 5, ...). The producer is the cooperative one: it
+# loads every tile's k-steps in list order into the one ring, so the ring is consumed in the same
+# order, tile after tile. The ORDER barrier pair makes the two mainloops take turns: WG w waits
+# order[w] before its mainloop of tile j > 0 and, once it has waited on every FULL slot of its tile
+# and issued the last MMA, arrives on order[1 - w]. So one warpgroup's epilogue (wait for its MMAs,
+# registers -> smem -> TMA store) runs while the other's mainloop keeps the tensor cores busy.
+# Phases: order[w] completes once per mainloop of the other WG, and before tile j the other WG has
+# finished (j + 1) // 2 (w = 1) or j // 2 (w = 0) of them, i.e. the wait is on phase ((j - 1) // 2) & 1.
+# The turn-taking is also what keeps the FULL waits exact: a warpgroup starts waiting on tile j's
+# slots only after every k-step of tile j - 1 has been waited on, so no slot can be two phases ahead
+# of the parity a waiter asks for. Each warpgroup stages its own C tile (two epilogue buffers).
+
+@gluon.jit
+def _pp_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K,
+                 NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, WG: gl.constexpr):
+    BM: gl.constexpr = c_desc.block_type.shape[0]
+    BN: gl.constexpr = c_desc.block_type.shape[1]
+    BK: gl.constexpr = a_bufs.shape[2]
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
+                                                         instr_shape=[16, BN, 16])
+    my_c = c_smem.index(WG)
+    for j in range(WG, my_tiles, 2):
+        pid_m, pid_n = _tile_coords(start + j * nprog, num_pid_m, num_pid_n, GROUP_M)
+        if j > 0:  # the other warpgroup's mainloop of tile j - 1 has issued all its MMAs
+            mbarrier.wait(order_bars.index(WG), ((j - 1) // 2) & 1)
+        g = j * k_tiles  # the ring position of this tile's first k-step
+        acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+        for kk in range(k_tiles):
+            slot = g % NUM_STAGES
+            mbarrier.wait(full_bars.index(slot), (g // NUM_STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            if kk > 0:  # the MMA of step g-1 has retired: its slot goes back to the producer
+                mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
+            g += 1
+        mbarrier.arrive(order_bars.index(1 - WG))  # the other warpgroup's mainloop may start
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
+        tma.store_wait(0)  # this warpgroup's previous store has finished reading its C buffer
+        my_c.store(acc.to(c_desc.dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], my_c)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def ws_pingpong_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """num_warps = 4: the default partition is consumer warpgroup 0; workers: consumer warpgroup 1
+    (4 warps, CONSUMER_REGS) and the 1-warp TMA producer (PRODUCER_REGS)."""
+    BM: gl.constexpr = a_desc.block_type.shape[0]
+    BK: gl.constexpr = a_desc.block_type.shape[1]
+    BN: gl.constexpr = b_desc.block_type.shape[1]
+    dtype: gl.constexpr = a_desc.dtype
+    gl.static_assert(num_warps == 4, "ping-pong: one warpgroup per consumer")
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BK, BN], b_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, [2, BM, BN], c_desc.layout)
+    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    order_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(empty_bars.index(i), count=1)
+        mbarrier.init(full_bars.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(order_bars.index(i), count=1)
+    gl.warp_specialize([
+        (_pp_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K, NUM_STAGES,
+                        GROUP_M, 0)),
+        (_pp_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K, NUM_STAGES,
+                        GROUP_M, 1)),
+        (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(empty_bars.index(i))
+        mbarrier.invalidate(full_bars.index(i))
+    for i in gl.static_range(2):
+        mbarrier.invalidate(order_bars.index(i))
+
+
+# 4 + 4 + 1 warps launch as 12 (whole warpgroups) at 65536 / 384 -> 168 registers per thread; the
+# worker consumer asks for what the default one gets: (168 * 384 - 128 * (CONSUMER + PRODUCER)) / 128
+PINGPONG_CONSUMER_REGS = 232
+
+
+def _pingpong_regs(producer_regs: int) -> int:
+    """The register budget of consumer warpgroup 1 that leaves warpgroup 0 as many (multiple of 8)."""
+    return min(PINGPONG_CONSUMER_REGS, (168 * 3 - producer_regs) // 2 // 8 * 8)
+
+
+def _kernel_args(cfg: GemmConfig):
+    if cfg.pingpong:
+        return ws_pingpong_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs,
+                                         "CONSUMER_REGS": _pingpong_regs(cfg.producer_regs)}
+    return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs}
+
+
 def launch(a, b, out=None, config: GemmConfig | None = None):
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
-    ws_gemm_kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
-                         PRODUCER_REGS=cfg.producer_regs, num_warps=cfg.num_warps)
+    kernel, extra = _kernel_args(cfg)
+    kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps, **extra)
     return c
 
 
@@ -123,16 +224,18 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
                  producer_regs: int | None = None):
     """compile_sm90 arguments reproducing what launch() JITs (shape: {"M", "N", "K"}, optional)."""
     cfg = (cfg or GemmConfig()).validate(dtype)
+    if producer_regs:
+        cfg = dataclasses.replace(cfg, producer_regs=producer_regs)
     args, ce = gemm.codegen_args(cfg, dtype, shape)
-    return kernel_spec(ws_gemm_kernel, args, dict(ce, PRODUCER_REGS=producer_regs or cfg.producer_regs),
-                       num_warps=cfg.num_warps)
+    kernel, extra = _kernel_args(cfg)
+    return kernel_spec(kernel, args, dict(ce, **extra), num_warps=cfg.num_warps)
 
 
 gemm.register_matmul(
     "gluon-ws", pattern="warp-specialized", launch=launch, codegen_spec=codegen_spec,
     knobs={"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "num_stages": (3, 4, 5),
-           "producer_regs": (24, 40, 56, 88)},  # the 04 ws-sweep's tiles x producer budgets
-    roots=(ws_gemm_kernel, ),
+           "producer_regs": (24, 40, 56, 88), "pingpong": (False, True)},  # the 04 ws-sweep's knobs
+    roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args),
     description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring")
 
 
