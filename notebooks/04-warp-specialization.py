@@ -329,18 +329,70 @@ views, ws_ok = ana.ws_sweep_views(ctx, wsw, gm, stale)
 cm.show(views, ana.old_ws_sweep_views(use03))
 
 # %% [markdown]
-# ## 7. Consumer schedules: cooperative only
+# ## 7. Consumer schedules: cooperative and ping-pong
 #
-# Hopper GEMMs with warp specialization come in two consumer schedules: **cooperative** (both consumer
-# warpgroups on the same output tile, splitting its rows) and **ping-pong** (each consumer warpgroup on its
-# own tile, taking turns so that one runs its MMAs while the other runs its epilogue). **Only the
-# cooperative schedule is implemented here; ping-pong is not**, so there is no ping-pong measurement in
-# this notebook and nothing is claimed about it. The structure of the current kernel, read from its source:
+# Hopper GEMMs with warp specialization come in two consumer schedules. **Cooperative**: both consumer
+# warpgroups work on the same output tile, splitting its rows, so the tile's epilogue (accumulator →
+# smem → TMA store) stalls both and the tensor cores idle meanwhile. **Ping-pong** (CUTLASS's
+# `KernelTmaWarpSpecializedPingpong`, QuACK's `pingpong=True`): each consumer warpgroup owns alternate
+# tiles of the CTA's list with a whole BM × BN accumulator (≤ 128 fp32 registers per thread: 128 × 128
+# or 64 × 256), and an ORDER barrier pair makes their mainloops take turns, so one warpgroup's epilogue
+# runs while the other's MMAs keep the tensor cores busy. `GemmConfig(pingpong=True)` selects
+# `ws_pingpong_gemm_kernel`; the producer warp and the ring are the cooperative kernel's. The turn-taking
+# is also what keeps the ring's FULL waits exact: a warpgroup starts waiting on tile j's slots only after
+# every slot of tile j − 1 has been waited on, so no slot is ever two phases ahead of the parity asked for.
+# The structure of both kernels, read from their source:
 
 # %%
 print("\n".join(ana.consumer_schedule()))
 
 # %% [markdown]
+# ### The shape sweep: every schedule × tile beside cuBLAS
+#
+# The 'gemm-shapes' study times cuBLAS (`torch.matmul`), gluon-pipelined and gluon-ws at their heuristics,
+# and twelve explicit schedule × tile configs, on 26 shapes in one run: square, the Llama-3-8B projections
+# (q/k/v fused, o, gate+up fused, down) at M = 128 … 16384, ragged shapes (no dimension a multiple of
+# 128), long K and the long-N / skinny shapes. `best / cuBLAS` ≥ 1: the best Gluon config leads;
+# `ping-pong / cooperative` > 1: the best ping-pong gluon-ws config beats the best cooperative one. The
+# SM clock (NVML, read right after each timing) is printed with cuBLAS's TFLOP/s: absolute numbers depend
+# on it, the ratios come from one run.
+
+# %%
+shape_rec = ana.shape_sweep_records(use)
+shape_tab = ana.shape_sweep_table(shape_rec)
+if len(shape_tab):
+    cm.show(ana.about(shape_rec, "GEMM shape sweep"), shape_tab,
+            cm.target_list(ana.shape_sweep_targets(shape_tab)))
+else:
+    cm.show(ana.nodata(ctx, "the 'gemm-shapes' study (`python -m gluon_lab bench 04-warp-specialization --parts "
+                       "gemm-shapes`)", stale))
+
+# %% [markdown]
+# ### Wave quantization: why tile shape matters at skinny and ragged shapes
+#
+# A persistent GEMM runs one tile per SM at a time; with `t` tiles on 132 SMs the last wave holds
+# `t mod 132` of them and the rest of the SMs idle. The map below is computed from the shapes alone
+# (no GPU): per tile shape, the last-wave efficiency × the useful share of the tiles (a ragged edge tile
+# costs a whole tile). At M = 128 a 128 × 256 tile leaves 80–90% of the GPU idle; 64 × 64 or 64 × 128
+# tiles fill it. The shape sweep above measures whether the smaller tiles' lower arithmetic intensity
+# costs more than the idle SMs.
+
+# %%
+waves = ana.wave_table()
+cm.show(ana.wave_figure(waves))
+
+# %% [markdown]
+# ### Clusters and TMA multicast on triton 3.6.0
+#
+# fast.cu and CUTLASS share A or B tiles across a CTA pair with TMA multicast (`cp.async.bulk.tensor …
+# .multicast::cluster`). triton 3.6.0's Gluon Hopper TMA copy takes no CTA mask and nothing in its Python
+# API says "multicast"; `num_ctas = 2` does launch a 1-D cluster (`.reqnctapercluster 2` in the PTX), but a
+# tile declared shared by both CTAs is loaded by each CTA for itself, and there is no distributed shared
+# memory, cluster barrier or CTA-rank operation. Checked here on the installed wheel:
+
+# %%
+cm.show(ana.cluster_evidence())
+
 # ## 8. Correctness and compute-sanitizer
 #
 # Every timed record carries its own check against a float64 reference. `ci/sanitize.py` runs
@@ -406,7 +458,7 @@ cm.show(ana.sanitizer_summary(san, race_tab, sass_tab))
 # %% tags=["takeaways"]
 cm.show(P.bullets(ana.takeaways(gm=gm, gemm_tab=gemm_tab, gt=gt, ws_ok=ws_ok, targets=targets, summary=norm_summary,
                                 blocks=blocks, TL4=TL4, ws_tl=ws_tl, spread=spread, sw=sw, sweep_eff=sweep_eff, heur=heur,
-                                norm_cen=norm_cen, gemm_cen=gemm_cen, san=san)))
+                                norm_cen=norm_cen, gemm_cen=gemm_cen, san=san, use=use)))
 
 # %% [markdown]
 # ## Compare runs

@@ -150,3 +150,47 @@ def test_clock_is_not_part_of_a_case():
     b = json.dumps({"study": "gemm-shapes", "BN": 128, "sm_clock_mhz": 1755})
     assert results.case_key(a, "cudagraph") == results.case_key(b, "cudagraph")
     assert results.case_key(a, "cudagraph") != results.case_key(json.dumps({"study": "gemm-shapes", "BN": 256}), "cudagraph")
+
+
+def test_cluster_evidence_on_the_installed_triton():
+    """The 04 page's claim, checked: triton 3.6.0's Hopper TMA copy has no multicast argument and a
+    2-CTA cluster compile loads a shared tile with a plain (per-CTA) TMA copy. When an upgrade adds
+    multicast this fails, and the page's section must be rewritten."""
+    from gluon_lab.analysis import warp_specialized as A
+    t = dict(A.cluster_evidence().values.tolist())
+    assert "multicast" not in t["hopper.tma.async_copy_global_to_shared parameters"]
+    assert t["Gluon Python files mentioning 'multicast'"] == "none"
+    assert ".reqnctapercluster 2 x1" in t["num_ctas = 2 compile, tile shared by both CTAs"]
+    assert "multicast x0" in t["num_ctas = 2 compile, tile shared by both CTAs"]
+    assert "multicast" not in t["its TMA load instruction"]
+
+
+def test_wave_table_counts_tiles():
+    from gluon_lab.analysis import warp_specialized as A
+    t = A.wave_table(shapes=[(128, 4096, 4096), (1000, 3000, 2000)], tiles=((128, 256), (64, 64)), sms=132)
+    r = {(row.shape, row.tile): row for row in t.itertuples()}
+    assert r[("128x4096x4096", "128x256")].tiles == 16 and r[("128x4096x4096", "64x64")].tiles == 128
+    assert r[("128x4096x4096", "64x64")].efficiency == round(128 / 132, 3)
+    assert r[("1000x3000x2000", "128x256")].tiles == 8 * 12  # ragged edges count whole
+    assert r[("1000x3000x2000", "128x256")].useful == round(1000 * 3000 / (1024 * 3072), 3)
+
+
+def test_shape_sweep_table_from_records():
+    """shape_sweep_table on hand-made records of one run: ratio = cuBLAS ms / gluon ms, the best config
+    named, ping-pong vs cooperative from the best of each."""
+    import json
+    import pandas as pd
+    from gluon_lab.analysis import warp_specialized as A
+
+    def rec(variant, ms, **cfg):
+        return {"op": "matmul", "variant": variant, "M": 128, "N": 8192, "K": 8192, "ms_median": ms, "tflops": 1.0,
+                "passed": True, "config_key": json.dumps({"study": "gemm-shapes", "sm_clock_mhz": 1980, **cfg})}
+    df = pd.DataFrame([rec("torch", 1.0), rec("gluon-ws", 1.25), rec("gluon-pipelined", 1.1),
+                       rec("gluon-ws", 0.8, BM=64, BN=64, BK=64, num_warps=4, num_stages=8),
+                       rec("gluon-ws", 0.9, BM=128, BN=128, BK=64, num_warps=4, num_stages=4, pingpong=True)])
+    t = A.shape_sweep_table(df).iloc[0]
+    assert t["best / cuBLAS"] == 1.25 and t["best gluon"] == "ws 64x64x64 4w s8"
+    assert t["ws heuristic / cuBLAS"] == 0.8 and t["pipe heuristic / cuBLAS"] == round(1 / 1.1, 3)
+    assert t["ping-pong / cooperative"] == round(0.8 / 0.9, 3) and t["SM MHz"] == 1980
+    tg = A.shape_sweep_targets(A.shape_sweep_table(df))
+    assert list(tg.met) == [True, True]

@@ -537,7 +537,7 @@ def regs_study(allrec):
         gl_best = min((x for v, x in us.items() if v.startswith("gluon")), default=float("nan"))
         p = min(peers, key=peers.get) if peers else None
         rows.append({"op": op, "M": int(M), "N": int(N), "gluon-regs best us": round(us.get("gluon-regs", float("nan")), 2),
-                     "gluon-tma us": round(us.get("gluon-tma", float("nan")), 2),
+                     "gluon-tma us": round(us["gluon-tma"], 2) if "gluon-tma" in us else "— (power-of-2 N only)",
                      "gluon-chunked us": round(us.get("gluon-chunked", float("nan")), 2),
                      "best peer": p, "peer us": round(peers[p], 2) if p else float("nan"),
                      "best peer / best gluon": round(peers[p] / gl_best, 3) if p else float("nan")})

@@ -73,7 +73,8 @@ def _source_objects() -> dict:
     from ..kernels import warp_specialized as W
     return {"_wsn_producer": W._wsn_producer.fn, "_wsn_consumer": W._wsn_consumer.fn, "ws_norm_kernel": W.ws_norm_kernel.fn,
             "WsNormConfig": W.WsNormConfig, "_ws_producer": W._ws_producer.fn, "_ws_consumer": W._ws_consumer.fn,
-            "ws_gemm_kernel": W.ws_gemm_kernel.fn}
+            "ws_gemm_kernel": W.ws_gemm_kernel.fn, "_pp_consumer": W._pp_consumer.fn,
+            "ws_pingpong_gemm_kernel": W.ws_pingpong_gemm_kernel.fn}
 
 
 def kernel_source(*names: str) -> str:
@@ -118,18 +119,134 @@ def ws_source_lines():
 
 
 def consumer_schedule() -> list:
-    """How ws_gemm_kernel forks (partitions, worker warps and registers) and how its consumer lays out
-    the accumulator, read from the current source; lines of text."""
-    src = kernel_source("ws_gemm_kernel")
-    call = src[src.index("gl.warp_specialize("):]
-    m = re.search(r"\],\s*(\[[^\]]*\]),\s*(\[[^\]]*\])\)", call)
-    n_parts = call[:call.index("], [")].count("(_ws_")
-    acc = re.search(r"warps_per_cta=(\[[^\]]*\])", kernel_source("_ws_consumer"))
-    return [f"partitions in ws_gemm_kernel: {n_parts} (the default = _ws_consumer, then workers); worker warps "
-            f"{m.group(1) if m else '?'}, worker registers {m.group(2) if m else '?'}",
-            f"consumer accumulator layout: warps_per_cta={acc.group(1) if acc else '?'} -> with num_warps=8 the two "
-            "warpgroups split the BM rows of ONE tile (cooperative)",
-            "ping-pong consumer schedule: not implemented (no kernel, no records)"]
+    """How the two GEMM kernels fork (partitions, worker warps and registers) and how their consumers
+    lay out the accumulator, read from the current source; lines of text."""
+    out = []
+    for kern, cons in (("ws_gemm_kernel", "_ws_consumer"), ("ws_pingpong_gemm_kernel", "_pp_consumer")):
+        src = kernel_source(kern)
+        call = src[src.index("gl.warp_specialize("):]
+        m = re.search(r"\],\s*(\[[^\]]*\]),\s*(\[[^\]]*\])\)", call)
+        parts = re.findall(r"\((_\w+), \(", call)
+        acc = re.search(r"warps_per_cta=(\[[^\]]*\])", kernel_source(cons))
+        out.append(f"{kern}: partitions {', '.join(parts)} (the first is the default); worker warps "
+                   f"{m.group(1) if m else '?'}, worker registers {m.group(2) if m else '?'}; consumer accumulator "
+                   f"warps_per_cta={acc.group(1) if acc else '?'}")
+    out += ["cooperative (GemmConfig(pingpong=False)): with num_warps = 8 the two consumer warpgroups split the BM "
+            "rows of ONE tile; its epilogue stalls both",
+            "ping-pong (GemmConfig(pingpong=True), num_warps = 4 per warpgroup): two _pp_consumer partitions own "
+            "alternate tiles, each a whole BM x BN accumulator and its own C buffer; the ORDER barriers make their "
+            "mainloops take turns, so one warpgroup's epilogue overlaps the other's MMAs"]
+    return out
+
+
+# ---- the GEMM shape sweep ('gemm-shapes'): every schedule x tile beside cuBLAS, one run ----
+SHAPE_STUDY = "gemm-shapes"
+GEMM_PEER = "torch"  # torch.matmul = cuBLAS
+SHAPE_TARGETS = {"geomean": 1.0, "every cell": 0.95, "8192^3": 1.03}  # best gluon / cuBLAS (the GEMM issue's)
+
+
+def shape_sweep_records(use):
+    """The newest run holding the 'gemm-shapes' study (matmul records of every variant in it)."""
+    if not len(use):
+        return use
+    mm = use[use.op == "matmul"]
+    return cm.newest_run(mm, cm.config_value(mm, "study") == SHAPE_STUDY) if len(mm) else mm
+
+
+def gemm_config_label(cfg: dict) -> str:
+    """'ws 128x128x64 4w s4 pp' style label of a study record's config ('heuristic' when it set none)."""
+    if not any(k in cfg for k in ("BM", "BN", "BK")):
+        return "heuristic"
+    lab = f"{cfg.get('BM')}x{cfg.get('BN')}x{cfg.get('BK')} {cfg.get('num_warps')}w s{cfg.get('num_stages')}"
+    return lab + (" ping-pong" if cfg.get("pingpong") else "")
+
+
+def shape_sweep_table(st):
+    """Per shape of one 'gemm-shapes' run: cuBLAS us / TFLOP/s / SM clock, each Gluon GEMM at its
+    heuristic, the best swept config and its ratio to cuBLAS (>= 1: Gluon leads), and the best
+    ping-pong / best cooperative gluon-ws config (> 1: ping-pong is faster)."""
+    ok = cm.passed(st) if len(st) else st
+    rows = []
+    if not len(ok):
+        return pd.DataFrame()
+    cfgs = ok["config_key"].map(json.loads)
+    ok = ok.assign(label=[f"{'ws' if v == 'gluon-ws' else 'pipe'} {gemm_config_label(c)}" if v != GEMM_PEER else v
+                          for v, c in zip(ok.variant, cfgs)], pingpong=[bool(c.get("pingpong")) for c in cfgs],
+                   clock=[c.get("sm_clock_mhz") for c in cfgs])
+    for (M, N, K), g in ok.groupby(["M", "N", "K"]):
+        peer = g[g.variant == GEMM_PEER]
+        gl_ = g[g.variant != GEMM_PEER]
+        if not len(peer) or not len(gl_):
+            continue
+        p = peer.iloc[0]
+        b = gl_.loc[gl_.ms_median.idxmin()]
+        ws = gl_[gl_.variant == "gluon-ws"]
+        ws_pp, ws_co = ws[ws.pingpong], ws[~ws.pingpong]
+        heur = {v: gl_[(gl_.variant == v) & (gl_.label.str.endswith("heuristic"))] for v in ("gluon-ws", "gluon-pipelined")}
+        rows.append({"M": int(M), "N": int(N), "K": int(K), "cuBLAS us": round(1000 * p.ms_median, 1),
+                     "cuBLAS TFLOP/s": round(p.tflops, 0), "SM MHz": p.clock,
+                     "ws heuristic / cuBLAS": round(p.ms_median / heur["gluon-ws"].ms_median.min(), 3)
+                     if len(heur["gluon-ws"]) else np.nan,
+                     "pipe heuristic / cuBLAS": round(p.ms_median / heur["gluon-pipelined"].ms_median.min(), 3)
+                     if len(heur["gluon-pipelined"]) else np.nan,
+                     "best gluon": b.label, "best TFLOP/s": round(b.tflops, 0),
+                     "best / cuBLAS": round(p.ms_median / b.ms_median, 3),
+                     "ping-pong / cooperative": round(ws_co.ms_median.min() / ws_pp.ms_median.min(), 3)
+                     if len(ws_pp) and len(ws_co) else np.nan})
+    return pd.DataFrame(rows)
+
+
+def shape_sweep_targets(t):
+    """The GEMM issue's targets on a shape_sweep_table: (target, measured, met) rows."""
+    if not len(t):
+        return pd.DataFrame()
+    r = t["best / cuBLAS"]
+    big = t[(t.M == 8192) & (t.N == 8192) & (t.K == 8192)]["best / cuBLAS"]
+    rows = [(f"best gluon >= {SHAPE_TARGETS['geomean']}x cuBLAS geomean over {len(t)} shapes",
+             f"{cm.geomean(r):.3f}x", cm.geomean(r) >= SHAPE_TARGETS["geomean"]),
+            (f"best gluon >= {SHAPE_TARGETS['every cell']}x cuBLAS in every cell",
+             f"{int((r >= SHAPE_TARGETS['every cell']).sum())}/{len(t)} (worst {r.min():.3f}x)",
+             bool((r >= SHAPE_TARGETS["every cell"]).all()))]
+    if len(big):
+        rows.append((f"best gluon >= {SHAPE_TARGETS['8192^3']}x cuBLAS at 8192^3", f"{big.iloc[0]:.3f}x",
+                     big.iloc[0] >= SHAPE_TARGETS["8192^3"]))
+    return pd.DataFrame(rows, columns=["target", "measured", "met"])
+
+
+def wave_table(shapes=None, tiles=((128, 256), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64)), sms=None):
+    """Wave quantization of the persistent grid, computed (no GPU): per shape and output tile, the
+    tile count, waves = tiles / SMs and the last wave's fill: efficiency = tiles / (ceil(waves) * SMs),
+    the share of SM-slots that hold a tile when every tile costs the same. A ragged edge tile costs as
+    much as a full one (TMA zero-fills), so it is counted whole."""
+    from ..experiments import GEMM_SHAPE_SWEEP
+    from ..kernels.hopper import H200_SMS
+    sms = sms or H200_SMS
+    rows = []
+    for (M, N, K) in (shapes or GEMM_SHAPE_SWEEP):
+        for (bm, bn) in tiles:
+            n = -(-M // bm) * -(-N // bn)
+            rows.append({"shape": f"{M}x{N}x{K}", "M": M, "N": N, "K": K, "tile": f"{bm}x{bn}", "tiles": n,
+                         "waves": round(n / sms, 2), "efficiency": round(n / (-(-n // sms) * sms), 3),
+                         "useful": round(M * N / (-(-M // bm) * bm * -(-N // bn) * bn), 3)})
+    return pd.DataFrame(rows)
+
+
+def wave_figure(wt):
+    """Heat map of wave_table: rows = shapes, columns = tiles, colour = last-wave efficiency x the
+    useful share of the tiles (the fraction of the MMA work that lands in C)."""
+    pv = wt.assign(score=wt.efficiency * wt.useful).pivot_table(index="shape", columns="tile", values="score",
+                                                               sort=False)
+    fig, ax = plt.subplots(figsize=(7.5, 0.28 * len(pv) + 1.2))
+    im = ax.imshow(pv.values, cmap="RdYlGn", vmin=0.3, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(pv.columns)), pv.columns)
+    ax.set_yticks(range(len(pv.index)), pv.index, fontsize=7)
+    for i in range(pv.shape[0]):
+        for j in range(pv.shape[1]):
+            ax.text(j, i, f"{pv.values[i, j]:.2f}", ha="center", va="center", fontsize=6)
+    ax.set_title("wave efficiency x useful share of the tile (132 SMs, one tile per SM at a time)", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    return fig
 
 
 def sanitized_spec(kernel: str, sz):
@@ -1334,7 +1451,7 @@ def verdict(r: float) -> str:
 
 def takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY, targets=None, summary=EMPTY, blocks=EMPTY,
               TL4=None, ws_tl=EMPTY, spread=EMPTY, sw=EMPTY, sweep_eff=EMPTY, heur=EMPTY, norm_cen=EMPTY,
-              gemm_cen=EMPTY, san=EMPTY) -> list[str]:
+              gemm_cen=EMPTY, san=EMPTY, use=EMPTY) -> list[str]:
     """Each line computed from the records and tables the sections above show (sub-items start with
     two spaces: pipelined.bullets)."""
     targets = targets or {}
@@ -1422,5 +1539,80 @@ def takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY, targets=None, 
                      + (", ".join(f"{k}/{t}" for k, t in zip(bad.kernel, bad.tool)) or "none")
                      + (" — the racecheck finding in the warp_specialize kernels is **unresolved** (section 8)."
                         if (bad.tool == "racecheck").any() and bad.warp_specialize.any() else "."))
-    lines.append("Consumer schedule: cooperative only; ping-pong is not implemented and not measured.")
+    lines.append(pingpong_takeaway(use))
     return lines
+
+
+def pingpong_takeaway(use) -> str:
+    """One line on the consumer schedules from the newest 'gemm-shapes' run (or that there is none)."""
+    t = shape_sweep_table(shape_sweep_records(use)) if len(use) else pd.DataFrame()
+    if not len(t) or t["ping-pong / cooperative"].isna().all():
+        return ("Consumer schedules: cooperative and ping-pong (GemmConfig(pingpong=True)) are both built; "
+                "no run of the 'gemm-shapes' study holds ping-pong yet, so nothing is claimed about it.")
+    r = t["ping-pong / cooperative"].dropna()
+    return (f"Consumer schedules: the best ping-pong gluon-ws config beats the best cooperative one on {int((r > 1).sum())} "
+            f"of {len(r)} shapes (geomean {cm.geomean(r):.3f}x, 'gemm-shapes' run `{shape_sweep_records(use).run_id.iloc[0]}`).")
+
+
+# ---- clusters / TMA multicast on the installed triton: evidence, checked on this CPU ----
+
+def _cluster_probe():
+    """A 128 x 64 TMA load into a tile that both CTAs of a 2-CTA cluster share (NVMMASharedLayout
+    cga_layout [[0, 0]]: the layout a multicast load would fill) and back out with a TMA store."""
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+    @gluon.jit
+    def cluster_probe(in_desc, out_desc, BM: gl.constexpr, BN: gl.constexpr, BAR_LAYOUT: gl.constexpr):
+        pid = gl.program_id(0)
+        smem = gl.allocate_shared_memory(in_desc.dtype, [BM, BN], in_desc.layout)
+        bar = gl.allocate_shared_memory(gl.int64, [1], BAR_LAYOUT)
+        mbarrier.init(bar, count=1)
+        mbarrier.expect(bar, in_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(in_desc, [pid * BM, 0], bar, smem)
+        mbarrier.wait(bar, 0)
+        mbarrier.invalidate(bar)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(out_desc, [pid * BM, 0], smem)
+        tma.store_wait(0)
+
+    return cluster_probe, gl, mbarrier
+
+
+def cluster_evidence():
+    """What the installed triton offers for a 2-CTA cluster schedule, checked rather than asserted:
+    the Hopper TMA copy's parameters, 'multicast' in the Gluon Python API, the cluster launch option,
+    and a 2-CTA compile of a shared-tile TMA load (its PTX). A table of (check, result)."""
+    import inspect
+    from pathlib import Path
+
+    import triton
+    from triton.backends.nvidia.compiler import CUDAOptions
+    from triton.experimental.gluon.language.nvidia.hopper import tma
+
+    from .. import codegen
+    rows = [("hopper.tma.async_copy_global_to_shared parameters",
+             ", ".join(p for p in inspect.signature(tma.async_copy_global_to_shared).parameters if p != "_semantic"))]
+    gl_dir = Path(triton.__file__).parent / "experimental" / "gluon"
+    hits = [str(f.relative_to(gl_dir)) for f in gl_dir.rglob("*.py") if "multicast" in f.read_text()]
+    rows.append(("Gluon Python files mentioning 'multicast'", ", ".join(hits) or "none"))
+    rows.append(("cluster launch option", "num_ctas (CUDAOptions)" if "num_ctas" in CUDAOptions.__dataclass_fields__
+                 else "none"))
+    probe, gl, mbarrier = _cluster_probe()
+    lay = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2, cga_layout=[[0, 0]])
+    sig = {"in_desc": f"tensordesc<bf16[128, 64],{lay!r}>", "out_desc": f"tensordesc<bf16[128, 64],{lay!r}>",
+           "BM": "constexpr", "BN": "constexpr", "BAR_LAYOUT": "constexpr"}
+    try:
+        k = codegen.compile_sm90(probe, sig, {"BM": 128, "BN": 64, "BAR_LAYOUT": mbarrier.MBarrierLayout(cga_layout=[[0]])},
+                                 num_warps=4, num_ctas=2)
+        ptx = k.asm["ptx"]
+        loads = [ln.strip().split(" [")[0].lstrip("@%p0123456789 ") for ln in ptx.splitlines()
+                 if "cp.async.bulk.tensor" in ln and "global.mbarrier" in ln]
+        rows += [("num_ctas = 2 compile, tile shared by both CTAs", "compiles: " + ", ".join(
+                     f"{key} x{ptx.count(key)}" for key in (".reqnctapercluster 2", "%cluster_ctarank", "multicast",
+                                                            "mapa", "barrier.cluster"))),
+                 ("its TMA load instruction", "; ".join(sorted(set(loads))) or "none")]
+    except Exception as e:  # noqa: BLE001 - the evidence is what happened
+        rows.append(("num_ctas = 2 compile, tile shared by both CTAs", f"{type(e).__name__}: {str(e).splitlines()[-1:]}"))
+    return pd.DataFrame(rows, columns=["check", "result"])

@@ -2,8 +2,8 @@
 
 GEMM and norms measured on the H200 (notebooks 03 and 04; tests/test_gemm_gpu.py,
 tests/test_ws_norm_gpu.py). compute-sanitizer racecheck reports one hazard at kernel entry in every
-warp_specialize kernel here (synccheck clean, outputs correct): unresolved, see notebook 04. Only
-the cooperative consumer schedule exists (no ping-pong).
+warp_specialize kernel here (synccheck clean, outputs correct): see notebook 04. Two consumer
+schedules: cooperative (ws_gemm_kernel) and ping-pong (ws_pingpong_gemm_kernel, GemmConfig(pingpong=True)).
 
 GEMM:
 gl.warp_specialize splits the CTA into partitions with their own warps and register budgets:
