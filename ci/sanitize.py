@@ -23,6 +23,9 @@ CASES = {
     "pipelined-layernorm": ("layer_norm", "gluon-pipelined", {"M": 37, "N": 1000}, {"num_stages": 2}),
     "pipelined-gemm": ("matmul", "gluon-pipelined", {"M": 300, "N": 264, "K": 520}, {}),
     "ws-gemm": ("matmul", "gluon-ws", {"M": 300, "N": 264, "K": 520}, {}),
+    "ws-gemm-pingpong": ("matmul", "gluon-ws", {"M": 300, "N": 520, "K": 520},
+                         {"BN": 128, "num_warps": 4, "num_stages": 4, "pingpong": True}),
+    "ws-gemm-splitk": ("matmul", "gluon-ws", {"M": 300, "N": 264, "K": 1032}, {"BN": 128, "num_warps": 4, "split_k": 3}),
     "ws-norm": ("rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "ws-add-rms-norm": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "pipelined-norm-dyn": ("rms_norm", "gluon-pipelined", {"M": 37, "N": 1000}, {"num_stages": 3, "schedule": "dynamic"}),
@@ -73,8 +76,8 @@ def run_one(name: str) -> int:
         kern = ws_gemm_without_invalidate()
         c, descs, M, N, K, cfg, grid = prepare(*inputs)
         c.fill_(float("nan"))
-        kern[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs,
-                   num_warps=cfg.num_warps)
+        kern[grid](*descs, M, N, K, M, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs,
+                   SPLIT_K=1, num_warps=cfg.num_warps)
         torch.cuda.synchronize()
         res = bench.compare(c, bench.reference_outputs(op, inputs), "bfloat16")
         print("CHECK", json.dumps({"passed": bool(res["passed"]), "max_abs_err": res.get("max_abs_err")}))

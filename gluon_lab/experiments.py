@@ -755,19 +755,6 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
             for (M, N) in plan.pipe_sweep_shapes:
                 cases += [{"op": op, "variant": "gluon-pipelined", "shape": {"M": M, "N": N}, "dtype": "bfloat16",
                            "config": {"fence": f, "study": "fence"}} for f in (True, False)]
-    if "gemm-shapes" in parts:
-        for (M, N, K) in plan.shape_sweep:
-            shape = {"M": M, "N": N, "K": K}
-            cases += [{"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
-                       "config": {"study": "gemm-shapes"}} for v in ("torch", "gluon-pipelined", "gluon-ws")]
-            for (v, bm, bn, bk, nw, st, pp) in plan.shape_configs:
-                knobs = {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st}
-                if pp:
-                    knobs["pingpong"] = True
-                if not resolves("matmul", v, shape, plan.gemm_dtype, knobs):
-                    continue
-                cases.append({"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
-                              "config": {**knobs, "study": "gemm-shapes"}})
     if "ws-sweep" in parts:
         for (M, N, K) in plan.ws_sweep_shapes:
             for regs in plan.ws_sweep_regs:
@@ -910,6 +897,9 @@ class WarpSpecializedPlan:
                             ("gluon-ws", 64, 128, 64, 4, 6, False), ("gluon-ws", 128, 64, 64, 4, 6, False),
                             ("gluon-ws", 64, 64, 64, 4, 8, False), ("gluon-pipelined", 128, 256, 64, 8, 3, False),
                             ("gluon-pipelined", 64, 128, 64, 4, 5, False), ("gluon-pipelined", 128, 64, 64, 4, 6, False))
+    # split-K (gluon-ws cooperative, 128x128x64 4 warps 4 stages) on the shapes whose 128x128 tiles
+    # are fewer than the SMs: the K slices per tile tried
+    shape_split_k: tuple = (2, 4, 8)
 
     @classmethod
     def quick(cls):
@@ -941,6 +931,7 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                             cases.append({"op": op, "variant": "gluon-ws", "shape": {"M": M, "N": N},
                                           "dtype": "bfloat16", "config": {**knobs, "study": "norm-sweep"}})
     if "gemm-shapes" in parts:
+        from .kernels.hopper import H200_SMS
         for (M, N, K) in plan.shape_sweep:
             shape = {"M": M, "N": N, "K": K}
             cases += [{"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
@@ -953,6 +944,12 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                     continue
                 cases.append({"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
                               "config": {**knobs, "study": "gemm-shapes"}})
+            if -(-M // 128) * -(-N // 128) < H200_SMS:
+                for sk in plan.shape_split_k:
+                    knobs = {"BM": 128, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4, "split_k": sk}
+                    if sk <= -(-K // 64) and resolves("matmul", "gluon-ws", shape, plan.gemm_dtype, knobs):
+                        cases.append({"op": "matmul", "variant": "gluon-ws", "shape": shape, "dtype": plan.gemm_dtype,
+                                      "config": {**knobs, "study": "gemm-shapes"}})
     if "ws-sweep" in parts:
         for (M, N, K) in plan.ws_sweep_shapes:
             for (bm, bn, bk, nw, st) in plan.ws_sweep_tiles:

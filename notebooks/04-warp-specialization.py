@@ -350,7 +350,8 @@ print("\n".join(ana.consumer_schedule()))
 # ### The shape sweep: every schedule × tile beside cuBLAS
 #
 # The 'gemm-shapes' study times cuBLAS (`torch.matmul`), gluon-pipelined and gluon-ws at their heuristics,
-# and twelve explicit schedule × tile configs, on 26 shapes in one run: square, the Llama-3-8B projections
+# twelve explicit schedule × tile configs and split-K 2 / 4 / 8 where 128 × 128 tiles are fewer than the
+# SMs, on 26 shapes in one run: square, the Llama-3-8B projections
 # (q/k/v fused, o, gate+up fused, down) at M = 128 … 16384, ragged shapes (no dimension a multiple of
 # 128), long K and the long-N / skinny shapes. `best / cuBLAS` ≥ 1: the best Gluon config leads;
 # `ping-pong / cooperative` > 1: the best ping-pong gluon-ws config beats the best cooperative one. The
@@ -374,7 +375,9 @@ else:
 # `t mod 132` of them and the rest of the SMs idle. The map below is computed from the shapes alone
 # (no GPU): per tile shape, the last-wave efficiency × the useful share of the tiles (a ragged edge tile
 # costs a whole tile). At M = 128 a 128 × 256 tile leaves 80–90% of the GPU idle; 64 × 64 or 64 × 128
-# tiles fill it. The shape sweep above measures whether the smaller tiles' lower arithmetic intensity
+# tiles fill it, and so does split-K (`GemmConfig(split_k=s)`: s K-slices per tile as separate work units,
+# fp32 partials summed in slice order by a second kernel), which the sweep tries wherever 128 × 128 tiles
+# are fewer than the SMs. The shape sweep above measures whether the smaller tiles' lower arithmetic intensity
 # costs more than the idle SMs.
 
 # %%
@@ -451,6 +454,35 @@ else:
 
 # %%
 cm.show(ana.sanitizer_summary(san, race_tab, sass_tab))
+
+# %% [markdown]
+# ### The entry hazard explained: Triton's warp-specialize dispatch, reproduced
+#
+# Compiled here at the revision of each record, the offsets land on Triton's own code, not on the
+# kernels'. `gl.warp_specialize` (3.6.0, `ConvertWarpSpecializeToLLVM.cpp`) parks the worker warps in a
+# dispatch loop: each round they wait on `barrier.sync 1` (all of the CTA's threads) and read their
+# partition's state byte from a 4-byte table in shared memory (the read at `+0xf0`, `LDS.U8`); the
+# default warps write the table (`STS`, the first "write" access) before the fork and again at the
+# kernel's exit (the second one), each followed by the same CTA-wide barrier. Write → barrier → read →
+# barrier → write: ordered, and synccheck is clean. The table is the function's own allocation: no
+# buffer, barrier or capture aliases it (the captures are elided; nothing is stored for them).
+#
+# What racecheck trips on: before the fork only the default warps run, so the barriers the compiler puts
+# between the `mbarrier.init`s become 128-thread partial barriers (`bar.sync 0, 128`). The ten-line CUDA
+# program `ci/racecheck_dispatch/dispatch.cu` runs the same protocol with and without such a barrier on
+# the H200: the protocol alone reads clean; one partial barrier before the first state write gives two
+# hazards of exactly this shape (first read vs the state write, second read vs the exit write), on
+# barrier id 0 or 2; the same barrier after the fork reads clean; synccheck reports 0 errors throughout.
+# So the hazard is a racecheck false positive that every Gluon warp-specialized kernel with barriers
+# initialised before the fork shows; nothing in the kernels can remove it (the workers are parked, so no
+# pre-fork barrier can span the CTA). The dynamic-schedule norm's second finding (an index handed from the
+# producer to the consumers through shared memory) was ordered by the FULL mbarrier in its PTX; ptxas drops
+# the warp barrier before the elected arrive, which racecheck (on SASS) does not see. The current code
+# writes one copy per lane and keeps an explicit `gl.thread_barrier()` before the arrive.
+
+# %%
+disp = ana.dispatch_repro()
+cm.show(disp if len(disp) else "No `results/h200/racecheck-dispatch.log`: run `ci/racecheck_dispatch/run.sh` on the GPU.")
 
 # %% [markdown]
 # ## 9. Takeaways (computed from the data above)

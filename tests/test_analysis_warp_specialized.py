@@ -271,7 +271,10 @@ def test_ws_sweep_and_the_earlier_one(ctx, recs, gm):
 
 def test_consumer_schedule_read_from_the_source():
     lines = W.consumer_schedule()
-    assert lines[0].startswith("partitions in ws_gemm_kernel: 2") and "warps_per_cta=[num_warps, 1]" in lines[1]
+    assert lines[0].startswith("ws_gemm_kernel: partitions _ws_consumer, _ws_producer") and \
+        "warps_per_cta=[num_warps, 1]" in lines[0]
+    assert lines[1].startswith("ws_pingpong_gemm_kernel: partitions _pp_consumer, _pp_consumer, _ws_producer")
+    assert "worker warps [4, 1]" in lines[1]
 
 
 def test_racecheck_accesses_mapped_to_the_source(ctx):
@@ -309,9 +312,9 @@ def test_takeaways(ctx, recs, grids, gm, timelines):
     assert lines[1].startswith("  GEMM targets: >= 1.00x cuBLAS at 8192^3 (target)")
     assert f"**rms_norm: {W.verdict(plots.geomean(targets['rms_norm']['ws / pipelined']))}**" in text
     assert "The ratio rises with the blocks each CTA walks" in text  # 0.85 / 0.99 / 1.00 in the fixture
-    assert "Persistent tail at NUM_STAGES=3" in text and "compute-sanitizer: 4/7 runs clean" in text and "**unresolved**" in text
+    assert "Persistent tail at NUM_STAGES=3" in text and "compute-sanitizer: 4/7 runs clean" in text and "Triton's dispatch protocol" in text
     assert W.verdict(1.01) == "WS pays" and W.verdict(0.99) == "on par (geomean within 2%)" and W.verdict(0.9) == "WS does not pay here"
-    assert W.takeaways() == ["Consumer schedule: cooperative only; ping-pong is not implemented and not measured."]
+    assert W.takeaways() == [W.pingpong_takeaway(W.EMPTY)] and "nothing is claimed" in W.takeaways()[0]
 
 
 def test_no_records_give_notes_not_errors(ctx, tmp_path):

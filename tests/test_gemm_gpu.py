@@ -67,3 +67,30 @@ def test_pingpong_matches_float64(shape, cfg):
     inputs = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, "bfloat16", seed=M + N + K)
     res = bench.check_correctness("matmul", "gluon-ws", inputs, config=G.GemmConfig(**cfg))
     assert res["passed"], res
+
+
+# split-K: slices of unequal length (K = 520 -> 9 k-steps over 2 / 4 / 8 slices), one k-step per slice,
+# ragged M / N, a skinny long-K shape; a K too short for the split is refused
+SPLITK = [dict(BN=128, num_stages=4, num_warps=4, split_k=s) for s in (2, 4, 8)]
+SPLITK_SHAPES = [(17, 1000, 520), (300, 264, 1032), (128, 4096, 14336), (1000, 3000, 2000), (1, 8, 512)]
+
+
+@pytest.mark.parametrize("shape", SPLITK_SHAPES, ids=str)
+@pytest.mark.parametrize("cfg", SPLITK, ids=str)
+def test_split_k_matches_float64(shape, cfg):
+    from gluon_lab import bench
+    from gluon_lab.kernels import gemm as G
+    M, N, K = shape
+    inputs = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, "bfloat16", seed=M + N + K)
+    res = bench.check_correctness("matmul", "gluon-ws", inputs, config=G.GemmConfig(**cfg))
+    assert res["passed"], res
+
+
+def test_split_k_needs_a_k_step_per_slice():
+    import torch
+    from gluon_lab.kernels import gemm as G
+    from gluon_lab.kernels import warp_specialized as W
+    a = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="at least one BK=64 k-step per slice"):
+        W.launch(a, b, config=G.GemmConfig(BN=128, num_warps=4, split_k=4))  # K = 128: 2 k-steps

@@ -40,6 +40,22 @@ def test_pingpong_census(cfg):
     assert c["smem_bytes"] <= cfg.smem_bytes()
 
 
+@pytest.mark.parametrize("split", [2, 3, 8])
+def test_split_k_census(split):
+    """Split-K on the cooperative kernel: the same two partitions, the epilogue stages fp32 partials
+    (one TMA store into the workspace), no spills; the reduce kernel moves 16-byte fp32 vectors."""
+    cfg = G.GemmConfig(BN=128, num_stages=4, num_warps=4, split_k=split)
+    c = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg, shape={"M": 128, "N": 4096, "K": 14336})))
+    assert c["tma_store"] == 1 and c["spill_bytes"] == 0 and c["mbarrier_init"] == 2 * cfg.num_stages
+    assert c["smem_bytes"] <= cfg.smem_bytes() and cfg.smem_bytes() > G.GemmConfig(BN=128, num_stages=4,
+                                                                                    num_warps=4).smem_bytes()
+    from gluon_lab.kernels.hopper import kernel_spec
+    r = codegen.census(codegen.compile_sm90(**kernel_spec(
+        W.splitk_reduce_kernel, {"w_ptr": "*fp32", "c_ptr": "*bf16", "M": "i32", "N": 4096, "M_PAD": "i32",
+                                 "c_stride": 4096}, {"SPLIT_K": split, **W.SPLITK_REDUCE}, num_warps=8)))
+    assert set(r["ld_global_by_bits"]) == {128} and r["spill_bytes"] == 0
+
+
 def test_gemm_config_rules():
     with pytest.raises(ValueError, match="num_warps must be 4"):
         G.GemmConfig(pingpong=True).validate()  # 8 warps: the cooperative split
@@ -49,8 +65,14 @@ def test_gemm_config_rules():
         G.GemmConfig(BN=128, num_warps=4, num_stages=4).smem_bytes() + 128 * 128 * 2  # a C buffer per warpgroup
     torch = pytest.importorskip("torch")
     a = torch.empty(128, 64, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="gluon-ws consumer schedule"):
+    with pytest.raises(ValueError, match="gluon-ws schedules"):
         G.launch(a, a.T.contiguous(), config=G.GemmConfig(BN=128, num_warps=4, pingpong=True))
+    with pytest.raises(ValueError, match="gluon-ws schedules"):
+        G.launch(a, a.T.contiguous(), config=G.GemmConfig(BN=128, num_warps=4, split_k=2))
+    with pytest.raises(ValueError, match="split_k must be in 1..16"):
+        G.GemmConfig(split_k=0).validate()
+    with pytest.raises(ValueError, match="pingpong must be False"):
+        G.GemmConfig(BN=128, num_warps=4, pingpong=True, split_k=2).validate()
 
 
 def test_registered():
@@ -194,3 +216,13 @@ def test_shape_sweep_table_from_records():
     assert t["ping-pong / cooperative"] == round(0.8 / 0.9, 3) and t["SM MHz"] == 1980
     tg = A.shape_sweep_targets(A.shape_sweep_table(df))
     assert list(tg.met) == [True, True]
+
+
+def test_dispatch_repro_log_is_read():
+    """The committed racecheck log of ci/racecheck_dispatch: the protocol alone is clean, a pre-fork
+    partial barrier gives the two hazards, synccheck stays clean."""
+    from gluon_lab.analysis import warp_specialized as A
+    t = A.dispatch_repro().set_index("variant")
+    assert t.loc[0, "racecheck hazards"] == 0 and t.loc[1, "racecheck hazards"] == 2
+    assert t.loc[2, "racecheck hazards"] == 0 and t.loc[0, "synccheck errors"] == 0 == t.loc[1, "synccheck errors"]
+    assert A.dispatch_repro("/nonexistent.log").empty

@@ -145,6 +145,7 @@ def persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.const
 # fp32 accumulator registers per thread a consumer may hold (CUTLASS PR 3372's rule: 128x256 over one
 # warpgroup = 256 spills to 43-90 TFLOP/s; 128 = 128x128 per warpgroup or 128x256 over two fits)
 MAX_ACC_REGS = 128
+MAX_SPLIT_K = 16  # K slices of split-K (the workspace holds split_k fp32 copies of C)
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,10 @@ class GemmConfig:
     # True = ping-pong (two consumer warpgroups of num_warps = 4 warps each own alternate tiles of the
     # CTA's list, an order barrier lets one run its mainloop while the other runs its epilogue)
     pingpong: bool = False
+    # gluon-ws cooperative only: split K into split_k slices, each a work unit of its own (fp32
+    # partials in a workspace, summed and cast by a second kernel); for outputs with fewer tiles than
+    # SMs and a long K
+    split_k: int = 1
 
     def consumers(self) -> int:
         """Accumulator tiles in flight per CTA (one per consumer warpgroup in ping-pong)."""
@@ -173,8 +178,9 @@ class GemmConfig:
 
     def smem_bytes(self, dtype: str = "bfloat16") -> int:
         e = ITEMSIZE[dtype]
+        ce = 4 if self.split_k > 1 else e  # split-K stages fp32 partials
         return (self.num_stages * (self.BM * self.BK + self.BK * self.BN) * e
-                + self.consumers() * self.BM * self.BN * e + 1024)
+                + self.consumers() * self.BM * self.BN * ce + 1024)
 
     def validate(self, dtype: str = "bfloat16"):
         for name in ("BM", "BN", "BK"):
@@ -191,6 +197,10 @@ class GemmConfig:
         if not 24 <= self.producer_regs <= 256 or self.producer_regs % 8:
             raise ValueError(f"GemmConfig.producer_regs must be a multiple of 8 in 24..256 (setmaxnreg); "
                              f"got {self.producer_regs}")
+        if not 1 <= self.split_k <= MAX_SPLIT_K:
+            raise ValueError(f"GemmConfig.split_k must be in 1..{MAX_SPLIT_K}; got {self.split_k}")
+        if self.split_k > 1 and self.pingpong:
+            raise ValueError("GemmConfig(split_k > 1) runs on the cooperative consumer: pingpong must be False")
         if self.pingpong and self.num_warps != 4:
             raise ValueError(f"GemmConfig(pingpong=True) runs one warpgroup per consumer: num_warps must be 4; "
                              f"got {self.num_warps}")
@@ -263,9 +273,9 @@ def prepare(a, b, out=None, config: GemmConfig | None = None):
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None):
-    if config is not None and config.pingpong:
-        raise ValueError("GemmConfig(pingpong=True) is a gluon-ws consumer schedule; gluon-pipelined has no "
-                         "consumer partitions (use variant='gluon-ws')")
+    if config is not None and (config.pingpong or config.split_k > 1):
+        raise ValueError("GemmConfig(pingpong=True) and GemmConfig(split_k > 1) are gluon-ws schedules; "
+                         "gluon-pipelined runs neither (use variant='gluon-ws')")
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
     persistent_gemm_kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
                                  num_warps=cfg.num_warps)

@@ -37,16 +37,36 @@ from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_
 
 
 @gluon.jit
+def _unit_space(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT_K: gl.constexpr):
+    """_tile_space over work units = tiles x SPLIT_K K-slices (unit u: tile u // SPLIT_K, slice
+    u % SPLIT_K): (start, nprog, num_pid_m, num_pid_n, k_tiles, my_units)."""
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
+    if SPLIT_K == 1:
+        return start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles
+    units = num_pid_m * num_pid_n * SPLIT_K
+    return start, nprog, num_pid_m, num_pid_n, k_tiles, (units - start + nprog - 1) // nprog
+
+
+@gluon.jit
+def _unit(u, k_tiles, num_pid_m, num_pid_n, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
+    """Work unit u -> (pid_m, pid_n, k0, k1, slice): its tile and its k-steps [k0, k1), the balanced
+    split s * k_tiles // SPLIT_K (non-empty for every slice: the host checks SPLIT_K <= k_tiles)."""
+    pid_m, pid_n = _tile_coords(u // SPLIT_K, num_pid_m, num_pid_n, GROUP_M)
+    sl = u % SPLIT_K
+    return pid_m, pid_n, sl * k_tiles // SPLIT_K, (sl + 1) * k_tiles // SPLIT_K, sl
+
+
+@gluon.jit
 def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES: gl.constexpr,
-                 GROUP_M: gl.constexpr):
+                 GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr = 1):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
-    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, BM, BN, BK, SPLIT_K)
     g = 0
-    for i in range(my_tiles):
-        pid_m, pid_n = _tile_coords(start + i * nprog, num_pid_m, num_pid_n, GROUP_M)
-        for kk in range(k_tiles):
+    for i in range(my_units):
+        pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, GROUP_M, SPLIT_K)
+        for kk in range(k0, k1):
             slot = g % NUM_STAGES
             mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
             full = full_bars.index(slot)
@@ -57,24 +77,27 @@ def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
 
 
 @gluon.jit
-def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, NUM_STAGES: gl.constexpr,
-                 GROUP_M: gl.constexpr, num_warps: gl.constexpr):
+def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, NUM_STAGES: gl.constexpr,
+                 GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
+    """SPLIT_K > 1: c_desc is the fp32 workspace [SPLIT_K * M_PAD, N]; slice s of tile (m, n) is stored
+    at rows s * M_PAD + m * BM (M_PAD = M rounded up to BM, so an edge tile's clipped rows stay in its slice)."""
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1]
     BK: gl.constexpr = a_bufs.shape[2]
-    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, BM, BN, BK, SPLIT_K)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, BN, 16])
     g = 0
-    for i in range(my_tiles):
-        pid_m, pid_n = _tile_coords(start + i * nprog, num_pid_m, num_pid_n, GROUP_M)
+    for i in range(my_units):
+        pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, GROUP_M, SPLIT_K)
+        row0 = sl * M_PAD + pid_m * BM
         acc = gl.zeros([BM, BN], gl.float32, acc_layout)
-        for kk in range(k_tiles):
+        for kk in range(k0, k1):
             slot = g % NUM_STAGES
             mbarrier.wait(full_bars.index(slot), (g // NUM_STAGES) & 1)
             acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            if kk > 0:  # the MMA of step g-1 has retired: its slot goes back to the producer
+            if kk > k0:  # the MMA of step g-1 has retired: its slot goes back to the producer
                 mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
             g += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
@@ -82,13 +105,13 @@ def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K,
         tma.store_wait(0)  # the previous tile's store has finished reading c_smem
         c_smem.store(acc.to(c_desc.dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], c_smem)
+        tma.async_copy_shared_to_global(c_desc, [row0, pid_n * BN], c_smem)
     tma.store_wait(0)
 
 
 @gluon.jit
-def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, num_warps: gl.constexpr):
+def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                   PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
@@ -96,16 +119,17 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.constexpr, GR
     # every buffer and barrier is allocated before the fork and handed to the partitions
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BK, BN], b_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, [BM, BN], c_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(empty_bars.index(i), count=1)
         mbarrier.init(full_bars.index(i), count=1)
     gl.warp_specialize([
-        (_ws_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
-                        num_warps)),
-        (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M)),
+        (_ws_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, NUM_STAGES, GROUP_M,
+                        SPLIT_K, num_warps)),
+        (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
+                        SPLIT_K)),
     ], [1], [PRODUCER_REGS])
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(empty_bars.index(i))
@@ -210,13 +234,52 @@ def _kernel_args(cfg: GemmConfig):
     if cfg.pingpong:
         return ws_pingpong_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs,
                                          "CONSUMER_REGS": _pingpong_regs(cfg.producer_regs)}
-    return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs}
+    return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k}
+
+
+@gluon.jit(do_not_specialize=["M", "M_PAD"])
+def splitk_reduce_kernel(w_ptr, c_ptr, M, N, M_PAD, c_stride, SPLIT_K: gl.constexpr, BR: gl.constexpr,
+                         BC: gl.constexpr, num_warps: gl.constexpr):
+    """C[m, n] = sum over the SPLIT_K slices of the fp32 workspace [SPLIT_K * M_PAD, N], in slice order
+    (deterministic), cast to C's dtype. One [BR, BC] block of C per program; 16-byte loads along n
+    when N is a multiple of 4 (the runtime marks N's divisibility; M and M_PAD are not specialized)."""
+    L: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1], [1, 0])
+    m = gl.program_id(0) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))
+    n = gl.program_id(1) * BC + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
+    mask = gl.expand_dims(m < M, 1) & gl.expand_dims(n < N, 0)
+    m64 = gl.expand_dims(m.to(gl.int64), 1)
+    n2 = gl.expand_dims(n, 0)
+    acc = gl.zeros([BR, BC], gl.float32, L)
+    for s in gl.static_range(SPLIT_K):
+        acc += gl.load(w_ptr + (m64 + s * M_PAD) * N + n2, mask=mask, other=0.0)
+    gl.store(c_ptr + m64 * c_stride + n2, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+SPLITK_REDUCE = {"BR": 8, "BC": 512, "num_warps": 8}  # a [8, 512] block of C per program, 16 values per thread
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None):
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
     kernel, extra = _kernel_args(cfg)
-    kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps, **extra)
+    m_pad = M
+    if cfg.split_k > 1:
+        import torch
+        from .hopper import cdiv, descriptor, num_sms
+        if cfg.split_k > cdiv(K, cfg.BK):
+            raise ValueError(f"GemmConfig.split_k={cfg.split_k} needs at least one BK={cfg.BK} k-step per slice: "
+                             f"K={K} has {cdiv(K, cfg.BK)}")
+        m_pad = cdiv(M, cfg.BM) * cfg.BM
+        work = torch.empty((cfg.split_k * m_pad, N), dtype=torch.float32, device=a.device)
+        wl = gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32)
+        descs = (descs[0], descs[1], descriptor(work, [cfg.BM, cfg.BN], wl))
+        units = cdiv(M, cfg.BM) * cdiv(N, cfg.BN) * cfg.split_k
+        grid = (max(1, min(units, num_sms(a.device))), )
+    kernel[grid](*descs, M, N, K, *((m_pad, ) if kernel is ws_gemm_kernel else ()), NUM_STAGES=cfg.num_stages,
+                 GROUP_M=cfg.group_m, num_warps=cfg.num_warps, **extra)
+    if cfg.split_k > 1:
+        r = SPLITK_REDUCE
+        splitk_reduce_kernel[(cdiv(M, r["BR"]), cdiv(N, r["BC"]))](work, c, M, N, m_pad, c.stride(0),
+                                                                  SPLIT_K=cfg.split_k, **r)
     return c
 
 
@@ -228,14 +291,20 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
         cfg = dataclasses.replace(cfg, producer_regs=producer_regs)
     args, ce = gemm.codegen_args(cfg, dtype, shape)
     kernel, extra = _kernel_args(cfg)
+    if kernel is ws_gemm_kernel:  # M_PAD follows K in the signature; split-K's C is the fp32 workspace
+        args = dict(args, M_PAD=args["M"])
+        if cfg.split_k > 1:
+            from .hopper import desc_type
+            args["c_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
+                                       gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
     return kernel_spec(kernel, args, dict(ce, **extra), num_warps=cfg.num_warps)
 
 
 gemm.register_matmul(
     "gluon-ws", pattern="warp-specialized", launch=launch, codegen_spec=codegen_spec,
     knobs={"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "num_stages": (3, 4, 5),
-           "producer_regs": (24, 40, 56, 88), "pingpong": (False, True)},  # the 04 ws-sweep's knobs
-    roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args),
+           "producer_regs": (24, 40, 56, 88), "pingpong": (False, True), "split_k": (1, 2, 3, 4, 8)},
+    roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, SPLITK_REDUCE),
     description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring")
 
 
