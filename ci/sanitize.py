@@ -32,6 +32,7 @@ CASES = {
     "ws-norm-dyn": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {"schedule": "dynamic"}),
     "conv-fprop": ("conv2d", "gluon-pipelined", {"B": 2, "Ci": 40, "Co": 72, "H": 13, "W": 11, "R": 3, "stride": 1,
                                                  "pad": 1}, {}),
+    "conv-ws": ("conv2d", "gluon-ws", {"B": 2, "Ci": 40, "Co": 72, "H": 13, "W": 11, "R": 3, "stride": 1, "pad": 1}, {}),
     "conv-gather": ("conv2d", "gluon-gather", {"B": 2, "Ci": 24, "Co": 36, "H": 13, "W": 11, "R": 3, "stride": 2,
                                                "pad": 1}, {}),
     "conv-dgrad-s2": ("conv2d_input_grad", "gluon-pipelined", {"B": 2, "Ci": 96, "Co": 64, "H": 14, "W": 18, "R": 3,
@@ -76,8 +77,8 @@ def run_one(name: str) -> int:
         kern = ws_gemm_without_invalidate()
         c, descs, M, N, K, cfg, grid = prepare(*inputs)
         c.fill_(float("nan"))
-        kern[grid](*descs, M, N, K, M, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs,
-                   SPLIT_K=1, num_warps=cfg.num_warps)
+        kern[grid](*descs, M, N, K, M, None, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+                   PRODUCER_REGS=cfg.producer_regs, SPLIT_K=1, INSTRUMENT=False, num_warps=cfg.num_warps)
         torch.cuda.synchronize()
         res = bench.compare(c, bench.reference_outputs(op, inputs), "bfloat16")
         print("CHECK", json.dumps({"passed": bool(res["passed"]), "max_abs_err": res.get("max_abs_err")}))

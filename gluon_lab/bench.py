@@ -413,7 +413,7 @@ class Session:
         finally:
             self._partial_rotation = False
         del inputs, fn
-        if nfl and spec.family in ("conv", "matmul"):  # compute-bound: the SM clock (NVML) right after the timing
+        if nfl and spec.compute_bound:  # the SM clock (NVML) right after the timing, with it
             base["config"] = {**base["config"], "sm_clock_mhz": device.sm_clock_mhz()}
         rec = Record(**base, **dataclasses.asdict(t), **corr, **self.metrics(nbytes, nfl, t.ms_median, spec))
         if self._rotation_note:

@@ -768,11 +768,12 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
     return cases
 
 
-def record_stamps(launch, configs: dict, fields: int, device: str = "cuda") -> dict:
+def record_stamps(launch, configs: dict, fields: int, device: str = "cuda", tags: int = 0) -> dict:
     """Run launch(cfg, trace) twice per config (the first launch compiles) and keep the second
     launch's %globaltimer stamps: {key: {"config", "ns": [[stamps of a block] per block] per CTA]}, in
     ns from the earliest stamp. A program stamps only the blocks it ran (< TRACE_ITERS): the zero
-    rows are dropped, and programs that did not exist (grid < TRACE_CTAS) with them."""
+    rows are dropped, and programs that did not exist (grid < TRACE_CTAS) with them. The first `tags`
+    fields of a row are labels (kept as written), not times."""
     import torch
     from .kernels.pipelined import TRACE_CTAS, TRACE_ITERS
     out = {}
@@ -784,9 +785,11 @@ def record_stamps(launch, configs: dict, fields: int, device: str = "cuda") -> d
         if device == "cuda":
             torch.cuda.synchronize()
         t = trace.view(TRACE_CTAS, TRACE_ITERS, fields).cpu()
-        t0 = t[t > 0].min()
+        times = t[..., tags:]
+        t0 = times[times > 0].min()
+        shift = torch.tensor([0] * tags + [int(t0)] * (fields - tags), dtype=t.dtype)
         out[str(key)] = {"config": dataclasses.asdict(cfg),
-                         "ns": [p for p in ([(b - t0).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
+                         "ns": [p for p in ([(b - shift).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
     return out
 
 
@@ -867,7 +870,8 @@ class WarpSpecializedPlan:
     (cuBLAS), triton, gluon-pipelined and gluon-ws on pattern 3's shape set; 'norm-sweep' = the WS
     norm's partition knobs (producer setmaxnreg x consumer warps x ring depth); 'ws-sweep' = the WS
     GEMM's producer setmaxnreg x ring depth x tile; 'gemm-shapes' = every GEMM schedule x tile on the
-    GEMM shape sweep (GEMM_SHAPE_SWEEP) beside cuBLAS; 'timeline' = per-partition %globaltimer stamps."""
+    GEMM shape sweep (GEMM_SHAPE_SWEEP) beside cuBLAS; 'timeline' = per-partition %globaltimer stamps;
+    'gemm-timeline' = per-tile stamps of the WS GEMM, cooperative vs ping-pong (capture_gemm_timeline)."""
     Ms: tuple = (256, 1024, 4096, 8192, 16384, 32768)
     Ns: tuple = (4096, 5120, 8192, 16384)
     norm_ops: tuple = ("rms_norm", "layer_norm")
@@ -973,10 +977,35 @@ def capture_ws_timeline(M: int = 8192, N: int = 8192, dtype: str = "bfloat16", s
                                                        "consumer_stored"], "timelines": out}
 
 
+# the consumer-schedule timeline: the same 128 x 128 x 64 tile under both schedules (cooperative: two
+# warpgroups split each tile's rows; ping-pong: one warpgroup per tile, alternating)
+GEMM_TIMELINE_CONFIGS = {"cooperative": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 5},
+                         "ping-pong": {"BM": 128, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4, "pingpong": True}}
+GEMM_TIMELINE_SHAPES = ((4096, 4096, 4096), (8192, 8192, 1024))  # (M, N, K): a mid K, and a short K (epilogue-heavy)
+
+
+def capture_gemm_timeline(shapes=GEMM_TIMELINE_SHAPES, dtype: str = "bfloat16") -> dict:
+    """Every CTA's per-tile stamps of the INSTRUMENT build of gluon-ws matmul, cooperative vs ping-pong
+    (GEMM_TIMELINE_CONFIGS): {"M x N x K": {schedule: {"config", "ns": [[[wg + 1, start, mma_issued,
+    stored] per tile] per CTA]}}} (record_stamps; wg + 1 is a tag, not a time)."""
+    from . import bench
+    from .kernels import gemm, warp_specialized as W
+    out = {}
+    for (M, N, K) in shapes:
+        a, b = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, dtype, seed=13)
+        cfgs = {k: gemm.GemmConfig(**v).validate(dtype) for k, v in GEMM_TIMELINE_CONFIGS.items()}
+        out[f"{M}x{N}x{K}"] = record_stamps(lambda cfg, trace: W.launch(a, b, config=cfg, trace=trace), cfgs,
+                                            int(W.GEMM_TRACE_FIELDS), tags=1)
+    return {"dtype": dtype, "fields": ["consumer_wg_plus_1", "mainloop_start", "last_mma_issued", "store_issued"],
+            "timelines": out}
+
+
 def run_ws(results_dir: str = "results", quick: bool = False, plan: WarpSpecializedPlan | None = None,
-           parts=("norms", "gemm", "gemm-shapes", "norm-sweep", "ws-sweep", "timeline")):
+           parts=("norms", "gemm", "gemm-shapes", "norm-sweep", "ws-sweep", "timeline", "gemm-timeline")):
     plan = plan or (WarpSpecializedPlan.quick() if quick else WarpSpecializedPlan())
     recs, s = measure_plan("04-warp-specialization", results_dir, quick, ws_cases(plan, parts))
+    if "gemm-timeline" in parts:
+        save_timeline(s, results_dir, "04-warp-specialization", capture_gemm_timeline, suffix=".gemm-timeline.json")
     if "timeline" in parts:
         save_timeline(s, results_dir, "04-warp-specialization", capture_ws_timeline)
     return recs, s.save()

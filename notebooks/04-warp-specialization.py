@@ -365,8 +365,27 @@ if len(shape_tab):
     cm.show(ana.about(shape_rec, "GEMM shape sweep"), shape_tab,
             cm.target_list(ana.shape_sweep_targets(shape_tab)))
 else:
-    cm.show(ana.nodata(ctx, "the 'gemm-shapes' study (`python -m gluon_lab bench 04-warp-specialization --parts "
-                       "gemm-shapes`)", stale))
+    cm.show("The 'gemm-shapes' study has not run on a GPU yet: the table appears after "
+            "`python -m gluon_lab bench 04-warp-specialization --parts gemm-shapes`.")
+
+# %% [markdown]
+# ### Ping-pong vs cooperative, tile by tile: the consumer timeline
+#
+# The INSTRUMENT build of each consumer stamps `%globaltimer` per tile: its mainloop start (before the first
+# FULL wait), the issue of its last MMA, and the issue of its TMA store. Same 128 × 128 × 64 tile under both
+# schedules (`experiments.GEMM_TIMELINE_CONFIGS`), at a mid and a short K. `mainloop share` = the part of
+# each CTA's span covered by at least one warpgroup's mainloop, i.e. the time its tensor cores are fed:
+# in the cooperative schedule every epilogue is a gap; in ping-pong the other warpgroup's mainloop should
+# fill it.
+
+# %%
+GT = ana.load_gemm_timeline(ctx)
+if GT:
+    cm.show(f"timeline of run `{GT.get('run_id')}` ({GT.get('gpu')})", ana.gemm_timeline_stats(GT),
+            ana.gemm_timeline_figure(GT))
+else:
+    cm.show("The consumer-schedule timeline has not run on a GPU yet: it appears after "
+            "`python -m gluon_lab bench 04-warp-specialization --parts gemm-timeline`.")
 
 # %% [markdown]
 # ### Wave quantization: why tile shape matters at skinny and ragged shapes

@@ -197,7 +197,7 @@ PATTERN_PAGES = {
                                ("MEASURED with", "%globaltimer", "run-ahead", "tail: max / median - 1 (%)",
                                 "setmaxnreg consumer", "HGMMA", "UTMALDG", "gluon-ws / gluon-pipelined",
                                 "within 2% of gluon-pipelined", "At a glance", "norm-sweep", "STALE", "gluon-ws / cuBLAS", "moonshot",
-                                "ws-sweep", "does not fit", "ping-pong", "compute-sanitizer", "LDS.U8", "Unresolved",
+                                "ws-sweep", "does not fit", "ping-pong", "compute-sanitizer", "LDS.U8", "racecheck false positive",
                                 "Takeaways")),
 }
 

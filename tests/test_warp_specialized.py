@@ -226,3 +226,24 @@ def test_dispatch_repro_log_is_read():
     assert t.loc[0, "racecheck hazards"] == 0 and t.loc[1, "racecheck hazards"] == 2
     assert t.loc[2, "racecheck hazards"] == 0 and t.loc[0, "synccheck errors"] == 0 == t.loc[1, "synccheck errors"]
     assert A.dispatch_repro("/nonexistent.log").empty
+
+
+def test_gemm_timeline_stats_measure_the_mainloop_share():
+    """Cooperative: each tile's epilogue is a gap between mainloops; ping-pong: the other warpgroup's
+    mainloop covers it. Rows are [wg + 1, start, last MMA issued, store issued] (ns)."""
+    from gluon_lab.analysis import warp_specialized as A
+    GT = {"timelines": {"4096x4096x4096": {"cooperative": {"ns": [[1, 0, 100, 130, 1, 130, 230, 260]]},
+                                           "ping-pong": {"ns": [[1, 0, 100, 130, 2, 100, 200, 230, 1, 200, 300, 330]]}}}}
+    t = A.gemm_timeline_stats(GT).set_index("schedule")
+    assert t.loc["cooperative", "mainloop share"] == round(200 / 260, 3)
+    assert t.loc["ping-pong", "mainloop share"] == round(300 / 330, 3)
+    assert t.loc["ping-pong", "tiles / CTA"] == 3 and A.gemm_timeline_stats(None).empty
+    assert A.gemm_timeline_figure(GT) is not None and A.gemm_timeline_figure(None) is None
+
+
+def test_instrumented_gemm_builds_store_their_stamps():
+    for cfg in (G.GemmConfig(BN=128, num_warps=8, num_stages=5), G.GemmConfig(BN=128, num_warps=4, num_stages=4, pingpong=True)):
+        c = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg, instrument=True)))
+        assert c["spill_bytes"] == 0 and c["st_global"] >= 4 * cfg.consumers()  # 4 stamps per consumer
+        plain = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg)))
+        assert plain["st_global"] == 0  # the timed build stores nothing but its TMA epilogue

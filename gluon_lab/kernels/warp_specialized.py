@@ -36,6 +36,22 @@ from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_
                         block_counter)
 
 
+GEMM_TRACE_FIELDS: gl.constexpr = gl.constexpr(4)  # INSTRUMENT stamps per tile: consumer warpgroup, mainloop
+#                   start (before the first FULL wait), last MMA issued, epilogue's TMA store issued
+
+
+@gluon.jit
+def _gemm_stamps(t_ptr, pid, i, wg, t0, t1):
+    """Tile i of program pid (< TRACE_CTAS, i < TRACE_ITERS): [consumer warpgroup + 1, t0, t1, now]."""
+    if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
+        t2 = globaltimer()
+        base = (pid * TRACE_ITERS + i) * GEMM_TRACE_FIELDS
+        gl.store(t_ptr + base, (t0 - t0) + wg + 1)  # + 1: a zero row is "not run" to record_stamps
+        gl.store(t_ptr + base + 1, t0)
+        gl.store(t_ptr + base + 2, t1)
+        gl.store(t_ptr + base + 3, t2)
+
+
 @gluon.jit
 def _unit_space(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT_K: gl.constexpr):
     """_tile_space over work units = tiles x SPLIT_K K-slices (unit u: tile u // SPLIT_K, slice
@@ -77,8 +93,9 @@ def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
 
 
 @gluon.jit
-def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, NUM_STAGES: gl.constexpr,
-                 GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
+def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, t_ptr,
+                 NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr,
+                 num_warps: gl.constexpr):
     """SPLIT_K > 1: c_desc is the fp32 workspace [SPLIT_K * M_PAD, N]; slice s of tile (m, n) is stored
     at rows s * M_PAD + m * BM (M_PAD = M rounded up to BM, so an edge tile's clipped rows stay in its slice)."""
     BM: gl.constexpr = c_desc.block_type.shape[0]
@@ -91,6 +108,8 @@ def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K,
     for i in range(my_units):
         pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, GROUP_M, SPLIT_K)
         row0 = sl * M_PAD + pid_m * BM
+        if INSTRUMENT:
+            t0 = globaltimer()
         acc = gl.zeros([BM, BN], gl.float32, acc_layout)
         for kk in range(k0, k1):
             slot = g % NUM_STAGES
@@ -100,18 +119,23 @@ def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K,
             if kk > k0:  # the MMA of step g-1 has retired: its slot goes back to the producer
                 mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
             g += 1
+        if INSTRUMENT:
+            t1 = globaltimer()
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
         tma.store_wait(0)  # the previous tile's store has finished reading c_smem
         c_smem.store(acc.to(c_desc.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(c_desc, [row0, pid_n * BN], c_smem)
+        if INSTRUMENT:
+            _gemm_stamps(t_ptr, start, i, 0, t0, t1)
     tma.store_wait(0)
 
 
 @gluon.jit
-def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
+def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                   PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr,
+                   num_warps: gl.constexpr):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
@@ -126,8 +150,8 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, NUM_STAGES: gl.conste
         mbarrier.init(empty_bars.index(i), count=1)
         mbarrier.init(full_bars.index(i), count=1)
     gl.warp_specialize([
-        (_ws_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, NUM_STAGES, GROUP_M,
-                        SPLIT_K, num_warps)),
+        (_ws_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, t_ptr, NUM_STAGES,
+                        GROUP_M, SPLIT_K, INSTRUMENT, num_warps)),
         (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
                         SPLIT_K)),
     ], [1], [PRODUCER_REGS])
@@ -152,8 +176,8 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, NUM_STAGES: gl.conste
 # of the parity a waiter asks for. Each warpgroup stages its own C tile (two epilogue buffers).
 
 @gluon.jit
-def _pp_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K,
-                 NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, WG: gl.constexpr):
+def _pp_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K, t_ptr,
+                 NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, WG: gl.constexpr, INSTRUMENT: gl.constexpr):
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1]
     BK: gl.constexpr = a_bufs.shape[2]
@@ -165,6 +189,8 @@ def _pp_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_ba
         pid_m, pid_n = _tile_coords(start + j * nprog, num_pid_m, num_pid_n, GROUP_M)
         if j > 0:  # the other warpgroup's mainloop of tile j - 1 has issued all its MMAs
             mbarrier.wait(order_bars.index(WG), ((j - 1) // 2) & 1)
+        if INSTRUMENT:
+            t0 = globaltimer()
         g = j * k_tiles  # the ring position of this tile's first k-step
         acc = gl.zeros([BM, BN], gl.float32, acc_layout)
         for kk in range(k_tiles):
@@ -176,18 +202,23 @@ def _pp_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_ba
                 mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
             g += 1
         mbarrier.arrive(order_bars.index(1 - WG))  # the other warpgroup's mainloop may start
+        if INSTRUMENT:
+            t1 = globaltimer()
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
         tma.store_wait(0)  # this warpgroup's previous store has finished reading its C buffer
         my_c.store(acc.to(c_desc.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], my_c)
+        if INSTRUMENT:
+            _gemm_stamps(t_ptr, start, j, WG, t0, t1)
     tma.store_wait(0)
 
 
 @gluon.jit
-def ws_pingpong_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+def ws_pingpong_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                            PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr, INSTRUMENT: gl.constexpr,
+                            num_warps: gl.constexpr):
     """num_warps = 4: the default partition is consumer warpgroup 0; workers: consumer warpgroup 1
     (4 warps, CONSUMER_REGS) and the 1-warp TMA producer (PRODUCER_REGS)."""
     BM: gl.constexpr = a_desc.block_type.shape[0]
@@ -207,10 +238,10 @@ def ws_pingpong_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.cons
     for i in gl.static_range(2):
         mbarrier.init(order_bars.index(i), count=1)
     gl.warp_specialize([
-        (_pp_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K, NUM_STAGES,
-                        GROUP_M, 0)),
-        (_pp_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K, NUM_STAGES,
-                        GROUP_M, 1)),
+        (_pp_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K, t_ptr,
+                        NUM_STAGES, GROUP_M, 0, INSTRUMENT)),
+        (_pp_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_bars, M, N, K, t_ptr,
+                        NUM_STAGES, GROUP_M, 1, INSTRUMENT)),
         (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     for i in gl.static_range(NUM_STAGES):
@@ -258,7 +289,9 @@ def splitk_reduce_kernel(w_ptr, c_ptr, M, N, M_PAD, c_stride, SPLIT_K: gl.conste
 SPLITK_REDUCE = {"BR": 8, "BC": 512, "num_warps": 8}  # a [8, 512] block of C per program, 16 values per thread
 
 
-def launch(a, b, out=None, config: GemmConfig | None = None):
+def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
+    """trace: an int64 tensor of TRACE_CTAS * TRACE_ITERS * GEMM_TRACE_FIELDS elements -> the INSTRUMENT
+    build writes its per-tile stamps there (notebook 04's consumer-schedule timeline)."""
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
     kernel, extra = _kernel_args(cfg)
     m_pad = M
@@ -274,8 +307,8 @@ def launch(a, b, out=None, config: GemmConfig | None = None):
         descs = (descs[0], descs[1], descriptor(work, [cfg.BM, cfg.BN], wl))
         units = cdiv(M, cfg.BM) * cdiv(N, cfg.BN) * cfg.split_k
         grid = (max(1, min(units, num_sms(a.device))), )
-    kernel[grid](*descs, M, N, K, *((m_pad, ) if kernel is ws_gemm_kernel else ()), NUM_STAGES=cfg.num_stages,
-                 GROUP_M=cfg.group_m, num_warps=cfg.num_warps, **extra)
+    kernel[grid](*descs, M, N, K, *((m_pad, ) if kernel is ws_gemm_kernel else ()), trace, NUM_STAGES=cfg.num_stages,
+                 GROUP_M=cfg.group_m, INSTRUMENT=trace is not None, num_warps=cfg.num_warps, **extra)
     if cfg.split_k > 1:
         r = SPLITK_REDUCE
         splitk_reduce_kernel[(cdiv(M, r["BR"]), cdiv(N, r["BC"]))](work, c, M, N, m_pad, c.stride(0),
@@ -284,13 +317,15 @@ def launch(a, b, out=None, config: GemmConfig | None = None):
 
 
 def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: dict | None = None,
-                 producer_regs: int | None = None):
+                 producer_regs: int | None = None, instrument: bool = False):
     """compile_sm90 arguments reproducing what launch() JITs (shape: {"M", "N", "K"}, optional)."""
     cfg = (cfg or GemmConfig()).validate(dtype)
     if producer_regs:
         cfg = dataclasses.replace(cfg, producer_regs=producer_regs)
     args, ce = gemm.codegen_args(cfg, dtype, shape)
     kernel, extra = _kernel_args(cfg)
+    args["t_ptr"] = "*i64" if instrument else None
+    extra = dict(extra, INSTRUMENT=instrument)
     if kernel is ws_gemm_kernel:  # M_PAD follows K in the signature; split-K's C is the fp32 workspace
         args = dict(args, M_PAD=args["M"])
         if cfg.split_k > 1:
