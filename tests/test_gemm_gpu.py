@@ -58,26 +58,18 @@ PINGPONG_SHAPES = [(1, 8, 8), (17, 1000, 3000), (1000, 1000, 3000), (3000, 3000,
                    (4096, 4096, 4096), (2048, 2048, 8192), (1000, 3000, 2000)]
 
 
-@pytest.mark.parametrize("shape", PINGPONG_SHAPES, ids=str)
-@pytest.mark.parametrize("cfg", PINGPONG, ids=str)
-def test_pingpong_matches_float64(shape, cfg):
-    from gluon_lab import bench
-    from gluon_lab.kernels import gemm as G
-    M, N, K = shape
-    inputs = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, "bfloat16", seed=M + N + K)
-    res = bench.check_correctness("matmul", "gluon-ws", inputs, config=G.GemmConfig(**cfg))
-    assert res["passed"], res
-
-
 # split-K: slices of unequal length (K = 520 -> 9 k-steps over 2 / 4 / 8 slices), one k-step per slice,
 # ragged M / N, a skinny long-K shape; a K too short for the split is refused
 SPLITK = [dict(BN=128, num_stages=4, num_warps=4, split_k=s) for s in (2, 4, 8)]
 SPLITK_SHAPES = [(17, 1000, 520), (300, 264, 1032), (128, 4096, 14336), (1000, 3000, 2000), (1, 8, 512)]
 
 
-@pytest.mark.parametrize("shape", SPLITK_SHAPES, ids=str)
-@pytest.mark.parametrize("cfg", SPLITK, ids=str)
-def test_split_k_matches_float64(shape, cfg):
+SCHEDULES = [(c, s) for c in PINGPONG for s in PINGPONG_SHAPES] + [(c, s) for c in SPLITK for s in SPLITK_SHAPES]
+
+
+@pytest.mark.parametrize("cfg,shape", SCHEDULES, ids=str)
+def test_ws_schedules_match_float64(cfg, shape):
+    """gluon-ws ping-pong and split-K configs against float64 (the cases above)."""
     from gluon_lab import bench
     from gluon_lab.kernels import gemm as G
     M, N, K = shape
