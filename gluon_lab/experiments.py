@@ -988,12 +988,14 @@ def capture_gemm_timeline(shapes=GEMM_TIMELINE_SHAPES, dtype: str = "bfloat16") 
     """Every CTA's per-tile stamps of the INSTRUMENT build of gluon-ws matmul, cooperative vs ping-pong
     (GEMM_TIMELINE_CONFIGS): {"M x N x K": {schedule: {"config", "ns": [[[wg + 1, start, mma_issued,
     stored] per tile] per CTA]}}} (record_stamps; wg + 1 is a tag, not a time)."""
-    from . import bench
-    from .kernels import gemm, warp_specialized as W
+    from . import bench, registry
+    from .kernels import warp_specialized as W
     out = {}
+    v = registry.get_variant("matmul", "gluon-ws")
     for (M, N, K) in shapes:
-        a, b = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, dtype, seed=13)
-        cfgs = {k: gemm.GemmConfig(**v).validate(dtype) for k, v in GEMM_TIMELINE_CONFIGS.items()}
+        shape = {"M": M, "N": N, "K": K}
+        a, b = bench.make_inputs("matmul", shape, dtype, seed=13)
+        cfgs = {k: v.resolve(shape, dtype, knobs) for k, knobs in GEMM_TIMELINE_CONFIGS.items()}
         out[f"{M}x{N}x{K}"] = record_stamps(lambda cfg, trace: W.launch(a, b, config=cfg, trace=trace), cfgs,
                                             int(W.GEMM_TRACE_FIELDS), tags=1)
     return {"dtype": dtype, "fields": ["consumer_wg_plus_1", "mainloop_start", "last_mma_issued", "store_issued"],

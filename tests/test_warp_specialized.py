@@ -69,6 +69,15 @@ def test_gemm_config_rules():
         G.launch(a, a.T.contiguous(), config=G.GemmConfig(BN=128, num_warps=4, pingpong=True))
     with pytest.raises(ValueError, match="gluon-ws schedules"):
         G.launch(a, a.T.contiguous(), config=G.GemmConfig(BN=128, num_warps=4, split_k=2))
+    with pytest.raises(ValueError, match="gluon-ws schedules"):
+        G.codegen_spec(G.GemmConfig(BN=128, num_warps=4, pingpong=True))
+    with pytest.raises(ValueError, match=r"a.shape\[1\] \(K\) must be >= 1"):
+        G.check(torch.empty(4, 8, dtype=torch.bfloat16)[:, :0], torch.empty(0, 8, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="num_stages must be >= 2"):
+        G.GemmConfig(num_stages=1).validate()  # the consumer releases a slot only after the next MMA: deadlock
+    with pytest.raises(ValueError, match="leaves the consumer warps 120 registers"):
+        G.GemmConfig(BN=128, num_warps=4, pingpong=True, producer_regs=256).validate()
+    assert G.GemmConfig(BN=128, num_warps=4, pingpong=True, producer_regs=152).validate().consumer_regs() == 176
     with pytest.raises(ValueError, match="split_k must be in 1..16"):
         G.GemmConfig(split_k=0).validate()
     with pytest.raises(ValueError, match="pingpong must be False"):

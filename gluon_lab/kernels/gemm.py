@@ -145,6 +145,10 @@ def persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.const
 # fp32 accumulator registers per thread a consumer may hold (CUTLASS PR 3372's rule: 128x256 over one
 # warpgroup = 256 spills to 43-90 TFLOP/s; 128 = 128x128 per warpgroup or 128x256 over two fits)
 MAX_ACC_REGS = 128
+# registers a consumer needs beyond its accumulator (addresses, barrier phases, the epilogue's
+# conversion): ping-pong 128x128 spilled 3544 B at 120 registers (producer_regs = 256) and none at 176
+# (producer_regs = 152), CPU compiles of the sm_90 kernel
+REG_HEADROOM = 48
 MAX_SPLIT_K = 16  # K slices of split-K (the workspace holds split_k fp32 copies of C)
 
 
@@ -176,6 +180,16 @@ class GemmConfig:
         """Accumulator tiles in flight per CTA (one per consumer warpgroup in ping-pong)."""
         return 2 if self.pingpong else 1
 
+    def consumer_regs(self) -> int:
+        """The setmaxnreg budget a gluon-ws consumer thread gets: the launch budget of the whole CTA
+        (its warps rounded up to warpgroups, <= 255 each, multiple of 8) minus the producer warpgroup's
+        producer_regs, shared by the consumer warps (ping-pong: two warpgroups, each <= 232)."""
+        consumer_warps = self.num_warps * self.consumers()
+        total = 32 * 4 * -(-(consumer_warps + 1) // 4)
+        launch = min(255, 65536 // total) // 8 * 8
+        per = (launch * total - 128 * self.producer_regs) // (32 * consumer_warps) // 8 * 8
+        return min(per, 232 if self.pingpong else 256)
+
     def smem_bytes(self, dtype: str = "bfloat16") -> int:
         e = ITEMSIZE[dtype]
         ce = 4 if self.split_k > 1 else e  # split-K stages fp32 partials
@@ -197,6 +211,9 @@ class GemmConfig:
         if not 24 <= self.producer_regs <= 256 or self.producer_regs % 8:
             raise ValueError(f"GemmConfig.producer_regs must be a multiple of 8 in 24..256 (setmaxnreg); "
                              f"got {self.producer_regs}")
+        if self.num_stages < 2:
+            raise ValueError(f"GemmConfig.num_stages must be >= 2 (a slot is released only after the next step's MMA "
+                             f"is issued: one slot deadlocks); got {self.num_stages}")
         if not 1 <= self.split_k <= MAX_SPLIT_K:
             raise ValueError(f"GemmConfig.split_k must be in 1..{MAX_SPLIT_K}; got {self.split_k}")
         if self.split_k > 1 and self.pingpong:
@@ -208,6 +225,10 @@ class GemmConfig:
             raise ValueError(f"GemmConfig {self.BM}x{self.BN} over {self.num_warps} warps holds "
                              f"{self.BM * self.BN // (32 * self.num_warps)} fp32 accumulator registers per thread "
                              f"> {MAX_ACC_REGS} (it spills): use a smaller tile or more warps")
+        if self.consumer_regs() < MAX_ACC_REGS + REG_HEADROOM:
+            raise ValueError(f"GemmConfig.producer_regs={self.producer_regs} leaves the consumer warps "
+                             f"{self.consumer_regs()} registers < {MAX_ACC_REGS + REG_HEADROOM} (accumulator + headroom): "
+                             "they spill; lower producer_regs")
         if self.smem_bytes(dtype) > SMEM_LIMIT:
             raise ValueError(f"GemmConfig {self} needs {self.smem_bytes(dtype)} B of shared memory > {SMEM_LIMIT}")
         return self
@@ -250,6 +271,8 @@ def check(a, b) -> None:
         raise TypeError(f"b.dtype must equal a.dtype ({a.dtype}); got {b.dtype}")
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"a.shape[1] (K = {a.shape[1]}) must equal b.shape[0] ({b.shape[0]})")
+    if a.shape[1] == 0:
+        raise ValueError("a.shape[1] (K) must be >= 1 for the Gluon GEMMs (K = 0 is an empty sum: use torch.matmul)")
     if a.device != b.device:
         raise ValueError(f"a and b must be on the same device; got {a.device} and {b.device}")
 
@@ -272,10 +295,14 @@ def prepare(a, b, out=None, config: GemmConfig | None = None):
     return c, descs, M, N, K, cfg, (max(1, min(n_tiles, num_sms(a.device))), )
 
 
-def launch(a, b, out=None, config: GemmConfig | None = None):
-    if config is not None and (config.pingpong or config.split_k > 1):
+def _pipelined_only(cfg: GemmConfig | None) -> None:
+    if cfg is not None and (cfg.pingpong or cfg.split_k > 1):
         raise ValueError("GemmConfig(pingpong=True) and GemmConfig(split_k > 1) are gluon-ws schedules; "
                          "gluon-pipelined runs neither (use variant='gluon-ws')")
+
+
+def launch(a, b, out=None, config: GemmConfig | None = None):
+    _pipelined_only(config)
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
     persistent_gemm_kernel[grid](*descs, M, N, K, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
                                  num_warps=cfg.num_warps)
@@ -295,6 +322,7 @@ def codegen_args(cfg: GemmConfig, dtype: str, shape: dict | None = None) -> tupl
 def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: dict | None = None):
     """compile_sm90 arguments reproducing what launch() JITs (shape: {"M", "N", "K"}, optional)."""
     cfg = (cfg or GemmConfig()).validate(dtype)
+    _pipelined_only(cfg)
     args, ce = codegen_args(cfg, dtype, shape)
     return kernel_spec(persistent_gemm_kernel, args, ce, num_warps=cfg.num_warps)
 

@@ -228,7 +228,7 @@ def ws_pingpong_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, t_ptr, NUM_STAGES: 
     gl.static_assert(num_warps == 4, "ping-pong: one warpgroup per consumer")
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BK, BN], b_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, [2, BM, BN], c_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [2, BM, BN], c_desc.layout)
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     order_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -273,7 +273,8 @@ def splitk_reduce_kernel(w_ptr, c_ptr, M, N, M_PAD, c_stride, SPLIT_K: gl.conste
                          BC: gl.constexpr, num_warps: gl.constexpr):
     """C[m, n] = sum over the SPLIT_K slices of the fp32 workspace [SPLIT_K * M_PAD, N], in slice order
     (deterministic), cast to C's dtype. One [BR, BC] block of C per program; 16-byte loads along n
-    when N is a multiple of 4 (the runtime marks N's divisibility; M and M_PAD are not specialized)."""
+    when N is a multiple of 16 (the runtime marks only 16-divisibility: at N = 4104 they are 32-bit;
+    M and M_PAD are not specialized)."""
     L: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1], [1, 0])
     m = gl.program_id(0) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))
     n = gl.program_id(1) * BC + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
