@@ -854,13 +854,15 @@ EXPERIMENTS["03-multibuffer-pipelining"] = run_pipelined
 # (M, N, K): square; LLM projections, M in {128, 1024, 4096, 16384} x Llama-3-8B's (N, K) of q/k/v
 # fused (6144, 4096), o (4096, 4096), gate+up fused (28672, 4096), down (4096, 14336); ragged (no
 # dimension a multiple of 128; N and K multiples of 8, TMA's 16-byte rows); long K; the skinny
-# decode-like and long-N shapes the GEMM issue measured (M = 128, N = K = 8192; 2048 x 28672 x 8192)
+# decode-like and long-N shapes the GEMM issue measured (M = 128, N = K = 8192; 2048 x 28672 x 8192), and
+# decode batches M = 16 / 32 / 64 on Llama projections (where swap-AB applies)
 GEMM_SHAPE_SWEEP = (
     (2048, 2048, 2048), (6144, 6144, 6144), (8192, 8192, 8192),  # 4096^3 is the o projection at M = 4096
     *((M, N, K) for M in (128, 1024, 4096, 16384) for (N, K) in ((6144, 4096), (4096, 4096), (28672, 4096),
                                                                  (4096, 14336))),
     (1000, 3000, 2000), (2500, 1736, 4104), (777, 5000, 1000), (3000, 1000, 2000),
-    (1024, 1024, 32768), (128, 8192, 8192), (2048, 28672, 8192))
+    (1024, 1024, 32768), (128, 8192, 8192), (2048, 28672, 8192),
+    (16, 6144, 4096), (64, 28672, 4096), (32, 4096, 14336))  # decode-like M (swap-AB's shapes)
 
 @dataclass(frozen=True)
 class WarpSpecializedPlan:
@@ -904,6 +906,8 @@ class WarpSpecializedPlan:
     # split-K (gluon-ws cooperative, 128x128x64 4 warps 4 stages) on the shapes whose 128x128 tiles
     # are fewer than the SMs: the K slices per tile tried
     shape_split_k: tuple = (2, 4, 8)
+    # swap-AB (gluon-ws cooperative, C^T = B^T A^T) on the decode-like shapes (M <= 64): (BM, BN, stages)
+    shape_swap_configs: tuple = ((16, 128, 6), (32, 128, 6), (64, 128, 5))
 
     @classmethod
     def quick(cls):
@@ -948,6 +952,12 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                     continue
                 cases.append({"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
                               "config": {**knobs, "study": "gemm-shapes"}})
+            if M <= 64:
+                for (bm, bn, st) in plan.shape_swap_configs:
+                    knobs = {"BM": bm, "BN": bn, "BK": 64, "num_warps": 4, "num_stages": st, "swap_ab": True}
+                    if resolves("matmul", "gluon-ws", shape, plan.gemm_dtype, knobs):
+                        cases.append({"op": "matmul", "variant": "gluon-ws", "shape": shape, "dtype": plan.gemm_dtype,
+                                      "config": {**knobs, "study": "gemm-shapes"}})
             if -(-M // 128) * -(-N // 128) < H200_SMS:
                 for sk in plan.shape_split_k:
                     knobs = {"BM": 128, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4, "split_k": sk}

@@ -350,10 +350,11 @@ print("\n".join(ana.consumer_schedule()))
 # ### The shape sweep: every schedule × tile beside cuBLAS
 #
 # The 'gemm-shapes' study times cuBLAS (`torch.matmul`), gluon-pipelined and gluon-ws at their heuristics,
-# twelve explicit schedule × tile configs and split-K 2 / 4 / 8 where 128 × 128 tiles are fewer than the
-# SMs, on 26 shapes in one run: square, the Llama-3-8B projections
-# (q/k/v fused, o, gate+up fused, down) at M = 128 … 16384, ragged shapes (no dimension a multiple of
-# 128), long K and the long-N / skinny shapes. `best / cuBLAS` ≥ 1: the best Gluon config leads;
+# twelve explicit schedule × tile configs, split-K 2 / 4 / 8 where 128 × 128 tiles are fewer than the
+# SMs and swap-AB (`GemmConfig(swap_ab=True)`: the MMA computes Cᵀ = Bᵀ Aᵀ, so N fills the wgmma's
+# 64-row side and a 16- or 32-row M tile is its N) at M ≤ 64, on 29 shapes in one run: square, the
+# Llama-3-8B projections (q/k/v fused, o, gate+up fused, down) at M = 128 … 16384, ragged shapes (no
+# dimension a multiple of 128), long K, the long-N / skinny shapes and three decode batches (M = 16 … 64). `best / cuBLAS` ≥ 1: the best Gluon config leads;
 # `ping-pong / cooperative` > 1: the best ping-pong gluon-ws config beats the best cooperative one. The
 # SM clock (NVML, read right after each timing) is printed with cuBLAS's TFLOP/s: absolute numbers depend
 # on it, the ratios come from one run.

@@ -56,6 +56,17 @@ def test_split_k_census(split):
     assert set(r["ld_global_by_bits"]) == {128} and r["spill_bytes"] == 0
 
 
+@pytest.mark.parametrize("BM,BN", [(16, 128), (32, 64), (64, 128)])
+def test_swap_ab_census(BM, BN):
+    """swap_ab: the wgmma is m64 x n{BM} on C's transpose (BN on the M side), no spills, one TMA store."""
+    import re
+    cfg = G.GemmConfig(BM=BM, BN=BN, num_warps=4, num_stages=6, swap_ab=True)
+    k = codegen.compile_sm90(**W.codegen_spec(cfg, shape={"M": 16, "N": 4096, "K": 4096}))
+    c = codegen.census(k)
+    assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", k.asm["ptx"])) == {f"m64n{BM}k16"}
+    assert c["spill_bytes"] == 0 and c["tma_store"] == 1 and c["smem_bytes"] <= cfg.smem_bytes()
+
+
 def test_gemm_config_rules():
     with pytest.raises(ValueError, match="num_warps must be 4"):
         G.GemmConfig(pingpong=True).validate()  # 8 warps: the cooperative split
@@ -78,6 +89,12 @@ def test_gemm_config_rules():
     with pytest.raises(ValueError, match="leaves the consumer warps 120 registers"):
         G.GemmConfig(BN=128, num_warps=4, pingpong=True, producer_regs=256).validate()
     assert G.GemmConfig(BN=128, num_warps=4, pingpong=True, producer_regs=152).validate().consumer_regs() == 176
+    with pytest.raises(ValueError, match="BN must be >= 16 x num_warps"):
+        G.GemmConfig(BM=16, BN=32, num_warps=4, swap_ab=True).validate()  # swap_ab: BN is the wgmma M side
+    with pytest.raises(ValueError, match="BM must be >= 16 x num_warps"):
+        G.GemmConfig(BM=16, BN=128, num_warps=4).validate()  # without swap_ab BM = 16 cannot feed a warpgroup
+    with pytest.raises(ValueError, match="swap_ab=True\) runs on the cooperative"):
+        G.GemmConfig(BM=16, BN=128, num_warps=4, swap_ab=True, pingpong=True).validate()
     with pytest.raises(ValueError, match="split_k must be in 1..16"):
         G.GemmConfig(split_k=0).validate()
     with pytest.raises(ValueError, match="pingpong must be False"):

@@ -158,8 +158,8 @@ def gemm_config_label(cfg: dict) -> str:
     if not any(k in cfg for k in ("BM", "BN", "BK")):
         return "heuristic"
     lab = f"{cfg.get('BM')}x{cfg.get('BN')}x{cfg.get('BK')} {cfg.get('num_warps')}w s{cfg.get('num_stages')}"
-    return lab + (" ping-pong" if cfg.get("pingpong") else "") + (f" split-K {cfg['split_k']}"
-                                                                   if cfg.get("split_k", 1) > 1 else "")
+    return (lab + (" ping-pong" if cfg.get("pingpong") else "") + (" swap-AB" if cfg.get("swap_ab") else "")
+            + (f" split-K {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""))
 
 
 def shape_sweep_table(st):

@@ -175,6 +175,9 @@ class GemmConfig:
     # partials in a workspace, summed and cast by a second kernel); for outputs with fewer tiles than
     # SMs and a long K
     split_k: int = 1
+    # gluon-ws cooperative only: compute C^T = B^T A^T so BN fills the wgmma M side and BM may be 16 / 32
+    # (decode-like M <= 64 without padding M to a 64-row tile); BM, BN still tile C's M and N
+    swap_ab: bool = False
 
     def consumers(self) -> int:
         """Accumulator tiles in flight per CTA (one per consumer warpgroup in ping-pong)."""
@@ -201,13 +204,17 @@ class GemmConfig:
             v = getattr(self, name)
             if v & (v - 1) or v < 16:
                 raise ValueError(f"GemmConfig.{name} must be a power of two >= 16; got {v}")
-        if self.BM < 16 * self.num_warps:
-            raise ValueError(f"GemmConfig.BM must be >= 16 x num_warps (wgmma rows per warp); got BM={self.BM}, "
-                             f"num_warps={self.num_warps}")
+        mma_m, mma_n = ("BN", "BM") if self.swap_ab else ("BM", "BN")  # swap_ab: C^T's tile feeds the wgmma
+        if getattr(self, mma_m) < 16 * self.num_warps:
+            raise ValueError(f"GemmConfig.{mma_m} must be >= 16 x num_warps (wgmma rows per warp"
+                             f"{'; swap_ab puts BN on the wgmma M side' if self.swap_ab else ''}); got "
+                             f"{mma_m}={getattr(self, mma_m)}, num_warps={self.num_warps}")
         if self.num_warps % 4:
             raise ValueError(f"GemmConfig.num_warps must be a multiple of 4 (whole warpgroups); got {self.num_warps}")
-        if self.BN > 256:
-            raise ValueError(f"GemmConfig.BN must be <= 256 (wgmma N); got {self.BN}")
+        if getattr(self, mma_n) > 256:
+            raise ValueError(f"GemmConfig.{mma_n} must be <= 256 (wgmma N); got {getattr(self, mma_n)}")
+        if self.swap_ab and self.pingpong:
+            raise ValueError("GemmConfig(swap_ab=True) runs on the cooperative consumer: pingpong must be False")
         if not 24 <= self.producer_regs <= 256 or self.producer_regs % 8:
             raise ValueError(f"GemmConfig.producer_regs must be a multiple of 8 in 24..256 (setmaxnreg); "
                              f"got {self.producer_regs}")
@@ -296,9 +303,9 @@ def prepare(a, b, out=None, config: GemmConfig | None = None):
 
 
 def _pipelined_only(cfg: GemmConfig | None) -> None:
-    if cfg is not None and (cfg.pingpong or cfg.split_k > 1):
-        raise ValueError("GemmConfig(pingpong=True) and GemmConfig(split_k > 1) are gluon-ws schedules; "
-                         "gluon-pipelined runs neither (use variant='gluon-ws')")
+    if cfg is not None and (cfg.pingpong or cfg.split_k > 1 or cfg.swap_ab):
+        raise ValueError("GemmConfig(pingpong=True), GemmConfig(split_k > 1) and GemmConfig(swap_ab=True) are gluon-ws "
+                         "schedules; gluon-pipelined runs none of them (use variant='gluon-ws')")
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None):

@@ -95,26 +95,36 @@ def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
 @gluon.jit
 def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, t_ptr,
                  NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr,
-                 num_warps: gl.constexpr):
+                 SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
     """SPLIT_K > 1: c_desc is the fp32 workspace [SPLIT_K * M_PAD, N]; slice s of tile (m, n) is stored
-    at rows s * M_PAD + m * BM (M_PAD = M rounded up to BM, so an edge tile's clipped rows stay in its slice)."""
+    at rows s * M_PAD + m * BM (M_PAD = M rounded up to BM, so an edge tile's clipped rows stay in its slice).
+    SWAP_AB: the MMA computes the tile's transpose, C^T = B^T A^T (B's [BK, BN] box and A's [BM, BK] box
+    read transposed from the same ring), so BN fills the wgmma M side (64 rows per warpgroup) and a small
+    BM (16, 32) is the wgmma N: decode-like M <= 64 does not pad to a 64-row tile. The epilogue
+    transposes the accumulator back before its TMA store."""
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1]
     BK: gl.constexpr = a_bufs.shape[2]
+    ACC_M: gl.constexpr = BN if SWAP_AB else BM
+    ACC_N: gl.constexpr = BM if SWAP_AB else BN
     start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, BM, BN, BK, SPLIT_K)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, BN, 16])
+                                                         instr_shape=[16, ACC_N, 16])
     g = 0
     for i in range(my_units):
         pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, GROUP_M, SPLIT_K)
         row0 = sl * M_PAD + pid_m * BM
         if INSTRUMENT:
             t0 = globaltimer()
-        acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+        acc = gl.zeros([ACC_M, ACC_N], gl.float32, acc_layout)
         for kk in range(k0, k1):
             slot = g % NUM_STAGES
             mbarrier.wait(full_bars.index(slot), (g // NUM_STAGES) & 1)
-            acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
+            if SWAP_AB:
+                acc = warpgroup_mma(b_bufs.index(slot).permute((1, 0)), a_bufs.index(slot).permute((1, 0)), acc,
+                                    is_async=True)
+            else:
+                acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
             if kk > k0:  # the MMA of step g-1 has retired: its slot goes back to the producer
                 mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
@@ -124,7 +134,10 @@ def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K,
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
         tma.store_wait(0)  # the previous tile's store has finished reading c_smem
-        c_smem.store(acc.to(c_desc.dtype))
+        if SWAP_AB:
+            c_smem.store(gl.permute(acc, (1, 0)).to(c_desc.dtype))
+        else:
+            c_smem.store(acc.to(c_desc.dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(c_desc, [row0, pid_n * BN], c_smem)
         if INSTRUMENT:
@@ -134,7 +147,7 @@ def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K,
 
 @gluon.jit
 def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr,
+                   PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr,
                    num_warps: gl.constexpr):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
@@ -151,7 +164,7 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, t_ptr, NUM_STAGES: gl
         mbarrier.init(full_bars.index(i), count=1)
     gl.warp_specialize([
         (_ws_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, t_ptr, NUM_STAGES,
-                        GROUP_M, SPLIT_K, INSTRUMENT, num_warps)),
+                        GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps)),
         (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
                         SPLIT_K)),
     ], [1], [PRODUCER_REGS])
@@ -265,7 +278,7 @@ def _kernel_args(cfg: GemmConfig):
     if cfg.pingpong:
         return ws_pingpong_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs,
                                          "CONSUMER_REGS": _pingpong_regs(cfg.producer_regs)}
-    return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k}
+    return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k, "SWAP_AB": cfg.swap_ab}
 
 
 @gluon.jit(do_not_specialize=["M", "M_PAD"])
