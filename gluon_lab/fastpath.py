@@ -14,12 +14,15 @@ plus the scalars' values — and kept as a plan:
   packed metadata, with every argument either a constant, an operand's pointer (inputs then
   outputs, plus a byte offset) or a TMA descriptor over an operand (shape, strides, block and
   swizzle fixed; the CUtensorMap is encoded by Triton's own `make_tensordesc_arg` once per base
-  pointer and reused while the pointer repeats). A replay allocates the outputs
+  pointer and reused while the pointer repeats). A tensor the call allocated and passed to a
+  kernel without returning it (a workspace: split-K's fp32 partials) is a *scratch* operand, allocated
+  again at each replay like an output. A replay allocates the outputs and scratch
   (`torch.empty_strided`), reads the operands' pointers and launches: that is all that changes
   with the data.
 * ``direct``: a variant whose call runs torch ops (eager torch, torch.compile'd baselines — these
   are not recorded at all — and peer libraries that allocate workspaces) or whose launches the
-  recorder cannot replay (a callable grid, a tensor argument that is no operand, aliasing): the
+  recorder cannot replay (a callable grid, a tensor argument that is neither an operand nor allocated by
+  the call, aliasing): the
   plan calls the variant's function with the validated scalars, skipping only the checks the
   signature already passed.
 
@@ -194,6 +197,9 @@ _ALLOWED_OPS = frozenset({
     "is_contiguous", "sym_storage_offset"})  # allocate or view: no data is read or written
 
 
+_ALLOCATING_OPS = frozenset({"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided"})
+
+
 class _Launch:
     __slots__ = ("jit", "compiled", "grid", "args", "kwargs")
 
@@ -208,6 +214,7 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         super().__init__()
         self.launches: list = []
         self.impure: list = []  # torch ops that read or write data
+        self.allocated: list = []  # tensors the call allocated (candidates for scratch operands)
 
     def __enter__(self):
         _install_launch_hook()
@@ -222,7 +229,10 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
         if name not in _ALLOWED_OPS:
             self.impure.append(name)
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if name in _ALLOCATING_OPS and isinstance(out, torch.Tensor):
+            self.allocated.append(out)
+        return out
 
 
 _hook_lock = threading.Lock()
@@ -349,9 +359,14 @@ def _build_launches(rec, inputs, outs, is_tuple):
             raise _Unplannable("an output overlaps an input")
         allocs.append(_Alloc(o, inputs))
         fresh.append(o)
-    operands = _Operands(list(inputs) + fresh)
+    # scratch: what the call allocated besides its outputs (a workspace its kernels read and write); a
+    # replay allocates it again, so the plan holds none of this call's memory
+    out_storage = {o.untyped_storage().data_ptr() for o in fresh}
+    scratch = [t for t in rec.allocated if t._base is None and t.numel()
+               and t.untyped_storage().data_ptr() not in out_storage]
+    operands = _Operands(list(inputs) + fresh + scratch)
     steps = tuple(_Step(launch, operands) for launch in rec.launches)
-    return _Launches(steps, tuple(allocs), is_tuple)
+    return _Launches(steps, tuple(allocs), is_tuple, tuple(_Alloc(t, inputs) for t in scratch))
 
 
 class _Same:
@@ -368,18 +383,22 @@ class _Same:
 class _Launches:
     kind = "launches"
 
-    def __init__(self, steps, allocs, is_tuple):
-        self.steps, self.allocs, self.is_tuple = steps, allocs, is_tuple
+    def __init__(self, steps, allocs, is_tuple, scratch=()):
+        self.steps, self.allocs, self.is_tuple, self.scratch = steps, allocs, is_tuple, scratch
 
     def run(self, inputs, ptrs):
         outs = [a.new(inputs) for a in self.allocs]
         ptrs = ptrs + [o.data_ptr() for a, o in zip(self.allocs, outs) if a.__class__ is _Alloc]
+        if self.scratch:
+            work = [a.new(inputs) for a in self.scratch]  # alive until the launches are queued (stream order)
+            ptrs = ptrs + [w.data_ptr() for w in work]
         for s in self.steps:
             s.run(ptrs)
         return tuple(outs) if self.is_tuple else outs[0]
 
     def __repr__(self):
-        return f"<launches plan: {len(self.steps)} launch(es) {[s.name for s in self.steps]}, {len(self.allocs)} output(s)>"
+        return (f"<launches plan: {len(self.steps)} launch(es) {[s.name for s in self.steps]}, {len(self.allocs)} "
+                f"output(s), {len(self.scratch)} scratch>")
 
 
 def _raw_launcher(launcher):

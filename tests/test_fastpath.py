@@ -171,3 +171,21 @@ def test_a_new_selection_table_drops_the_plans(tmp_path):
     assert fastpath.stats()["plans"] == 1
     selection.write(selection.load_table(), tmp_path / "selection.json")
     assert fastpath.stats()["plans"] == 0
+
+
+def test_a_workspace_the_call_allocates_becomes_scratch():
+    """A tensor the call allocates and does not return (a kernel workspace) is a scratch operand: the plan
+    keeps its geometry only and allocates it again at every replay, after the outputs."""
+    x = torch.randn(4, 8)
+    rec = fastpath._Recorder()
+    with rec:
+        out = torch.empty_like(x)
+        work = torch.empty(3, 16)
+        work.view(48)
+    assert [t.shape for t in rec.allocated] == [x.shape, work.shape]
+    plan = fastpath._build_launches(rec, (x, ), (out, ), False)
+    assert len(plan.scratch) == 1 and plan.scratch[0].shape == (3, 16) and "1 scratch" in repr(plan)
+    w1, w2 = plan.scratch[0].new((x, )), plan.scratch[0].new((x, ))
+    assert w1.shape == (3, 16) and w1.stride() == (16, 1) and w1.data_ptr() != w2.data_ptr()
+    y = plan.run((x, ), fastpath._ptrs((x, )))  # no launches recorded: allocations only
+    assert y.shape == x.shape and y is not out

@@ -161,3 +161,23 @@ def test_a_plan_keeps_no_tensor_of_the_recorded_call_alive():
     del x, y
     gc.collect()
     assert all(r() is None for r in refs), "the plan holds the first call's tensors"
+
+
+def test_split_k_workspace_replays_as_scratch():
+    """gluon-ws split-K allocates an fp32 workspace per call and launches two kernels: recorded, it is a
+    launches plan with one scratch operand, and its replay equals the full path on new inputs."""
+    from gluon_lab.kernels import gemm as G
+    from gluon_lab.kernels import warp_specialized as W
+    cfg = G.GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=4)
+    a, b = bench.make_inputs("matmul", {"M": 100, "N": 1000, "K": 2056}, "bfloat16", seed=21)
+    rec = fastpath._Recorder()
+    with rec:
+        c = W.launch(a, b, config=cfg)
+    assert not rec.impure and len(rec.launches) == 2
+    plan = fastpath._build_launches(rec, (a, b), (c, ), False)
+    assert len(plan.scratch) == 1
+    a2, b2 = bench.make_inputs("matmul", {"M": 100, "N": 1000, "K": 2056}, "bfloat16", seed=22)
+    got = plan.run((a2, b2), fastpath._ptrs((a2, b2)))
+    torch.testing.assert_close(got, W.launch(a2, b2, config=cfg), rtol=0, atol=0)
+    res = bench.compare(got, bench.reference_outputs("matmul", (a2, b2)), "bfloat16")
+    assert res["passed"], res
