@@ -26,6 +26,10 @@ CASES = {
     "ws-gemm-pingpong": ("matmul", "gluon-ws", {"M": 300, "N": 520, "K": 520},
                          {"BN": 128, "num_warps": 4, "num_stages": 4, "pingpong": True}),
     "ws-gemm-splitk": ("matmul", "gluon-ws", {"M": 300, "N": 264, "K": 1032}, {"BN": 128, "num_warps": 4, "split_k": 3}),
+    "ws-gemm-lastwave": ("matmul", "gluon-ws", {"M": 1000, "N": 3000, "K": 1032},
+                         {"BN": 128, "num_warps": 4, "num_stages": 4, "split_k": 2, "split_last_wave": True}),
+    "ws-gemm-swapab": ("matmul", "gluon-ws", {"M": 33, "N": 1000, "K": 520},
+                       {"BM": 16, "BN": 128, "num_warps": 4, "num_stages": 6, "swap_ab": True}),
     "ws-norm": ("rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "ws-add-rms-norm": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "pipelined-norm-dyn": ("rms_norm", "gluon-pipelined", {"M": 37, "N": 1000}, {"num_stages": 3, "schedule": "dynamic"}),
@@ -77,8 +81,9 @@ def run_one(name: str) -> int:
         kern = ws_gemm_without_invalidate()
         c, descs, M, N, K, cfg, grid = prepare(*inputs)
         c.fill_(float("nan"))
-        kern[grid](*descs, M, N, K, M, None, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
-                   PRODUCER_REGS=cfg.producer_regs, SPLIT_K=1, INSTRUMENT=False, num_warps=cfg.num_warps)
+        kern[grid](*descs, None, M, N, K, M, 0, None, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+                   PRODUCER_REGS=cfg.producer_regs, SPLIT_K=1, INSTRUMENT=False, SWAP_AB=False,
+                   num_warps=cfg.num_warps)
         torch.cuda.synchronize()
         res = bench.compare(c, bench.reference_outputs(op, inputs), "bfloat16")
         print("CHECK", json.dumps({"passed": bool(res["passed"]), "max_abs_err": res.get("max_abs_err")}))

@@ -856,6 +856,7 @@ EXPERIMENTS["03-multibuffer-pipelining"] = run_pipelined
 # dimension a multiple of 128; N and K multiples of 8, TMA's 16-byte rows); long K; the skinny
 # decode-like and long-N shapes the GEMM issue measured (M = 128, N = K = 8192; 2048 x 28672 x 8192), and
 # decode batches M = 16 / 32 / 64 on Llama projections (where swap-AB applies)
+LAST_WAVE_FILL = 0.75  # 'gemm-shapes' tries last-wave split-K where the last wave of 128x128 tiles is under 3/4 full
 GEMM_SHAPE_SWEEP = (
     (2048, 2048, 2048), (6144, 6144, 6144), (8192, 8192, 8192),  # 4096^3 is the o projection at M = 4096
     *((M, N, K) for M in (128, 1024, 4096, 16384) for (N, K) in ((6144, 4096), (4096, 4096), (28672, 4096),
@@ -906,6 +907,9 @@ class WarpSpecializedPlan:
     # split-K (gluon-ws cooperative, 128x128x64 4 warps 4 stages) on the shapes whose 128x128 tiles
     # are fewer than the SMs: the K slices per tile tried
     shape_split_k: tuple = (2, 4, 8)
+    # split the last wave only (data-parallel whole waves + split-K on the remainder) where 128x128 tiles
+    # fill >= 1 wave but leave the last one under LAST_WAVE_FILL full: the K slices per tile tried
+    shape_last_wave_split: tuple = (2, 4)
     # swap-AB (gluon-ws cooperative, C^T = B^T A^T) on the decode-like shapes (M <= 64): (BM, BN, stages)
     shape_swap_configs: tuple = ((16, 128, 6), (32, 128, 6), (64, 128, 5))
 
@@ -958,7 +962,15 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                     if resolves("matmul", "gluon-ws", shape, plan.gemm_dtype, knobs):
                         cases.append({"op": "matmul", "variant": "gluon-ws", "shape": shape, "dtype": plan.gemm_dtype,
                                       "config": {**knobs, "study": "gemm-shapes"}})
-            if -(-M // 128) * -(-N // 128) < H200_SMS:
+            tiles = -(-M // 128) * -(-N // 128)
+            if tiles >= H200_SMS and tiles % H200_SMS and tiles % H200_SMS < LAST_WAVE_FILL * H200_SMS:
+                for sk in plan.shape_last_wave_split:
+                    knobs = {"BM": 128, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4, "split_k": sk,
+                             "split_last_wave": True}
+                    if sk <= -(-K // 64) and resolves("matmul", "gluon-ws", shape, plan.gemm_dtype, knobs):
+                        cases.append({"op": "matmul", "variant": "gluon-ws", "shape": shape, "dtype": plan.gemm_dtype,
+                                      "config": {**knobs, "study": "gemm-shapes"}})
+            if tiles < H200_SMS:
                 for sk in plan.shape_split_k:
                     knobs = {"BM": 128, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4, "split_k": sk}
                     if sk <= -(-K // 64) and resolves("matmul", "gluon-ws", shape, plan.gemm_dtype, knobs):

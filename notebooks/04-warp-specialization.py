@@ -397,7 +397,9 @@ else:
 # costs a whole tile). At M = 128 a 128 × 256 tile leaves 80–90% of the GPU idle; 64 × 64 or 64 × 128
 # tiles fill it, and so does split-K (`GemmConfig(split_k=s)`: s K-slices per tile as separate work units,
 # fp32 partials summed in slice order by a second kernel), which the sweep tries wherever 128 × 128 tiles
-# are fewer than the SMs. The shape sweep above measures whether the smaller tiles' lower arithmetic intensity
+# are fewer than the SMs. Where they fill whole waves but leave the last one under ¾ full, the sweep
+# tries splitting only that last wave (`split_last_wave=True`: the whole waves stay data-parallel, the
+# remaining tiles' K-slices fill the SMs; CUTLASS's data-parallel + split-K hybrid). The shape sweep above measures whether the smaller tiles' lower arithmetic intensity
 # costs more than the idle SMs.
 
 # %%

@@ -62,6 +62,10 @@ PINGPONG_SHAPES = [(1, 8, 8), (17, 1000, 3000), (1000, 1000, 3000), (3000, 3000,
 # ragged M / N, a skinny long-K shape; a K too short for the split is refused
 SPLITK = [dict(BN=128, num_stages=4, num_warps=4, split_k=s) for s in (2, 4, 8)]
 SPLITK_SHAPES = [(17, 1000, 520), (300, 264, 1032), (128, 4096, 14336), (1000, 3000, 2000), (1, 8, 512)]
+# the last wave only: 192 tiles of 128 x 128 (132 whole, 60 split), 133 (one split tile), fewer tiles than
+# SMs (every tile split, as plain split-K)
+LAST_WAVE = [dict(BN=128, num_stages=4, num_warps=4, split_k=s, split_last_wave=True) for s in (2, 4)]
+LAST_WAVE_SHAPES = [(1000, 3000, 2000), (128, 128 * 133, 520), (2000, 1000, 1032), (300, 264, 1032)]
 
 
 # swap-AB (decode-like M): M below, at and past the small tile (1, 7, 16, 33, 64, 100), ragged N / K, with
@@ -72,7 +76,8 @@ SWAP = [dict(BM=16, BN=128, num_stages=6, num_warps=4, swap_ab=True), dict(BM=32
         dict(BM=16, BN=128, num_stages=6, num_warps=4, swap_ab=True, split_k=4)]
 SWAP_SHAPES = [(1, 8, 8), (7, 1000, 520), (16, 4096, 4096), (33, 3000, 2000), (64, 14336, 4096), (100, 264, 1032)]
 SCHEDULES = ([(c, s) for c in PINGPONG for s in PINGPONG_SHAPES] + [(c, s) for c in SPLITK for s in SPLITK_SHAPES]
-             + [(c, s) for c in SWAP for s in SWAP_SHAPES if c.get("split_k", 1) <= -(-s[2] // 64)])
+             + [(c, s) for c in SWAP for s in SWAP_SHAPES if c.get("split_k", 1) <= -(-s[2] // 64)]
+             + [(c, s) for c in LAST_WAVE for s in LAST_WAVE_SHAPES])
 
 
 @pytest.mark.parametrize("cfg,shape", SCHEDULES, ids=str)

@@ -42,17 +42,19 @@ def test_pingpong_census(cfg):
 
 @pytest.mark.parametrize("split", [2, 3, 8])
 def test_split_k_census(split):
-    """Split-K on the cooperative kernel: the same two partitions, the epilogue stages fp32 partials
-    (one TMA store into the workspace), no spills; the reduce kernel moves 16-byte fp32 vectors."""
+    """Split-K on the cooperative kernel: the same two partitions; the epilogue stores a whole tile to C
+    or a K-slice's fp32 partials to the workspace (two TMA stores, two staging buffers), no spills; the
+    reduce kernel moves 16-byte fp32 vectors."""
     cfg = G.GemmConfig(BN=128, num_stages=4, num_warps=4, split_k=split)
     c = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg, shape={"M": 128, "N": 4096, "K": 14336})))
-    assert c["tma_store"] == 1 and c["spill_bytes"] == 0 and c["mbarrier_init"] == 2 * cfg.num_stages
+    assert c["tma_store"] == 2 and c["spill_bytes"] == 0 and c["mbarrier_init"] == 2 * cfg.num_stages
     assert c["smem_bytes"] <= cfg.smem_bytes() and cfg.smem_bytes() > G.GemmConfig(BN=128, num_stages=4,
                                                                                     num_warps=4).smem_bytes()
     from gluon_lab.kernels.hopper import kernel_spec
     r = codegen.census(codegen.compile_sm90(**kernel_spec(
         W.splitk_reduce_kernel, {"w_ptr": "*fp32", "c_ptr": "*bf16", "M": "i32", "N": 4096, "M_PAD": "i32",
-                                 "c_stride": 4096}, {"SPLIT_K": split, **W.SPLITK_REDUCE}, num_warps=8)))
+                                 "c_stride": 4096, "FULL_TILES": "i32"},
+        {"TM": 128, "TN": 128, "GROUP_M": 8, "SPLIT_K": split, **W.SPLITK_REDUCE}, num_warps=8)))
     assert set(r["ld_global_by_bits"]) == {128} and r["spill_bytes"] == 0
 
 
@@ -273,3 +275,29 @@ def test_instrumented_gemm_builds_store_their_stamps():
         assert c["spill_bytes"] == 0 and c["st_global"] >= 4 * cfg.consumers()  # 4 stamps per consumer
         plain = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg)))
         assert plain["st_global"] == 0  # the timed build stores nothing but its TMA epilogue
+
+
+@pytest.mark.parametrize("M,N,split,last", [(1000, 3000, 2, True), (1000, 3000, 3, False), (128, 128 * 133, 4, True),
+                                            (300, 264, 2, True), (16384, 4096, 2, True)])
+def test_split_k_units_cover_every_k_step_once(M, N, split, last):
+    """splitk_plan + the unit mapping of _unit (mirrored here in Python): whole tiles first, then each
+    remaining tile's SPLIT_K balanced, non-empty K-slices; every (tile, k-step) exactly once."""
+    cfg = G.GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=split, split_last_wave=last)
+    sms, k_tiles = 132, 9
+    full, units = W.splitk_plan(cfg, M, N, sms)
+    tiles = -(-M // 128) * -(-N // 128)
+    assert full == (tiles // sms * sms if last else 0) and units == full + (tiles - full) * split
+    seen = {}
+    for u in range(units):
+        if u < full:
+            tile, ks = u, range(k_tiles)
+        else:
+            v = u - full
+            sl = v % split + 1
+            tile, ks = full + v // split, range((sl - 1) * k_tiles // split, sl * k_tiles // split)
+        assert len(ks) > 0
+        for k in ks:
+            seen[(tile, k)] = seen.get((tile, k), 0) + 1
+    assert seen == {(t, k): 1 for t in range(tiles) for k in range(k_tiles)}
+    with pytest.raises(ValueError, match="split_last_wave=True\\) needs split_k > 1"):
+        G.GemmConfig(split_last_wave=True).validate()

@@ -159,7 +159,8 @@ def gemm_config_label(cfg: dict) -> str:
         return "heuristic"
     lab = f"{cfg.get('BM')}x{cfg.get('BN')}x{cfg.get('BK')} {cfg.get('num_warps')}w s{cfg.get('num_stages')}"
     return (lab + (" ping-pong" if cfg.get("pingpong") else "") + (" swap-AB" if cfg.get("swap_ab") else "")
-            + (f" split-K {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else ""))
+            + (f" split-K {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else "")
+            + (" (last wave)" if cfg.get("split_last_wave") else ""))
 
 
 def shape_sweep_table(st):

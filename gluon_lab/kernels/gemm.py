@@ -175,6 +175,9 @@ class GemmConfig:
     # partials in a workspace, summed and cast by a second kernel); for outputs with fewer tiles than
     # SMs and a long K
     split_k: int = 1
+    # with split_k > 1: split only the last, partial wave's tiles (the whole waves stay data-parallel), so a
+    # ragged tile count keeps every SM busy to the end (the hybrid of CUTLASS's data-parallel + split-K)
+    split_last_wave: bool = False
     # gluon-ws cooperative only: compute C^T = B^T A^T so BN fills the wgmma M side and BM may be 16 / 32
     # (decode-like M <= 64 without padding M to a 64-row tile); BM, BN still tile C's M and N
     swap_ab: bool = False
@@ -195,9 +198,8 @@ class GemmConfig:
 
     def smem_bytes(self, dtype: str = "bfloat16") -> int:
         e = ITEMSIZE[dtype]
-        ce = 4 if self.split_k > 1 else e  # split-K stages fp32 partials
-        return (self.num_stages * (self.BM * self.BK + self.BK * self.BN) * e
-                + self.consumers() * self.BM * self.BN * ce + 1024)
+        staging = self.consumers() * self.BM * self.BN * e + (self.BM * self.BN * 4 if self.split_k > 1 else 0)
+        return self.num_stages * (self.BM * self.BK + self.BK * self.BN) * e + staging + 1024  # + fp32 partials
 
     def validate(self, dtype: str = "bfloat16"):
         for name in ("BM", "BN", "BK"):
@@ -223,6 +225,8 @@ class GemmConfig:
                              f"is issued: one slot deadlocks); got {self.num_stages}")
         if not 1 <= self.split_k <= MAX_SPLIT_K:
             raise ValueError(f"GemmConfig.split_k must be in 1..{MAX_SPLIT_K}; got {self.split_k}")
+        if self.split_last_wave and self.split_k == 1:
+            raise ValueError("GemmConfig(split_last_wave=True) needs split_k > 1 (the slices of the last wave's tiles)")
         if self.split_k > 1 and self.pingpong:
             raise ValueError("GemmConfig(split_k > 1) runs on the cooperative consumer: pingpong must be False")
         if self.pingpong and self.num_warps != 4:

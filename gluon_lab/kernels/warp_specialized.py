@@ -53,35 +53,49 @@ def _gemm_stamps(t_ptr, pid, i, wg, t0, t1):
 
 
 @gluon.jit
-def _unit_space(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT_K: gl.constexpr):
-    """_tile_space over work units = tiles x SPLIT_K K-slices (unit u: tile u // SPLIT_K, slice
-    u % SPLIT_K): (start, nprog, num_pid_m, num_pid_n, k_tiles, my_units)."""
+def _unit_space(M, N, K, FULL_TILES, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT_K: gl.constexpr):
+    """_tile_space over work units: tiles 0 .. FULL_TILES - 1 whole (data-parallel), then every later
+    tile as SPLIT_K K-slices (FULL_TILES = 0: split-K on every tile; a multiple of the grid: only the
+    last, partial wave is split, so its slices fill the SMs the whole tiles would leave idle):
+    (start, nprog, num_pid_m, num_pid_n, k_tiles, my_units)."""
     start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
     if SPLIT_K == 1:
         return start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles
-    units = num_pid_m * num_pid_n * SPLIT_K
+    units = FULL_TILES + (num_pid_m * num_pid_n - FULL_TILES) * SPLIT_K
     return start, nprog, num_pid_m, num_pid_n, k_tiles, (units - start + nprog - 1) // nprog
 
 
 @gluon.jit
-def _unit(u, k_tiles, num_pid_m, num_pid_n, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
-    """Work unit u -> (pid_m, pid_n, k0, k1, slice): its tile and its k-steps [k0, k1), the balanced
-    split s * k_tiles // SPLIT_K (non-empty for every slice: the host checks SPLIT_K <= k_tiles)."""
-    pid_m, pid_n = _tile_coords(u // SPLIT_K, num_pid_m, num_pid_n, GROUP_M)
-    sl = u % SPLIT_K
-    return pid_m, pid_n, sl * k_tiles // SPLIT_K, (sl + 1) * k_tiles // SPLIT_K, sl
+def _unit(u, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
+    """Work unit u -> (pid_m, pid_n, k0, k1, slice): its tile and its k-steps [k0, k1); slice 0 = the
+    whole tile, s >= 1 = K-slice s - 1 of the balanced split (s - 1) * k_tiles // SPLIT_K (non-empty for
+    every slice: the host checks SPLIT_K <= k_tiles)."""
+    tile = u
+    sl = u * 0
+    k0 = u * 0
+    k1 = k_tiles
+    if SPLIT_K > 1:
+        if u >= FULL_TILES:
+            v = u - FULL_TILES
+            tile = FULL_TILES + v // SPLIT_K
+            sl = v % SPLIT_K + 1
+            k0 = (sl - 1) * k_tiles // SPLIT_K
+            k1 = sl * k_tiles // SPLIT_K
+    pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+    return pid_m, pid_n, k0, k1, sl
 
 
 @gluon.jit
 def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES: gl.constexpr,
-                 GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr = 1):
+                 GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr = 1, FULL_TILES=0):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
-    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, BM, BN, BK, SPLIT_K)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK, SPLIT_K)
     g = 0
     for i in range(my_units):
-        pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, GROUP_M, SPLIT_K)
+        pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
+                                         SPLIT_K)
         for kk in range(k0, k1):
             slot = g % NUM_STAGES
             mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
@@ -93,11 +107,12 @@ def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
 
 
 @gluon.jit
-def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, t_ptr,
-                 NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr,
-                 SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
-    """SPLIT_K > 1: c_desc is the fp32 workspace [SPLIT_K * M_PAD, N]; slice s of tile (m, n) is stored
-    at rows s * M_PAD + m * BM (M_PAD = M rounded up to BM, so an edge tile's clipped rows stay in its slice).
+def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, M_PAD, FULL_TILES,
+                 t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
+                 INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
+    """SPLIT_K > 1: a whole tile (slice 0) is stored to C; K-slice s >= 1 of a split tile (m, n) goes as
+    fp32 partials to the workspace w_desc [SPLIT_K * M_PAD, N] at rows (s - 1) * M_PAD + m * BM (M_PAD = M
+    rounded up to BM, so an edge tile's clipped rows stay in its slice), through w_smem.
     SWAP_AB: the MMA computes the tile's transpose, C^T = B^T A^T (B's [BK, BN] box and A's [BM, BK] box
     read transposed from the same ring), so BN fills the wgmma M side (64 rows per warpgroup) and a small
     BM (16, 32) is the wgmma N: decode-like M <= 64 does not pad to a 64-row tile. The epilogue
@@ -107,13 +122,13 @@ def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K,
     BK: gl.constexpr = a_bufs.shape[2]
     ACC_M: gl.constexpr = BN if SWAP_AB else BM
     ACC_N: gl.constexpr = BM if SWAP_AB else BN
-    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, BM, BN, BK, SPLIT_K)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK, SPLIT_K)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, ACC_N, 16])
     g = 0
     for i in range(my_units):
-        pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, GROUP_M, SPLIT_K)
-        row0 = sl * M_PAD + pid_m * BM
+        pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
+                                         SPLIT_K)
         if INSTRUMENT:
             t0 = globaltimer()
         acc = gl.zeros([ACC_M, ACC_N], gl.float32, acc_layout)
@@ -133,22 +148,35 @@ def _ws_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K,
             t1 = globaltimer()
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
-        tma.store_wait(0)  # the previous tile's store has finished reading c_smem
+        tma.store_wait(0)  # the previous tile's store has finished reading its staging buffer
         if SWAP_AB:
-            c_smem.store(gl.permute(acc, (1, 0)).to(c_desc.dtype))
+            out = gl.permute(acc, (1, 0))
         else:
-            c_smem.store(acc.to(c_desc.dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(c_desc, [row0, pid_n * BN], c_smem)
+            out = acc
+        if SPLIT_K > 1:
+            if sl > 0:  # a K-slice: fp32 partials into its slice of the workspace
+                w_smem.store(out)
+                fence_async_shared()
+                tma.async_copy_shared_to_global(w_desc, [(sl - 1) * M_PAD + pid_m * BM, pid_n * BN], w_smem)
+            else:
+                c_smem.store(out.to(c_desc.dtype))
+                fence_async_shared()
+                tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], c_smem)
+        else:
+            c_smem.store(out.to(c_desc.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], c_smem)
         if INSTRUMENT:
             _gemm_stamps(t_ptr, start, i, 0, t0, t1)
     tma.store_wait(0)
 
 
 @gluon.jit
-def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                   PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr,
-                   num_warps: gl.constexpr):
+def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, M_PAD, FULL_TILES, t_ptr, NUM_STAGES: gl.constexpr,
+                   GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr,
+                   SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
+    """SPLIT_K > 1: w_desc is the fp32 workspace of the K-slices (None otherwise); tiles FULL_TILES and
+    later are split (_unit_space)."""
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
@@ -157,16 +185,20 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, M_PAD, t_ptr, NUM_STAGES: gl
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BK, BN], b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
+    if SPLIT_K > 1:
+        w_smem = gl.allocate_shared_memory(w_desc.dtype, [BM, BN], w_desc.layout)
+    else:
+        w_smem = c_smem  # not used
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(empty_bars.index(i), count=1)
         mbarrier.init(full_bars.index(i), count=1)
     gl.warp_specialize([
-        (_ws_consumer, (c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, M, N, K, M_PAD, t_ptr, NUM_STAGES,
-                        GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps)),
+        (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, M_PAD,
+                        FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps)),
         (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
-                        SPLIT_K)),
+                        SPLIT_K, FULL_TILES)),
     ], [1], [PRODUCER_REGS])
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(empty_bars.index(i))
@@ -281,18 +313,23 @@ def _kernel_args(cfg: GemmConfig):
     return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k, "SWAP_AB": cfg.swap_ab}
 
 
-@gluon.jit(do_not_specialize=["M", "M_PAD"])
-def splitk_reduce_kernel(w_ptr, c_ptr, M, N, M_PAD, c_stride, SPLIT_K: gl.constexpr, BR: gl.constexpr,
-                         BC: gl.constexpr, num_warps: gl.constexpr):
-    """C[m, n] = sum over the SPLIT_K slices of the fp32 workspace [SPLIT_K * M_PAD, N], in slice order
-    (deterministic), cast to C's dtype. One [BR, BC] block of C per program; 16-byte loads along n
-    when N is a multiple of 16 (the runtime marks only 16-divisibility: at N = 4104 they are 32-bit;
-    M and M_PAD are not specialized)."""
+@gluon.jit(do_not_specialize=["M", "M_PAD", "FULL_TILES"])
+def splitk_reduce_kernel(w_ptr, c_ptr, M, N, M_PAD, c_stride, FULL_TILES, TM: gl.constexpr, TN: gl.constexpr,
+                         GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr, BR: gl.constexpr, BC: gl.constexpr,
+                         num_warps: gl.constexpr):
+    """The split tiles' C = the sum over their SPLIT_K slices in the fp32 workspace [SPLIT_K * M_PAD, N],
+    in slice order (deterministic), cast to C's dtype. Program (t, b): split tile FULL_TILES + t (the GEMM's
+    grouped order, TM x TN tiles), its b-th [BR, BC] block; 16-byte loads along n when N is a multiple
+    of 16 (the runtime marks only 16-divisibility: at N = 4104 they are 32-bit)."""
     L: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1], [1, 0])
-    m = gl.program_id(0) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))
-    n = gl.program_id(1) * BC + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
-    mask = gl.expand_dims(m < M, 1) & gl.expand_dims(n < N, 0)
-    m64 = gl.expand_dims(m.to(gl.int64), 1)
+    pid_m, pid_n = _tile_coords(FULL_TILES + gl.program_id(0), gl.cdiv(M, TM), gl.cdiv(N, TN), GROUP_M)
+    NB_C: gl.constexpr = (TN + BC - 1) // BC
+    b = gl.program_id(1)
+    r = pid_m * TM + (b // NB_C) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))
+    cl = (b % NB_C) * BC + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
+    n = pid_n * TN + cl
+    mask = gl.expand_dims(r < M, 1) & gl.expand_dims((n < N) & (cl < TN), 0)
+    m64 = gl.expand_dims(r.to(gl.int64), 1)
     n2 = gl.expand_dims(n, 0)
     acc = gl.zeros([BR, BC], gl.float32, L)
     for s in gl.static_range(SPLIT_K):
@@ -300,7 +337,17 @@ def splitk_reduce_kernel(w_ptr, c_ptr, M, N, M_PAD, c_stride, SPLIT_K: gl.conste
     gl.store(c_ptr + m64 * c_stride + n2, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-SPLITK_REDUCE = {"BR": 8, "BC": 512, "num_warps": 8}  # a [8, 512] block of C per program, 16 values per thread
+SPLITK_REDUCE = {"BR": 8, "BC": 128, "num_warps": 8}  # [8, 128] blocks of a split tile: 4 fp32 per thread per slice
+
+
+def splitk_plan(cfg: GemmConfig, M: int, N: int, sms: int) -> tuple[int, int]:
+    """(FULL_TILES, units): whole tiles first, then SPLIT_K slices of each later tile. split_last_wave:
+    the whole waves stay whole (FULL_TILES = tiles // sms * sms) and only the last, partial wave is split;
+    otherwise every tile is split (FULL_TILES = 0)."""
+    from .hopper import cdiv
+    tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
+    full = tiles // sms * sms if cfg.split_last_wave else 0
+    return full, full + (tiles - full) * cfg.split_k
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
@@ -308,7 +355,7 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
     build writes its per-tile stamps there (notebook 04's consumer-schedule timeline)."""
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
     kernel, extra = _kernel_args(cfg)
-    m_pad = M
+    m_pad, full, work, wdesc = M, 0, None, None
     if cfg.split_k > 1:
         import torch
         from .hopper import cdiv, descriptor, num_sms
@@ -316,17 +363,23 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
             raise ValueError(f"GemmConfig.split_k={cfg.split_k} needs at least one BK={cfg.BK} k-step per slice: "
                              f"K={K} has {cdiv(K, cfg.BK)}")
         m_pad = cdiv(M, cfg.BM) * cfg.BM
+        sms = num_sms(a.device)
+        full, units = splitk_plan(cfg, M, N, sms)
         work = torch.empty((cfg.split_k * m_pad, N), dtype=torch.float32, device=a.device)
-        wl = gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32)
-        descs = (descs[0], descs[1], descriptor(work, [cfg.BM, cfg.BN], wl))
-        units = cdiv(M, cfg.BM) * cdiv(N, cfg.BN) * cfg.split_k
-        grid = (max(1, min(units, num_sms(a.device))), )
-    kernel[grid](*descs, M, N, K, *((m_pad, ) if kernel is ws_gemm_kernel else ()), trace, NUM_STAGES=cfg.num_stages,
-                 GROUP_M=cfg.group_m, INSTRUMENT=trace is not None, num_warps=cfg.num_warps, **extra)
+        wdesc = descriptor(work, [cfg.BM, cfg.BN], gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
+        grid = (max(1, min(units, sms)), )
+    if kernel is ws_gemm_kernel:
+        kernel[grid](*descs, wdesc, M, N, K, m_pad, full, trace, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+                     INSTRUMENT=trace is not None, num_warps=cfg.num_warps, **extra)
+    else:
+        kernel[grid](*descs, M, N, K, trace, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+                     INSTRUMENT=trace is not None, num_warps=cfg.num_warps, **extra)
     if cfg.split_k > 1:
         r = SPLITK_REDUCE
-        splitk_reduce_kernel[(cdiv(M, r["BR"]), cdiv(N, r["BC"]))](work, c, M, N, m_pad, c.stride(0),
-                                                                  SPLIT_K=cfg.split_k, **r)
+        split_tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN) - full
+        blocks = (cfg.BM // r["BR"]) * cdiv(cfg.BN, r["BC"])
+        splitk_reduce_kernel[(split_tiles, blocks)](work, c, M, N, m_pad, c.stride(0), full, TM=cfg.BM, TN=cfg.BN,
+                                                    GROUP_M=cfg.group_m, SPLIT_K=cfg.split_k, **r)
     return c
 
 
@@ -340,11 +393,11 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
     kernel, extra = _kernel_args(cfg)
     args["t_ptr"] = "*i64" if instrument else None
     extra = dict(extra, INSTRUMENT=instrument)
-    if kernel is ws_gemm_kernel:  # M_PAD follows K in the signature; split-K's C is the fp32 workspace
-        args = dict(args, M_PAD=args["M"])
+    if kernel is ws_gemm_kernel:  # the split-K workspace (None without), M_PAD and FULL_TILES
+        args = dict(args, M_PAD=args["M"], FULL_TILES="i32", w_desc=None)
         if cfg.split_k > 1:
             from .hopper import desc_type
-            args["c_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
+            args["w_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
                                        gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
     return kernel_spec(kernel, args, dict(ce, **extra), num_warps=cfg.num_warps)
 
@@ -353,7 +406,7 @@ gemm.register_matmul(
     "gluon-ws", pattern="warp-specialized", launch=launch, codegen_spec=codegen_spec,
     knobs={"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "num_stages": (3, 4, 5),
            "producer_regs": (24, 40, 56, 88), "pingpong": (False, True), "split_k": (1, 2, 3, 4, 8)},
-    roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, SPLITK_REDUCE),
+    roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, SPLITK_REDUCE, splitk_plan),
     description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring")
 
 
