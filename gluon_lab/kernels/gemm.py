@@ -245,9 +245,11 @@ class GemmConfig:
         return self
 
     @classmethod
-    def heuristic(cls, M: int, N: int, dtype: str = "bfloat16", **overrides) -> "GemmConfig":
+    def heuristic(cls, M: int, N: int, dtype: str = "bfloat16", K: int | None = None, **overrides) -> "GemmConfig":
         # Small problems: a 128x256 tile leaves most SMs idle (8192 x 4096 -> 1024 tiles, fine;
         # 1024 x 1024 -> 32 tiles on 132 SMs). Drop to 128x128 when the big tile gives < 1 wave.
+        # K (given by every launcher) is for the shape-bucketed rules the 04 'gemm-shapes' study will set
+        # (split-K needs it); unused until that study has run.
         import dataclasses
         base = cls(BN=128, num_stages=4, num_warps=4) if cdiv(M, 128) * cdiv(N, 256) < H200_SMS else cls()
         known = {f.name for f in dataclasses.fields(cls)}
@@ -296,7 +298,7 @@ def prepare(a, b, out=None, config: GemmConfig | None = None):
     M, K = a.shape
     N = b.shape[1]
     dtype = dtype_name(a)
-    cfg = (config or GemmConfig.heuristic(M, N, dtype)).validate(dtype)
+    cfg = (config or GemmConfig.heuristic(M, N, dtype, K=K)).validate(dtype)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else out
     if (N * a.element_size()) % 16:
         raise ValueError(f"N * itemsize must be a multiple of 16 bytes (C's rows are TMA-stored); got N={N}")
@@ -346,7 +348,7 @@ KNOBS = {"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "
 
 
 def configure(shape: dict, dtype: str, overrides: dict) -> GemmConfig:
-    return GemmConfig.heuristic(shape["M"], shape["N"], dtype, **overrides).validate(dtype)
+    return GemmConfig.heuristic(shape["M"], shape["N"], dtype, K=shape.get("K"), **overrides).validate(dtype)
 
 
 def register_matmul(variant: str, *, pattern: str, launch, codegen_spec, knobs: dict, roots, description: str):
