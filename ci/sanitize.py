@@ -81,7 +81,7 @@ def run_one(name: str) -> int:
         kern = ws_gemm_without_invalidate()
         c, descs, M, N, K, cfg, grid = prepare(*inputs)
         c.fill_(float("nan"))
-        kern[grid](*descs, None, M, N, K, M, 0, None, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+        kern[grid](*descs, None, M, N, K, 0, None, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
                    PRODUCER_REGS=cfg.producer_regs, SPLIT_K=1, INSTRUMENT=False, SWAP_AB=False,
                    num_warps=cfg.num_warps)
         torch.cuda.synchronize()

@@ -280,7 +280,7 @@ def _extent(t) -> tuple:
 
 
 class _Operands:
-    """Inputs then outputs: which one (and at what byte offset) a kernel argument points into."""
+    """Inputs, then outputs, then scratch: which one (and at what byte offset) a kernel argument points into."""
 
     def __init__(self, tensors):
         self.ranges = [(_extent(t) if isinstance(t, torch.Tensor) else None) for t in tensors]
@@ -366,6 +366,12 @@ def _build_launches(rec, inputs, outs, is_tuple):
                and t.untyped_storage().data_ptr() not in out_storage]
     operands = _Operands(list(inputs) + fresh + scratch)
     steps = tuple(_Step(launch, operands) for launch in rec.launches)
+    base = len(inputs) + len(fresh)
+    used = {j for st in steps for j in [p[1] for p in st.ptr_slots] + [d.operand for d in st.desc_slots]}
+    if any(base + i not in used for i in range(len(scratch))):  # keep only what a kernel reads or writes
+        scratch = [t for i, t in enumerate(scratch) if base + i in used]
+        operands = _Operands(list(inputs) + fresh + scratch)
+        steps = tuple(_Step(launch, operands) for launch in rec.launches)
     return _Launches(steps, tuple(allocs), is_tuple, tuple(_Alloc(t, inputs) for t in scratch))
 
 

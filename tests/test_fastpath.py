@@ -174,8 +174,9 @@ def test_a_new_selection_table_drops_the_plans(tmp_path):
 
 
 def test_a_workspace_the_call_allocates_becomes_scratch():
-    """A tensor the call allocates and does not return (a kernel workspace) is a scratch operand: the plan
-    keeps its geometry only and allocates it again at every replay, after the outputs."""
+    """A tensor the call allocates and does not return is a scratch operand when a kernel uses it (a
+    workspace; the GPU test records split-K's): the plan keeps its geometry only and allocates it again at
+    every replay, after the outputs. One no kernel uses is dropped."""
     x = torch.randn(4, 8)
     rec = fastpath._Recorder()
     with rec:
@@ -184,6 +185,8 @@ def test_a_workspace_the_call_allocates_becomes_scratch():
         work.view(48)
     assert [t.shape for t in rec.allocated] == [x.shape, work.shape]
     plan = fastpath._build_launches(rec, (x, ), (out, ), False)
+    assert plan.scratch == () and "0 scratch" in repr(plan)  # no kernel uses it: nothing to allocate
+    plan = fastpath._Launches((), (fastpath._Alloc(out, (x, )), ), False, (fastpath._Alloc(work, (x, )), ))
     assert len(plan.scratch) == 1 and plan.scratch[0].shape == (3, 16) and "1 scratch" in repr(plan)
     w1, w2 = plan.scratch[0].new((x, )), plan.scratch[0].new((x, ))
     assert w1.shape == (3, 16) and w1.stride() == (16, 1) and w1.data_ptr() != w2.data_ptr()

@@ -52,7 +52,7 @@ def test_split_k_census(split):
                                                                                     num_warps=4).smem_bytes()
     from gluon_lab.kernels.hopper import kernel_spec
     r = codegen.census(codegen.compile_sm90(**kernel_spec(
-        W.splitk_reduce_kernel, {"w_ptr": "*fp32", "c_ptr": "*bf16", "M": "i32", "N": 4096, "M_PAD": "i32",
+        W.splitk_reduce_kernel, {"w_ptr": "*fp32", "c_ptr": "*bf16", "M": "i32", "N": 4096,
                                  "c_stride": 4096, "FULL_TILES": "i32"},
         {"TM": 128, "TN": 128, "GROUP_M": 8, "SPLIT_K": split, **W.SPLITK_REDUCE}, num_warps=8)))
     assert set(r["ld_global_by_bits"]) == {128} and r["spill_bytes"] == 0
@@ -95,7 +95,7 @@ def test_gemm_config_rules():
         G.GemmConfig(BM=16, BN=32, num_warps=4, swap_ab=True).validate()  # swap_ab: BN is the wgmma M side
     with pytest.raises(ValueError, match="BM must be >= 16 x num_warps"):
         G.GemmConfig(BM=16, BN=128, num_warps=4).validate()  # without swap_ab BM = 16 cannot feed a warpgroup
-    with pytest.raises(ValueError, match="swap_ab=True\) runs on the cooperative"):
+    with pytest.raises(ValueError, match=r"swap_ab=True\) runs on the cooperative"):
         G.GemmConfig(BM=16, BN=128, num_warps=4, swap_ab=True, pingpong=True).validate()
     with pytest.raises(ValueError, match="split_k must be in 1..16"):
         G.GemmConfig(split_k=0).validate()
@@ -287,7 +287,7 @@ def test_split_k_units_cover_every_k_step_once(M, N, split, last):
     full, units = W.splitk_plan(cfg, M, N, sms)
     tiles = -(-M // 128) * -(-N // 128)
     assert full == (tiles // sms * sms if last else 0) and units == full + (tiles - full) * split
-    seen = {}
+    seen, blocks = {}, set()
     for u in range(units):
         if u < full:
             tile, ks = u, range(k_tiles)
@@ -295,9 +295,11 @@ def test_split_k_units_cover_every_k_step_once(M, N, split, last):
             v = u - full
             sl = v % split + 1
             tile, ks = full + v // split, range((sl - 1) * k_tiles // split, sl * k_tiles // split)
+            blocks.add((sl - 1) * (tiles - full) + tile - full)  # the workspace block the consumer stores
         assert len(ks) > 0
         for k in ks:
             seen[(tile, k)] = seen.get((tile, k), 0) + 1
     assert seen == {(t, k): 1 for t in range(tiles) for k in range(k_tiles)}
+    assert blocks == set(range(split * (tiles - full)))  # every (slice, split tile) its own workspace block
     with pytest.raises(ValueError, match="split_last_wave=True\\) needs split_k > 1"):
         G.GemmConfig(split_last_wave=True).validate()

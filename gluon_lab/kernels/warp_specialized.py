@@ -67,7 +67,7 @@ def _unit_space(M, N, K, FULL_TILES, BM: gl.constexpr, BN: gl.constexpr, BK: gl.
 
 @gluon.jit
 def _unit(u, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
-    """Work unit u -> (pid_m, pid_n, k0, k1, slice): its tile and its k-steps [k0, k1); slice 0 = the
+    """Work unit u -> (pid_m, pid_n, k0, k1, slice, tile): its tile and its k-steps [k0, k1); slice 0 = the
     whole tile, s >= 1 = K-slice s - 1 of the balanced split (s - 1) * k_tiles // SPLIT_K (non-empty for
     every slice: the host checks SPLIT_K <= k_tiles)."""
     tile = u
@@ -82,7 +82,7 @@ def _unit(u, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M: gl.constexpr, S
             k0 = (sl - 1) * k_tiles // SPLIT_K
             k1 = sl * k_tiles // SPLIT_K
     pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-    return pid_m, pid_n, k0, k1, sl
+    return pid_m, pid_n, k0, k1, sl, tile
 
 
 @gluon.jit
@@ -94,8 +94,8 @@ def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
     start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK, SPLIT_K)
     g = 0
     for i in range(my_units):
-        pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
-                                         SPLIT_K)
+        pid_m, pid_n, k0, k1, sl, tile = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
+                                               SPLIT_K)
         for kk in range(k0, k1):
             slot = g % NUM_STAGES
             mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
@@ -107,12 +107,13 @@ def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
 
 
 @gluon.jit
-def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, M_PAD, FULL_TILES,
+def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, FULL_TILES,
                  t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
                  INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
-    """SPLIT_K > 1: a whole tile (slice 0) is stored to C; K-slice s >= 1 of a split tile (m, n) goes as
-    fp32 partials to the workspace w_desc [SPLIT_K * M_PAD, N] at rows (s - 1) * M_PAD + m * BM (M_PAD = M
-    rounded up to BM, so an edge tile's clipped rows stay in its slice), through w_smem.
+    """SPLIT_K > 1: a whole tile (slice 0) is stored to C; K-slice s >= 1 of split tile t (= tile -
+    FULL_TILES) goes as fp32 partials, through w_smem, to rows ((s - 1) * split_tiles + t) * BM of the
+    workspace w_desc [SPLIT_K * split_tiles * BM, BN]: one BM x BN block per (slice, split tile), so the
+    workspace holds the split tiles only (an edge tile's rows past M are written and never read).
     SWAP_AB: the MMA computes the tile's transpose, C^T = B^T A^T (B's [BK, BN] box and A's [BM, BK] box
     read transposed from the same ring), so BN fills the wgmma M side (64 rows per warpgroup) and a small
     BM (16, 32) is the wgmma N: decode-like M <= 64 does not pad to a 64-row tile. The epilogue
@@ -126,9 +127,10 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, ACC_N, 16])
     g = 0
+    split_tiles = num_pid_m * num_pid_n - FULL_TILES
     for i in range(my_units):
-        pid_m, pid_n, k0, k1, sl = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
-                                         SPLIT_K)
+        pid_m, pid_n, k0, k1, sl, tile = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
+                                               SPLIT_K)
         if INSTRUMENT:
             t0 = globaltimer()
         acc = gl.zeros([ACC_M, ACC_N], gl.float32, acc_layout)
@@ -157,7 +159,8 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
             if sl > 0:  # a K-slice: fp32 partials into its slice of the workspace
                 w_smem.store(out)
                 fence_async_shared()
-                tma.async_copy_shared_to_global(w_desc, [(sl - 1) * M_PAD + pid_m * BM, pid_n * BN], w_smem)
+                tma.async_copy_shared_to_global(w_desc, [((sl - 1) * split_tiles + tile - FULL_TILES) * BM, 0],
+                                                w_smem)
             else:
                 c_smem.store(out.to(c_desc.dtype))
                 fence_async_shared()
@@ -171,8 +174,8 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
     tma.store_wait(0)
 
 
-@gluon.jit
-def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, M_PAD, FULL_TILES, t_ptr, NUM_STAGES: gl.constexpr,
+@gluon.jit(do_not_specialize=["FULL_TILES"])  # one compile for every split point
+def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, NUM_STAGES: gl.constexpr,
                    GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr,
                    SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
     """SPLIT_K > 1: w_desc is the fp32 workspace of the K-slices (None otherwise); tiles FULL_TILES and
@@ -195,7 +198,7 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, M_PAD, FULL_TILES, t
         mbarrier.init(empty_bars.index(i), count=1)
         mbarrier.init(full_bars.index(i), count=1)
     gl.warp_specialize([
-        (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, M_PAD,
+        (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
                         FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps)),
         (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
                         SPLIT_K, FULL_TILES)),
@@ -313,28 +316,34 @@ def _kernel_args(cfg: GemmConfig):
     return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k, "SWAP_AB": cfg.swap_ab}
 
 
-@gluon.jit(do_not_specialize=["M", "M_PAD", "FULL_TILES"])
-def splitk_reduce_kernel(w_ptr, c_ptr, M, N, M_PAD, c_stride, FULL_TILES, TM: gl.constexpr, TN: gl.constexpr,
+@gluon.jit(do_not_specialize=["M", "FULL_TILES"])
+def splitk_reduce_kernel(w_ptr, c_ptr, M, N, c_stride, FULL_TILES, TM: gl.constexpr, TN: gl.constexpr,
                          GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr, BR: gl.constexpr, BC: gl.constexpr,
                          num_warps: gl.constexpr):
-    """The split tiles' C = the sum over their SPLIT_K slices in the fp32 workspace [SPLIT_K * M_PAD, N],
-    in slice order (deterministic), cast to C's dtype. Program (t, b): split tile FULL_TILES + t (the GEMM's
-    grouped order, TM x TN tiles), its b-th [BR, BC] block; 16-byte loads along n when N is a multiple
-    of 16 (the runtime marks only 16-divisibility: at N = 4104 they are 32-bit)."""
+    """The split tiles' C = the sum over their SPLIT_K slices in the fp32 workspace [SPLIT_K *
+    split_tiles * TM, TN] (block (s, t) at rows (s * split_tiles + t) * TM), in slice order
+    (deterministic), cast to C's dtype. Program (t, b): split tile FULL_TILES + t (the GEMM's grouped
+    order), its b-th [BR, BC] block; 16-byte loads (the workspace's row is TN fp32)."""
     L: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1], [1, 0])
-    pid_m, pid_n = _tile_coords(FULL_TILES + gl.program_id(0), gl.cdiv(M, TM), gl.cdiv(N, TN), GROUP_M)
+    num_pid_m = gl.cdiv(M, TM)
+    num_pid_n = gl.cdiv(N, TN)
+    split_tiles = num_pid_m * num_pid_n - FULL_TILES
+    t = gl.program_id(0)
+    pid_m, pid_n = _tile_coords(FULL_TILES + t, num_pid_m, num_pid_n, GROUP_M)
     NB_C: gl.constexpr = (TN + BC - 1) // BC
     b = gl.program_id(1)
-    r = pid_m * TM + (b // NB_C) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))
+    rl = (b // NB_C) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))  # rows / columns within the tile
     cl = (b % NB_C) * BC + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
+    r = pid_m * TM + rl
     n = pid_n * TN + cl
     mask = gl.expand_dims(r < M, 1) & gl.expand_dims((n < N) & (cl < TN), 0)
-    m64 = gl.expand_dims(r.to(gl.int64), 1)
-    n2 = gl.expand_dims(n, 0)
+    wrow = gl.expand_dims(t.to(gl.int64) * TM + rl, 1)
+    wcol = gl.expand_dims(cl, 0)
     acc = gl.zeros([BR, BC], gl.float32, L)
     for s in gl.static_range(SPLIT_K):
-        acc += gl.load(w_ptr + (m64 + s * M_PAD) * N + n2, mask=mask, other=0.0)
-    gl.store(c_ptr + m64 * c_stride + n2, acc.to(c_ptr.dtype.element_ty), mask=mask)
+        acc += gl.load(w_ptr + (wrow + s * split_tiles.to(gl.int64) * TM) * TN + wcol, mask=mask, other=0.0)
+    gl.store(c_ptr + gl.expand_dims(r.to(gl.int64), 1) * c_stride + gl.expand_dims(n, 0),
+             acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 SPLITK_REDUCE = {"BR": 8, "BC": 128, "num_warps": 8}  # [8, 128] blocks of a split tile: 4 fp32 per thread per slice
@@ -354,31 +363,34 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
     """trace: an int64 tensor of TRACE_CTAS * TRACE_ITERS * GEMM_TRACE_FIELDS elements -> the INSTRUMENT
     build writes its per-tile stamps there (notebook 04's consumer-schedule timeline)."""
     c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
-    kernel, extra = _kernel_args(cfg)
-    m_pad, full, work, wdesc = M, 0, None, None
+    full, work, wdesc = 0, None, None
     if cfg.split_k > 1:
         import torch
         from .hopper import cdiv, descriptor, num_sms
         if cfg.split_k > cdiv(K, cfg.BK):
             raise ValueError(f"GemmConfig.split_k={cfg.split_k} needs at least one BK={cfg.BK} k-step per slice: "
                              f"K={K} has {cdiv(K, cfg.BK)}")
-        m_pad = cdiv(M, cfg.BM) * cfg.BM
         sms = num_sms(a.device)
         full, units = splitk_plan(cfg, M, N, sms)
-        work = torch.empty((cfg.split_k * m_pad, N), dtype=torch.float32, device=a.device)
-        wdesc = descriptor(work, [cfg.BM, cfg.BN], gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
-        grid = (max(1, min(units, sms)), )
+        split_tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN) - full
+        if split_tiles == 0:  # the tiles fill whole waves: nothing to split
+            cfg, full = dataclasses.replace(cfg, split_k=1, split_last_wave=False), 0
+        else:
+            work = torch.empty((cfg.split_k * split_tiles * cfg.BM, cfg.BN), dtype=torch.float32, device=a.device)
+            wdesc = descriptor(work, [cfg.BM, cfg.BN],
+                               gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
+            grid = (max(1, min(units, sms)), )
+    kernel, extra = _kernel_args(cfg)
     if kernel is ws_gemm_kernel:
-        kernel[grid](*descs, wdesc, M, N, K, m_pad, full, trace, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+        kernel[grid](*descs, wdesc, M, N, K, full, trace, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
                      INSTRUMENT=trace is not None, num_warps=cfg.num_warps, **extra)
     else:
         kernel[grid](*descs, M, N, K, trace, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
                      INSTRUMENT=trace is not None, num_warps=cfg.num_warps, **extra)
     if cfg.split_k > 1:
         r = SPLITK_REDUCE
-        split_tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN) - full
         blocks = (cfg.BM // r["BR"]) * cdiv(cfg.BN, r["BC"])
-        splitk_reduce_kernel[(split_tiles, blocks)](work, c, M, N, m_pad, c.stride(0), full, TM=cfg.BM, TN=cfg.BN,
+        splitk_reduce_kernel[(split_tiles, blocks)](work, c, M, N, c.stride(0), full, TM=cfg.BM, TN=cfg.BN,
                                                     GROUP_M=cfg.group_m, SPLIT_K=cfg.split_k, **r)
     return c
 
@@ -393,8 +405,8 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
     kernel, extra = _kernel_args(cfg)
     args["t_ptr"] = "*i64" if instrument else None
     extra = dict(extra, INSTRUMENT=instrument)
-    if kernel is ws_gemm_kernel:  # the split-K workspace (None without), M_PAD and FULL_TILES
-        args = dict(args, M_PAD=args["M"], FULL_TILES="i32", w_desc=None)
+    if kernel is ws_gemm_kernel:  # the split-K workspace (None without) and FULL_TILES
+        args = dict(args, FULL_TILES="i32", w_desc=None)
         if cfg.split_k > 1:
             from .hopper import desc_type
             args["w_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
