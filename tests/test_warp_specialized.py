@@ -303,3 +303,27 @@ def test_split_k_units_cover_every_k_step_once(M, N, split, last):
     assert blocks == set(range(split * (tiles - full)))  # every (slice, split tile) its own workspace block
     with pytest.raises(ValueError, match="split_last_wave=True\\) needs split_k > 1"):
         G.GemmConfig(split_last_wave=True).validate()
+
+
+def test_bucket_proposal_picks_the_config_that_holds_most_shapes():
+    import json
+    import pandas as pd
+    from gluon_lab.analysis import warp_specialized as A
+    assert A.shape_bucket(16, 4096, 4096) == "M<=64, <1 wave" and A.shape_bucket(8192, 8192, 8192) == "M>2048, >=4 waves"
+    assert A.shape_bucket(1024, 1024, 32768).endswith("long K")
+
+    def rec(shape, variant, ms, **cfg):
+        M, N, K = shape
+        return {"op": "matmul", "variant": variant, "M": M, "N": N, "K": K, "ms_median": ms, "tflops": 1.0,
+                "passed": True, "config_key": json.dumps({"study": "gemm-shapes", **cfg})}
+    big = dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=3)
+    small = dict(BM=64, BN=64, BK=64, num_warps=4, num_stages=8)
+    rows = []
+    for shape in ((8192, 8192, 8192), (16384, 4096, 4096)):  # same bucket: the big tile wins both
+        rows += [rec(shape, "torch", 1.0), rec(shape, "gluon-ws", 0.98, **big), rec(shape, "gluon-ws", 1.3, **small)]
+    rows += [rec((128, 4096, 4096), "torch", 1.0), rec((128, 4096, 4096), "gluon-ws", 2.0, **big),
+             rec((128, 4096, 4096), "gluon-ws", 0.9, **small)]
+    t = A.bucket_proposal(pd.DataFrame(rows)).set_index("bucket")
+    assert t.loc["M>2048, >=4 waves", "candidate"] == "ws 128x256x64 8w s3" and t.loc["M>2048, >=4 waves", "holds on"] == 2
+    assert t.loc["M<=256, <1 wave", "candidate"] == "ws 64x64x64 4w s8"
+    assert t.loc["M<=256, <1 wave", "candidate / cuBLAS geomean"] == round(1 / 0.9, 3)

@@ -1749,3 +1749,51 @@ def gemm_timeline_figure(GT, shape: str | None = None, ctas=(0, 1)):
     axes[-1].set_xlabel("us from the first stamp")
     fig.tight_layout()
     return fig
+
+
+# ---- from the shape sweep to a shape-bucketed heuristic ----
+WITHIN = 0.02  # a config "holds" a shape when it is within 2% of that shape's best Gluon config
+
+
+def shape_bucket(M: int, N: int, K: int, sms: int = 132) -> str:
+    """The bucket a shape falls in for the GEMM heuristic: M class x how many 128x256 tiles per SM
+    (wave count) x long K (K >= 4 max(M, N))."""
+    m = "M<=64" if M <= 64 else "M<=256" if M <= 256 else "M<=2048" if M <= 2048 else "M>2048"
+    waves = -(-M // 128) * -(-N // 256) / sms
+    w = "<1 wave" if waves < 1 else "1-4 waves" if waves < 4 else ">=4 waves"
+    return f"{m}, {w}" + (", long K" if K >= 4 * max(M, N) else "")
+
+
+def bucket_proposal(st):
+    """Per bucket of one 'gemm-shapes' run: the config that holds (within WITHIN of the best Gluon
+    config) on the most of its shapes, on how many, its worst ratio to the best there, and its geomean
+    vs cuBLAS on those shapes: the data a shape-bucketed GemmConfig.heuristic is written from."""
+    ok = cm.passed(st) if len(st) else st
+    if not len(ok):
+        return pd.DataFrame()
+    ok = ok.assign(label=[f"{'ws' if v == 'gluon-ws' else 'pipe'} {gemm_config_label(json.loads(c))}"
+                          for v, c in zip(ok.variant, ok.config_key)])
+    rows = []
+    per_shape = {}
+    for (M, N, K), g in ok.groupby(["M", "N", "K"]):
+        peer, gl_ = g[g.variant == GEMM_PEER], g[g.variant != GEMM_PEER]
+        if not len(peer) or not len(gl_):
+            continue
+        best = gl_.ms_median.min()
+        per_shape[(int(M), int(N), int(K))] = (float(peer.ms_median.iloc[0]), best,
+                                               gl_.groupby("label").ms_median.min().to_dict())
+    buckets = {}
+    for shape, v in per_shape.items():
+        buckets.setdefault(shape_bucket(*shape), []).append((shape, v))
+    for b, items in sorted(buckets.items()):
+        labels = {lab for _, (_, _, by) in items for lab in by}
+        def holds(lab):
+            return [s for s, (_, best, by) in items if lab in by and by[lab] <= best * (1 + WITHIN)]
+        pick = max(sorted(labels), key=lambda lab: (len(holds(lab)), -max((by[lab] / best for _, (_, best, by) in items
+                                                                           if lab in by), default=9)))
+        ratios = [best / by[pick] for _, (_, best, by) in items if pick in by]
+        vs_cublas = [peer / by[pick] for _, (peer, _, by) in items if pick in by]
+        rows.append({"bucket": b, "shapes": len(items), "candidate": pick, "holds on": len(holds(pick)),
+                     "worst vs best gluon": round(min(ratios), 3) if ratios else np.nan,
+                     "candidate / cuBLAS geomean": round(cm.geomean(vs_cublas), 3) if vs_cublas else np.nan})
+    return pd.DataFrame(rows)
