@@ -944,38 +944,30 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                                           "dtype": "bfloat16", "config": {**knobs, "study": "norm-sweep"}})
     if "gemm-shapes" in parts:
         from .kernels.hopper import H200_SMS
+
+        def study(v, shape, knobs):  # one explicit config of the study, where the variant takes it
+            if resolves("matmul", v, shape, plan.gemm_dtype, knobs):
+                cases.append({"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
+                              "config": {**knobs, "study": "gemm-shapes"}})
+        split128 = {"BM": 128, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4}  # the split-K tile
         for (M, N, K) in plan.shape_sweep:
             shape = {"M": M, "N": N, "K": K}
             cases += [{"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
                        "config": {"study": "gemm-shapes"}} for v in ("torch", "gluon-pipelined", "gluon-ws")]
             for (v, bm, bn, bk, nw, st, pp) in plan.shape_configs:
-                knobs = {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st}
-                if pp:
-                    knobs["pingpong"] = True
-                if not resolves("matmul", v, shape, plan.gemm_dtype, knobs):
-                    continue
-                cases.append({"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
-                              "config": {**knobs, "study": "gemm-shapes"}})
+                study(v, shape, {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st,
+                                 **({"pingpong": True} if pp else {})})
             if M <= 64:
                 for (bm, bn, st) in plan.shape_swap_configs:
-                    knobs = {"BM": bm, "BN": bn, "BK": 64, "num_warps": 4, "num_stages": st, "swap_ab": True}
-                    if resolves("matmul", "gluon-ws", shape, plan.gemm_dtype, knobs):
-                        cases.append({"op": "matmul", "variant": "gluon-ws", "shape": shape, "dtype": plan.gemm_dtype,
-                                      "config": {**knobs, "study": "gemm-shapes"}})
-            tiles = -(-M // 128) * -(-N // 128)
+                    study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": 4, "num_stages": st,
+                                              "swap_ab": True})
+            tiles, k_steps = -(-M // 128) * -(-N // 128), -(-K // 64)
             if tiles >= H200_SMS and tiles % H200_SMS and tiles % H200_SMS < LAST_WAVE_FILL * H200_SMS:
-                for sk in plan.shape_last_wave_split:
-                    knobs = {"BM": 128, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4, "split_k": sk,
-                             "split_last_wave": True}
-                    if sk <= -(-K // 64) and resolves("matmul", "gluon-ws", shape, plan.gemm_dtype, knobs):
-                        cases.append({"op": "matmul", "variant": "gluon-ws", "shape": shape, "dtype": plan.gemm_dtype,
-                                      "config": {**knobs, "study": "gemm-shapes"}})
+                for sk in (sk for sk in plan.shape_last_wave_split if sk <= k_steps):
+                    study("gluon-ws", shape, {**split128, "split_k": sk, "split_last_wave": True})
             if tiles < H200_SMS:
-                for sk in plan.shape_split_k:
-                    knobs = {"BM": 128, "BN": 128, "BK": 64, "num_warps": 4, "num_stages": 4, "split_k": sk}
-                    if sk <= -(-K // 64) and resolves("matmul", "gluon-ws", shape, plan.gemm_dtype, knobs):
-                        cases.append({"op": "matmul", "variant": "gluon-ws", "shape": shape, "dtype": plan.gemm_dtype,
-                                      "config": {**knobs, "study": "gemm-shapes"}})
+                for sk in (sk for sk in plan.shape_split_k if sk <= k_steps):
+                    study("gluon-ws", shape, {**split128, "split_k": sk})
     if "ws-sweep" in parts:
         for (M, N, K) in plan.ws_sweep_shapes:
             for (bm, bn, bk, nw, st) in plan.ws_sweep_tiles:

@@ -3,6 +3,7 @@ lanes masked) x M (ragged) against float64 with poisoned outputs (bench.check_co
 warps x rows config of the 01 'regs' study, large-magnitude fp16 rows, NaN/Inf propagation, leading
 dims and strided rows through the public API."""
 import pytest
+import row_norm_gpu_checks as checks
 
 pytestmark = pytest.mark.gpu
 
@@ -51,42 +52,16 @@ def test_gluon_regs_configs(op, N, warps, rows):
 
 @pytest.mark.parametrize("op", OPS)
 def test_large_magnitude_fp16_rows(op):
-    """|x| ~ 1e4 in fp16: the sum of squares overflows fp16 but not the fp32 accumulation."""
-    from gluon_lab import bench
-    inputs = bench.make_inputs(op, {"M": 257, "N": 6144}, "float16", seed=11, scale=1e4)
-    res = bench.check_correctness(op, "gluon-regs", inputs)
-    assert res["passed"], res
+    checks.large_magnitude_fp16_rows(op, "gluon-regs", 6144)
 
 
 @pytest.mark.parametrize("op", OPS)
 def test_nan_inf_propagate_like_torch(op):
-    import torch
-    import gluon_lab as gll
-    from gluon_lab import bench
-    inputs = list(bench.make_inputs(op, {"M": 8, "N": 5120}, "bfloat16", seed=2))
-    inputs[0][2, 5] = float("nan")
-    inputs[0][5, 7] = float("inf")
-    fn = getattr(gll, op)
-    got = fn(*inputs, variant="gluon-regs")
-    ref = fn(*inputs, variant="torch")
-    got, ref = (got if isinstance(got, tuple) else (got, )), (ref if isinstance(ref, tuple) else (ref, ))
-    for g, r in zip(got, ref):
-        assert torch.equal(torch.isnan(g), torch.isnan(r)), op
-        assert torch.equal(torch.isinf(g), torch.isinf(r)), op
+    checks.nan_inf_propagate_like_torch(op, "gluon-regs", 5120)
 
 
 def test_leading_dims_and_strided_rows():
-    import torch
-    import gluon_lab as gll
-    x = torch.randn(4, 6, 2880, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(2880, device="cuda", dtype=torch.bfloat16)
-    torch.testing.assert_close(gll.rms_norm(x, w, variant="gluon-regs"), gll.rms_norm(x, w, variant="torch"),
-                               atol=2e-2, rtol=2e-2)
-    big = torch.randn(300, 3072, device="cuda", dtype=torch.bfloat16)
-    xs = big[:, :2048]  # row stride 3072 elements, not contiguous: the kernel takes the stride
-    ws = torch.randn(2048, device="cuda", dtype=torch.bfloat16)
-    torch.testing.assert_close(gll.rms_norm(xs, ws, variant="gluon-regs"), gll.rms_norm(xs, ws, variant="torch"),
-                               atol=2e-2, rtol=2e-2)
+    checks.leading_dims_and_strided_rows("gluon-regs", 2880)
 
 
 def test_add_rms_norm_with_its_own_strides_and_out():

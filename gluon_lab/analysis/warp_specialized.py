@@ -163,6 +163,12 @@ def gemm_config_label(cfg: dict) -> str:
             + (" (last wave)" if cfg.get("split_last_wave") else ""))
 
 
+def record_labels(df, cfgs) -> list:
+    """Each matmul record's label: the peer's name, or 'ws' / 'pipe' + gemm_config_label of its config."""
+    return [v if v == GEMM_PEER else f"{'ws' if v == 'gluon-ws' else 'pipe'} {gemm_config_label(c)}"
+            for v, c in zip(df.variant, cfgs)]
+
+
 def shape_sweep_table(st):
     """Per shape of one 'gemm-shapes' run: cuBLAS us / TFLOP/s / SM clock, each Gluon GEMM at its
     heuristic, the best swept config and its ratio to cuBLAS (>= 1: Gluon leads), and the best
@@ -172,8 +178,7 @@ def shape_sweep_table(st):
     if not len(ok):
         return pd.DataFrame()
     cfgs = ok["config_key"].map(json.loads)
-    ok = ok.assign(label=[f"{'ws' if v == 'gluon-ws' else 'pipe'} {gemm_config_label(c)}" if v != GEMM_PEER else v
-                          for v, c in zip(ok.variant, cfgs)], pingpong=[bool(c.get("pingpong")) for c in cfgs],
+    ok = ok.assign(label=record_labels(ok, cfgs), pingpong=[bool(c.get("pingpong")) for c in cfgs],
                    clock=[c.get("sm_clock_mhz") for c in cfgs])
     for (M, N, K), g in ok.groupby(["M", "N", "K"]):
         peer = g[g.variant == GEMM_PEER]
@@ -1771,8 +1776,7 @@ def bucket_proposal(st):
     ok = cm.passed(st) if len(st) else st
     if not len(ok):
         return pd.DataFrame()
-    ok = ok.assign(label=[f"{'ws' if v == 'gluon-ws' else 'pipe'} {gemm_config_label(json.loads(c))}"
-                          for v, c in zip(ok.variant, ok.config_key)])
+    ok = ok.assign(label=record_labels(ok, ok["config_key"].map(json.loads)))
     rows = []
     per_shape = {}
     for (M, N, K), g in ok.groupby(["M", "N", "K"]):

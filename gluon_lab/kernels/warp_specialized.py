@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from . import gemm, norm_math, rowio
 from .gemm import GemmConfig, _tile_coords, _tile_space, prepare
-from .hopper import REGS_PER_SM, SMEM_LIMIT, dtype_name, kernel_spec
+from .hopper import REGS_PER_SM, SMEM_LIMIT, cdiv, descriptor, desc_type, dtype_name, kernel_spec, num_sms
 from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_params, check_ring, globaltimer,
                         norm_block, ring_buffers, ring_codegen_args, ring_hooks, ring_launch, grab_block,
                         block_counter)
@@ -299,20 +299,10 @@ def ws_pingpong_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, t_ptr, NUM_STAGES: 
         mbarrier.invalidate(order_bars.index(i))
 
 
-# 4 + 4 + 1 warps launch as 12 (whole warpgroups) at 65536 / 384 -> 168 registers per thread; the
-# worker consumer asks for what the default one gets: (168 * 384 - 128 * (CONSUMER + PRODUCER)) / 128
-PINGPONG_CONSUMER_REGS = 232
-
-
-def _pingpong_regs(producer_regs: int) -> int:
-    """The register budget of consumer warpgroup 1 that leaves warpgroup 0 as many (multiple of 8)."""
-    return min(PINGPONG_CONSUMER_REGS, (168 * 3 - producer_regs) // 2 // 8 * 8)
-
-
 def _kernel_args(cfg: GemmConfig):
     if cfg.pingpong:
-        return ws_pingpong_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs,
-                                         "CONSUMER_REGS": _pingpong_regs(cfg.producer_regs)}
+        # consumer warpgroup 1's budget: what warpgroup 0 gets from the 12-warp launch (GemmConfig.consumer_regs)
+        return ws_pingpong_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "CONSUMER_REGS": cfg.consumer_regs()}
     return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k, "SWAP_AB": cfg.swap_ab}
 
 
@@ -353,7 +343,6 @@ def splitk_plan(cfg: GemmConfig, M: int, N: int, sms: int) -> tuple[int, int]:
     """(FULL_TILES, units): whole tiles first, then SPLIT_K slices of each later tile. split_last_wave:
     the whole waves stay whole (FULL_TILES = tiles // sms * sms) and only the last, partial wave is split;
     otherwise every tile is split (FULL_TILES = 0)."""
-    from .hopper import cdiv
     tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
     full = tiles // sms * sms if cfg.split_last_wave else 0
     return full, full + (tiles - full) * cfg.split_k
@@ -366,7 +355,6 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
     full, work, wdesc = 0, None, None
     if cfg.split_k > 1:
         import torch
-        from .hopper import cdiv, descriptor, num_sms
         if cfg.split_k > cdiv(K, cfg.BK):
             raise ValueError(f"GemmConfig.split_k={cfg.split_k} needs at least one BK={cfg.BK} k-step per slice: "
                              f"K={K} has {cdiv(K, cfg.BK)}")
@@ -408,7 +396,6 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
     if kernel is ws_gemm_kernel:  # the split-K workspace (None without) and FULL_TILES
         args = dict(args, FULL_TILES="i32", w_desc=None)
         if cfg.split_k > 1:
-            from .hopper import desc_type
             args["w_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
                                        gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
     return kernel_spec(kernel, args, dict(ce, **extra), num_warps=cfg.num_warps)
