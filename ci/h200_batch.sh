@@ -3,7 +3,7 @@
 # Usage (on the device, repo root as cwd):  bash ci/h200_batch.sh NOTEBOOK [NOTEBOOK...]
 # Writes under $OUT: gpu.txt, gpu-tests.log, bench.log (every notebook's, appended: one file however
 # many notebooks), results/<gpu-slug>/<nb>.jsonl (+ the timeline JSON of 03/04 when PARTS has 'timeline')
-# and, with SANITIZE="kernel ...", sanitizer.jsonl. The device tool brings back at most 8 files and the
+# and, with SANITIZE="kernel ...", results/<gpu-slug>/sanitizer.jsonl. The device tool brings back at most 8 files and the
 # rest is lost with the call: count them before a call (LOGS=0 writes no gpu.txt / bench.log / gpu-tests.log,
 # the logs still print).
 # COMPARE=1: first ci/compare_old.py (old vs new kernels in one process; needs .old/ from
@@ -42,7 +42,10 @@ for nb in "$@"; do
   cat "$LOGDIR/bench-$nb.log" >> "$LOGDIR/bench.log" && rm -f "$LOGDIR/bench-$nb.log"
 done
 if [ -n "${SANITIZE:-}" ]; then  # e.g. SANITIZE="pipelined-norm ws-gemm" (names: ci/sanitize.py CASES)
-  python3 ci/sanitize.py "$OUT/results/sanitizer.jsonl" $SANITIZE > /dev/null 2>&1 || rc=1
-  cut -c1-200 "$OUT/results/sanitizer.jsonl"
+  # under the GPU's slug (results/h200/sanitizer.jsonl), where `gluon_lab adopt` and the 03/04 pages look
+  SLUG=$(python3 -c "import torch; from gluon_lab.device import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
+  mkdir -p "$OUT/results/$SLUG"
+  python3 ci/sanitize.py "$OUT/results/$SLUG/sanitizer.jsonl" $SANITIZE > /dev/null 2>&1 || rc=1
+  cut -c1-200 "$OUT/results/$SLUG/sanitizer.jsonl"
 fi
 exit $rc

@@ -953,7 +953,8 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
         for (M, N, K) in plan.shape_sweep:
             shape = {"M": M, "N": N, "K": K}
             cases += [{"op": "matmul", "variant": v, "shape": shape, "dtype": plan.gemm_dtype,
-                       "config": {"study": "gemm-shapes"}} for v in ("torch", "gluon-pipelined", "gluon-ws")]
+                       "config": {"study": "gemm-shapes", **({} if v == "torch" else {"heuristic": True})}}
+                      for v in ("torch", "gluon-pipelined", "gluon-ws")]  # 'heuristic': the record of what auto runs
             for (v, bm, bn, bk, nw, st, pp) in plan.shape_configs:
                 study(v, shape, {"BM": bm, "BN": bn, "BK": bk, "num_warps": nw, "num_stages": st,
                                  **({"pingpong": True} if pp else {})})

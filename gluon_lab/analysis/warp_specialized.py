@@ -155,7 +155,7 @@ def shape_sweep_records(use):
 
 def gemm_config_label(cfg: dict) -> str:
     """'ws 128x128x64 4w s4 pp' style label of a study record's config ('heuristic' when it set none)."""
-    if not any(k in cfg for k in ("BM", "BN", "BK")):
+    if cfg.get("heuristic") or not any(k in cfg for k in ("BM", "BN", "BK")):  # the study marks its heuristic cases
         return "heuristic"
     lab = f"{cfg.get('BM')}x{cfg.get('BN')}x{cfg.get('BK')} {cfg.get('num_warps')}w s{cfg.get('num_stages')}"
     return (lab + (" ping-pong" if cfg.get("pingpong") else "") + (" swap-AB" if cfg.get("swap_ab") else "")

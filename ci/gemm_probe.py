@@ -1,0 +1,110 @@
+"""GEMM probe on the H200 (diagnosis, not a record store): why the lab's GEMMs lose on some shapes.
+
+  python3 ci/gemm_probe.py [align] [decode]  > results/h200/gemm-probe.log
+
+align:  the ragged shapes of the 04 'gemm-shapes' sweep, each three ways in one process: contiguous
+        (row strides K*2, N*2 bytes: not multiples of 128 B), the same logical shape over row strides
+        padded to 64 elements (128 B), and the next 128-multiple shape; gluon-ws tiles and cuBLAS.
+        If the padded-stride views are as fast per FLOP as the aligned shape, the loss is alignment
+        of TMA rows, not wave quantization.
+decode: small-M shapes, swap-AB x split-K combinations beside cuBLAS.
+Same timer as the notebooks (bench.time_cudagraph, input copies rotated past 3x L2, outputs kept),
+cuBLAS timed in the same process; prints one line per case, the SM clock after each timing.
+"""
+import sys
+
+import torch
+
+from gluon_lab import bench, device
+from gluon_lab.kernels import warp_specialized as ws
+from gluon_lab.kernels.gemm import GemmConfig
+
+
+def operands(M, N, K, pad: bool, seed: int):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ld_k, ld_n = ((K + 63) // 64 * 64, (N + 63) // 64 * 64) if pad else (K, N)
+    a = torch.randn(M, ld_k, device="cuda", dtype=torch.bfloat16, generator=g)[:, :K]
+    b = torch.randn(K, ld_n, device="cuda", dtype=torch.bfloat16, generator=g)[:, :N]
+    c = torch.empty(M, ld_n, device="cuda", dtype=torch.bfloat16)[:, :N]
+    return a, b, c
+
+
+def timed(M, N, K, pad, fn_of):
+    """Median us of fn_of(a, b, c) over rotated operand copies, checked once against fp64."""
+    nbytes = 2 * (M * K + K * N + M * N)
+    copies = bench.rotation_copies(nbytes)
+    ops = [operands(M, N, K, pad, 100 + i) for i in range(copies)]
+    a, b, c = ops[0]
+    fn_of(a, b, c)
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    err = ((c.double() - ref).abs().max() / ref.abs().max()).item()
+    if not err < 2e-2:
+        raise AssertionError(f"{M}x{N}x{K} pad={pad}: rel err {err}")
+    calls = [(lambda a=a, b=b, c=c: (fn_of(a, b, c), c)[1]) for a, b, c in ops]
+    t = bench.time_cudagraph(calls)
+    return 1000 * t.ms_median, device.sm_clock_mhz()
+
+
+def cublas(a, b, c):
+    torch.matmul(a, b, out=c)
+
+
+def gluon(cfg):
+    return lambda a, b, c: ws.launch(a, b, out=c, config=cfg)
+
+
+def row(tag, M, N, K, pad, name, fn):
+    try:
+        us, mhz = timed(M, N, K, pad, fn)
+        tf = 2 * M * N * K / us / 1e6
+        print(f"{tag:7s} {M:6d}x{N:<6d}x{K:<6d} {'pad' if pad else 'contig':6s} {name:40s} {us:9.1f} us {tf:6.0f} TF/s {mhz} MHz",
+              flush=True)
+        return us
+    except Exception as e:  # noqa: BLE001 - a config that fails is a line, not the end of the probe
+        print(f"{tag:7s} {M:6d}x{N:<6d}x{K:<6d} {'pad' if pad else 'contig':6s} {name:40s} FAILED {type(e).__name__}: {e}"[:300],
+              flush=True)
+
+
+ALIGN_SHAPES = ((2500, 1736, 4104), (2560, 1792, 4096), (1000, 3000, 2000), (1024, 3072, 2048),
+                (777, 5000, 1000), (3000, 1000, 2000))
+ALIGN_CFGS = {"ws 128x256 8w s3": GemmConfig(),
+              "ws 128x128 8w s5": GemmConfig(BN=128, num_stages=5),
+              "ws 128x128 4w s4 pp": GemmConfig(BN=128, num_warps=4, num_stages=4, pingpong=True)}
+DECODE_SHAPES = ((16, 6144, 4096), (32, 4096, 14336), (128, 4096, 4096), (128, 6144, 4096), (128, 8192, 8192),
+                 (64, 28672, 4096))
+
+
+def align():
+    for (M, N, K) in ALIGN_SHAPES:
+        for pad in ((False, True) if (K % 64 or N % 64) else (False, )):
+            row("align", M, N, K, pad, "cuBLAS", cublas)
+            for name, cfg in ALIGN_CFGS.items():
+                row("align", M, N, K, pad, name, gluon(cfg))
+
+
+def decode():
+    for (M, N, K) in DECODE_SHAPES:
+        row("decode", M, N, K, False, "cuBLAS", cublas)
+        bms = [bm for bm in (16, 32, 64) if bm >= min(M, 64)][:2] if M <= 64 else []
+        for bm in bms:
+            for bn in (64, 128):
+                for sk in (1, 2, 4, 8):
+                    cfg = GemmConfig(BM=bm, BN=bn, BK=64, num_warps=4, num_stages=6, swap_ab=True, split_k=sk)
+                    row("decode", M, N, K, False, f"ws swap {bm}x{bn} s6 split-K {sk}", gluon(cfg))
+        for (bm, bn) in ((64, 64), (64, 128), (128, 128)):
+            for sk in (1, 2, 4, 8):
+                try:
+                    cfg = GemmConfig(BM=bm, BN=bn, BK=64, num_warps=4, num_stages=6 if bn < 128 else 4, split_k=sk).validate()
+                except ValueError:
+                    continue
+                row("decode", M, N, K, False, f"ws {bm}x{bn} 4w split-K {sk}", gluon(cfg))
+
+
+if __name__ == "__main__":
+    if not torch.cuda.is_available():
+        raise SystemExit("gemm_probe.py needs the GPU")
+    parts = sys.argv[1:] or ["align", "decode"]
+    print(torch.cuda.get_device_name(), "torch", torch.__version__)
+    for p in parts:
+        {"align": align, "decode": decode}[p]()
