@@ -5,7 +5,7 @@
 e.g. (log2 N, log2 M) for row norms), the gluon-lab variants whose geomean time over the bucket's
 shapes is below MARGIN x eager torch's, fastest first, then "torch". Only records that passed, are current
 (their code hash matches the code now), ran the variant's heuristic config (no sweep or study
-config votes: auto runs the heuristic) and are the newest of their case count.
+config votes, except a study's cases marked 'heuristic': auto runs the heuristic) and are the newest of their case count.
 
 ``choose(spec, inputs)`` reads that table once per process, and remembers its answer per call
 signature (shapes, strides, dtype, device, 16-byte alignment), so a repeated call costs one dict
@@ -47,7 +47,7 @@ def _votes(df):
     keep = []
     for i, r in df.iterrows():
         cfg = r["config"] or {}
-        if "study" in cfg:
+        if "study" in cfg and not cfg.get("heuristic"):  # a study's own heuristic cases (marked) vote
             continue
         try:
             v = registry.get_variant(r["op"], r["variant"])

@@ -245,15 +245,80 @@ class GemmConfig:
         return self
 
     @classmethod
-    def heuristic(cls, M: int, N: int, dtype: str = "bfloat16", K: int | None = None, **overrides) -> "GemmConfig":
-        # Small problems: a 128x256 tile leaves most SMs idle (8192 x 4096 -> 1024 tiles, fine;
-        # 1024 x 1024 -> 32 tiles on 132 SMs). Drop to 128x128 when the big tile gives < 1 wave.
-        # K (given by every launcher) is for the shape-bucketed rules the 04 'gemm-shapes' study will set
-        # (split-K needs it); unused until that study has run.
+    def heuristic(cls, M: int, N: int, dtype: str = "bfloat16", K: int | None = None, ws: bool = False,
+                  sms: int = H200_SMS, **overrides) -> "GemmConfig":
+        """The config a launch runs when none is given: shape_pick (the 04 'gemm-shapes' sweep's rules)
+        for gluon-ws (ws=True, every schedule) or gluon-pipelined (tiles only). Overrides replace
+        fields; an override of the tile or schedule (TILE_KNOBS) starts from the plain default
+        instead of the shape's pick, so an explicit tile never inherits a swap / split / ping-pong."""
         import dataclasses
-        base = cls(BN=128, num_stages=4, num_warps=4) if cdiv(M, 128) * cdiv(N, 256) < H200_SMS else cls()
         known = {f.name for f in dataclasses.fields(cls)}
-        return dataclasses.replace(base, **{k: v for k, v in overrides.items() if k in known})
+        over = {k: v for k, v in overrides.items() if k in known}
+        base = cls() if TILE_KNOBS & set(over) else shape_pick(M, N, 4096 if K is None else K, ws, sms)
+        return dataclasses.replace(base, **over)
+
+
+# fields whose override means "this tile / schedule", not "the shape's pick with one knob changed"
+TILE_KNOBS = frozenset({"BM", "BN", "BK", "num_warps", "pingpong", "split_k", "split_last_wave", "swap_ab"})
+
+
+def wave_fill(tiles: int, sms: int = H200_SMS) -> float:
+    """Wave-quantization efficiency of a persistent grid: tiles / (whole waves x SMs)."""
+    return tiles / (cdiv(tiles, sms) * sms)
+
+
+# --- the shape-bucketed rules (GemmConfig.heuristic) ------------------------------------------------
+# From the 04 'gemm-shapes' sweep on the H200, run 20261202T054108Z (29 shapes x 12-21 configs beside
+# cuBLAS in one run, bf16; notebook 04 "shape sweep" / "bucket proposal"). Ratios quoted are config /
+# cuBLAS in that run. Every rule below names the cells it was read from.
+BIG_WAVES = 4       # >= 4 waves of 128x256 tiles: the big tile wins (8192^3 1.05, 4096x6144 1.02-1.05,
+                    # 1024x28672 1.05); the last wave's quantization costs < 1/4 wave there
+BIG_FILL = 0.85     # ... or fewer waves but a last wave >= 85% full (1024x4096: 128 tiles, 0.96-1.01)
+SMALL_GRID = 0.5    # 128x128 tiles filling < half the SMs, long K: split K (1024x1024x32768: split 2, 0.99 vs
+                    # 0.66 unsplit); K needs >= SPLIT_MIN_KSTEPS k-steps per slice
+SPLIT_MIN_KSTEPS = 16
+LAST_WAVE_KSTEPS = 48  # split the last wave only with >= 48 k-steps (2500x1736x4104: split 4 of the last wave
+                       # 0.56 vs 0.49 whole; 1000x3000x2000, 32 k-steps: 0.64 vs 0.78 for 128x256 whole)
+LAST_WAVE_FILL = 0.75
+MID_N_FILL = 0.6    # 64 < M <= 256: 64x128 tiles unless they fill < 60% of the SMs, then 64x64 (128x4096x4096:
+                    # 64x64 0.94 vs 64x128 0.82; 128x8192x8192: 64x128 0.96 vs 64x64 0.78)
+SKINNY_BIG_FILL = 0.8  # ... and the 128x256 tile when 64 < M <= 256 still gives >= 80% of a wave (128x28672: 1.68-1.70;
+                       # at M = 64 half its rows are padding: 64x28672 128x256 0.95 vs 64x128 1.06)
+
+
+def shape_pick(M: int, N: int, K: int, ws: bool, sms: int = H200_SMS) -> "GemmConfig":
+    """GemmConfig.heuristic's shape rules (module constants above carry each threshold's reason)."""
+    big = cdiv(M, 128) * cdiv(N, 256)
+    k_steps = cdiv(K, 64)
+    if M <= 64 or (M <= 256 and big < SKINNY_BIG_FILL * sms):
+        if not ws:  # tiles only: M <= 64 64x128 s5 (0.83 / 0.63 / 0.99 at M = 16 / 32 / 64); M <= 256 128x64 s6
+            return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=5) if M <= 64 else \
+                GemmConfig(BM=128, BN=64, num_warps=4, num_stages=6)
+        return _skinny_ws(M, N, K, sms)
+    if big >= BIG_WAVES * sms or wave_fill(big, sms) >= BIG_FILL:
+        return GemmConfig()
+    mid = cdiv(M, 128) * cdiv(N, 128)
+    if not ws:  # gluon-pipelined: 64x128 s5 when even 128x128 leaves half the SMs idle (1024x1024x32768: 0.86)
+        return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=5) if big < SMALL_GRID * sms else GemmConfig()
+    if mid < SMALL_GRID * sms and k_steps >= 2 * SPLIT_MIN_KSTEPS:
+        split = max(2, min(sms // mid, k_steps // SPLIT_MIN_KSTEPS, MAX_SPLIT_K))
+        return GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=split)
+    if mid >= sms and wave_fill(mid, sms) < LAST_WAVE_FILL and k_steps >= LAST_WAVE_KSTEPS:
+        return GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=4, split_last_wave=True)
+    if wave_fill(mid, sms) > wave_fill(big, sms):  # 1024x6144x4096: 128x128 8w s5 0.99 vs 128x256 0.80
+        return GemmConfig(BN=128, num_warps=8, num_stages=5)
+    return GemmConfig()  # ties keep the big tile (1000x3000x2000: 0.78 vs 0.57-0.62 for 128x128)
+
+
+def _skinny_ws(M: int, N: int, K: int, sms: int) -> "GemmConfig":
+    """gluon-ws at M <= 256 (decode and small-batch projections): the B stream bounds these shapes."""
+    if M <= 32:  # swap-AB: N fills the wgmma M side, M pads only to 16 / 32 (16x6144x4096: 0.91; 32x4096x14336: 0.74)
+        return GemmConfig(BM=16 if M <= 16 else 32, BN=128, num_warps=4, num_stages=6, swap_ab=True)
+    if M <= 64:  # 64x28672x4096: 64x128 s6 1.06, 64x256 ping-pong 1.07, swap 64x128 1.03
+        return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=6)
+    if cdiv(M, 64) * cdiv(N, 128) >= MID_N_FILL * sms:
+        return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=6)
+    return GemmConfig(BM=64, BN=64, num_warps=4, num_stages=8)
 
 
 def _layouts(cfg: GemmConfig, dtype: str):
@@ -290,7 +355,7 @@ def check(a, b) -> None:
         raise ValueError(f"a and b must be on the same device; got {a.device} and {b.device}")
 
 
-def prepare(a, b, out=None, config: GemmConfig | None = None):
+def prepare(a, b, out=None, config: GemmConfig | None = None, ws: bool = False):
     """Checks, config, output and TMA descriptors shared by every persistent GEMM launcher:
     returns (c, (a_desc, b_desc, c_desc), M, N, K, cfg, grid)."""
     import torch
@@ -298,7 +363,7 @@ def prepare(a, b, out=None, config: GemmConfig | None = None):
     M, K = a.shape
     N = b.shape[1]
     dtype = dtype_name(a)
-    cfg = (config or GemmConfig.heuristic(M, N, dtype, K=K)).validate(dtype)
+    cfg = (config or GemmConfig.heuristic(M, N, dtype, K=K, ws=ws, sms=num_sms(a.device))).validate(dtype)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else out
     if (N * a.element_size()) % 16:
         raise ValueError(f"N * itemsize must be a multiple of 16 bytes (C's rows are TMA-stored); got N={N}")
@@ -347,13 +412,21 @@ KNOBS = {"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "
          "group_m": (8, )}  # the 03 gemm-sweep's tiles x ring depths (experiments.PipelinedPlan)
 
 
-def configure(shape: dict, dtype: str, overrides: dict) -> GemmConfig:
-    return GemmConfig.heuristic(shape["M"], shape["N"], dtype, K=shape.get("K"), **overrides).validate(dtype)
+def _configure(shape: dict, dtype: str, overrides: dict, ws: bool = False) -> GemmConfig:
+    cfg = GemmConfig.heuristic(shape["M"], shape["N"], dtype, K=shape.get("K"), ws=ws, **overrides).validate(dtype)
+    if not ws:
+        _pipelined_only(cfg)
+    return cfg
 
 
-def register_matmul(variant: str, *, pattern: str, launch, codegen_spec, knobs: dict, roots, description: str):
-    """Register a persistent GEMM for matmul (shared by gluon-pipelined and gluon-ws)."""
+def register_matmul(variant: str, *, pattern: str, launch, codegen_spec, knobs: dict, roots, description: str,
+                    ws: bool = False):
+    """Register a persistent GEMM for matmul (shared by gluon-pipelined and gluon-ws; ws: the
+    heuristic may pick the warp-specialized schedules)."""
+    import functools
+
     from ..registry import register
+    configure = functools.partial(_configure, ws=ws)
 
     def codegen(shape: dict, dtype: str, config: GemmConfig | None = None):
         return codegen_spec(config or configure(shape, dtype, {}), dtype, shape)
@@ -363,7 +436,8 @@ def register_matmul(variant: str, *, pattern: str, launch, codegen_spec, knobs: 
 
     fn.__name__ = fn.__qualname__ = f"matmul_{variant.replace('-', '_')}"
     register("matmul", variant, pattern=pattern, needs_hopper=True, check=check, configure=configure, codegen=codegen,
-             knobs=knobs, roots=(launch, prepare, GemmConfig, *roots), description=description)(fn)
+             knobs=knobs, roots=(launch, prepare, GemmConfig, shape_pick, _skinny_ws, *roots),
+             description=description)(fn)
 
 
 register_matmul("gluon-pipelined", pattern="pipelined", launch=launch, codegen_spec=codegen_spec, knobs=KNOBS,

@@ -351,7 +351,7 @@ def splitk_plan(cfg: GemmConfig, M: int, N: int, sms: int) -> tuple[int, int]:
 def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
     """trace: an int64 tensor of TRACE_CTAS * TRACE_ITERS * GEMM_TRACE_FIELDS elements -> the INSTRUMENT
     build writes its per-tile stamps there (notebook 04's consumer-schedule timeline)."""
-    c, descs, M, N, K, cfg, grid = prepare(a, b, out, config)
+    c, descs, M, N, K, cfg, grid = prepare(a, b, out, config, ws=True)
     full, work, wdesc = 0, None, None
     if cfg.split_k > 1:
         import torch
@@ -406,7 +406,8 @@ gemm.register_matmul(
     knobs={"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "num_stages": (3, 4, 5),
            "producer_regs": (24, 40, 56, 88), "pingpong": (False, True), "split_k": (1, 2, 3, 4, 8)},
     roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, SPLITK_REDUCE, splitk_plan),
-    description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring")
+    description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring",
+    ws=True)
 
 
 # ---------------------------------------------------------------------------------------------
