@@ -912,6 +912,8 @@ class WarpSpecializedPlan:
     shape_last_wave_split: tuple = (2, 4)
     # swap-AB (gluon-ws cooperative, C^T = B^T A^T) on the decode-like shapes (M <= 64): (BM, BN, stages)
     shape_swap_configs: tuple = ((16, 128, 6), (32, 128, 6), (64, 128, 5))
+    # ... and swap-AB with split-K (the B stream of a decode GEMM needs every SM; ci/gemm_probe.py): split_k tried
+    shape_swap_split: tuple = (2, 4)
 
     @classmethod
     def quick(cls):
@@ -962,6 +964,10 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                 for (bm, bn, st) in plan.shape_swap_configs:
                     study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": 4, "num_stages": st,
                                               "swap_ab": True})
+                for (bm, bn, st) in plan.shape_swap_configs[:2]:
+                    for sk in (sk for sk in plan.shape_swap_split if sk <= -(-K // 64)):
+                        study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": 4, "num_stages": st,
+                                                  "swap_ab": True, "split_k": sk})
             tiles, k_steps = -(-M // 128) * -(-N // 128), -(-K // 64)
             if tiles >= H200_SMS and tiles % H200_SMS and tiles % H200_SMS < LAST_WAVE_FILL * H200_SMS:
                 for sk in (sk for sk in plan.shape_last_wave_split if sk <= k_steps):

@@ -59,3 +59,38 @@ def test_registered():
     assert v.pattern == "pipelined" and v.resolve({"M": 8192, "N": 8192, "K": 8192}, "bfloat16") == G.GemmConfig()
     with pytest.raises(ValueError, match="shared memory"):  # sweeps skip configs that do not fit
         v.resolve({"M": 8192, "N": 8192, "K": 8192}, "bfloat16", {"num_stages": 5})
+
+
+def test_heuristic_branches():
+    """The GPU test's HEURISTIC_SHAPES reach every shape rule (one distinct gluon-ws pick each), each pick
+    validates, gluon-pipelined never gets a WS-only schedule, and a tile override drops the shape's
+    swap / split (an explicit tile is that tile)."""
+    import dataclasses
+    from test_gemm_gpu import HEURISTIC_SHAPES
+    from gluon_lab.analysis.warp_specialized import gemm_config_label
+    ws = [G.GemmConfig.heuristic(M, N, K=K, ws=True).validate() for (M, N, K) in HEURISTIC_SHAPES]
+    assert [gemm_config_label(dataclasses.asdict(c)) for c in ws] == [
+        "16x128x64 4w s6 swap-AB split-K 2", "32x128x64 4w s6 swap-AB split-K 4", "16x128x64 4w s6 swap-AB",
+        "64x128x64 4w s6", "64x64x64 4w s8", "64x128x64 4w s6", "128x256x64 8w s3", "128x128x64 4w s4 split-K 2",
+        "128x128x64 4w s4 split-K 4 (last wave)", "128x128x64 8w s5", "128x256x64 8w s3"]
+    for (M, N, K) in HEURISTIC_SHAPES:
+        p = G.GemmConfig.heuristic(M, N, K=K).validate()
+        assert not (p.swap_ab or p.pingpong or p.split_k > 1), (M, N, K, p)
+    over = G.GemmConfig.heuristic(16, 6144, K=4096, ws=True, BM=64, BN=128, num_warps=4, num_stages=6)
+    assert not over.swap_ab and over.split_k == 1
+    assert G.GemmConfig.heuristic(16, 6144, K=4096, ws=True, num_stages=4).swap_ab  # a ring-only override keeps the pick
+
+
+def test_heuristic_picks_compile():
+    """Every config the heuristic picks on the GPU test's shapes compiles for sm_90 without spills."""
+    from test_gemm_gpu import HEURISTIC_SHAPES
+    from gluon_lab.kernels import warp_specialized as W
+    seen = set()
+    for (M, N, K) in HEURISTIC_SHAPES:
+        for ws in (True, False):
+            cfg = G.GemmConfig.heuristic(M, N, K=K, ws=ws)
+            if (cfg, ws) in seen:
+                continue
+            seen.add((cfg, ws))
+            k = codegen.compile_sm90(**(W.codegen_spec(cfg) if ws else G.codegen_spec(cfg)))
+            assert codegen.census(k)["spill_bytes"] == 0, (cfg, ws)

@@ -99,3 +99,23 @@ def test_split_k_needs_a_k_step_per_slice():
     b = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="at least one BK=64 k-step per slice"):
         W.launch(a, b, config=G.GemmConfig(BN=128, num_warps=4, split_k=4))  # K = 128: 2 k-steps
+
+
+# one shape per branch of GemmConfig.heuristic's shape rules (tests/test_gemm.py checks each reaches its own
+# branch): swap-AB with and without split-K, 64-row tiles, the skinny big tile, split-K, last-wave split,
+# 128x128 8w, the default; ragged where the rule allows
+HEURISTIC_SHAPES = [(16, 6144, 4096), (32, 4096, 14336), (5, 1000, 520), (64, 3000, 1000), (100, 1000, 2000),
+                    (200, 4096, 1024), (128, 28672, 512), (1000, 1000, 8192), (2500, 1736, 4104), (1024, 6144, 1000),
+                    (4096, 4096, 520)]
+
+
+@pytest.mark.parametrize("variant", ["gluon-ws", "gluon-pipelined"])
+@pytest.mark.parametrize("shape", HEURISTIC_SHAPES, ids=str)
+def test_heuristic_picks_match_float64_through_the_api(variant, shape):
+    """What variant="gluon-ws" / "gluon-pipelined" runs with no config, through gll.matmul (the fast path's
+    replay included), against float64 on poisoned outputs."""
+    from gluon_lab import bench
+    M, N, K = shape
+    inputs = bench.make_inputs("matmul", {"M": M, "N": N, "K": K}, "bfloat16", seed=M * 7 + N + K)
+    res = bench.check_correctness("matmul", variant, inputs, call="api")
+    assert res["passed"], res

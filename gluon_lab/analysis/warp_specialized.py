@@ -171,8 +171,9 @@ def record_labels(df, cfgs) -> list:
 
 def shape_sweep_table(st):
     """Per shape of one 'gemm-shapes' run: cuBLAS us / TFLOP/s / SM clock, each Gluon GEMM at its
-    heuristic, the best swept config and its ratio to cuBLAS (>= 1: Gluon leads), and the best
-    ping-pong / best cooperative gluon-ws config (> 1: ping-pong is faster)."""
+    heuristic, the best swept config and its ratio to cuBLAS (>= 1: Gluon leads), the best
+    ping-pong / best cooperative gluon-ws config (> 1: ping-pong is faster), and what variant="auto"
+    picks there with its ratio to cuBLAS."""
     ok = cm.passed(st) if len(st) else st
     rows = []
     if not len(ok):
@@ -199,8 +200,20 @@ def shape_sweep_table(st):
                      "best gluon": b.label, "best TFLOP/s": round(b.tflops, 0),
                      "best / cuBLAS": round(p.ms_median / b.ms_median, 3),
                      "ping-pong / cooperative": round(ws_co.ms_median.min() / ws_pp.ms_median.min(), 3)
-                     if len(ws_pp) and len(ws_co) else np.nan})
+                     if len(ws_pp) and len(ws_co) else np.nan,
+                     **auto_pick(int(M), int(N), int(K), p, heur)})
     return pd.DataFrame(rows)
+
+
+def auto_pick(M: int, N: int, K: int, peer, heur: dict) -> dict:
+    """What variant="auto" runs at this shape (the committed selection table, built from these records'
+    heuristic cases) and its ratio to cuBLAS in the run (1.0 where auto falls back to torch)."""
+    from .. import device, selection, specs
+    pick = selection.candidates(specs.get("matmul"), {"M": M, "N": N, "K": K}, "bfloat16",
+                                device.gpu_slug(peer.gpu_name))[0]
+    h = heur.get(pick)
+    ratio = 1.0 if pick == GEMM_PEER else (round(peer.ms_median / h.ms_median.min(), 3) if h is not None and len(h) else np.nan)
+    return {"auto": pick, "auto / cuBLAS": ratio}
 
 
 def shape_sweep_targets(t):

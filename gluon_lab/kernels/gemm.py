@@ -313,7 +313,13 @@ def shape_pick(M: int, N: int, K: int, ws: bool, sms: int = H200_SMS) -> "GemmCo
 def _skinny_ws(M: int, N: int, K: int, sms: int) -> "GemmConfig":
     """gluon-ws at M <= 256 (decode and small-batch projections): the B stream bounds these shapes."""
     if M <= 32:  # swap-AB: N fills the wgmma M side, M pads only to 16 / 32 (16x6144x4096: 0.91; 32x4096x14336: 0.74)
-        return GemmConfig(BM=16 if M <= 16 else 32, BN=128, num_warps=4, num_stages=6, swap_ab=True)
+        # and split K while the tiles leave SMs idle: the B stream needs every SM (results/h200/gemm-probe.log,
+        # ci/gemm_probe.py: 32x4096x14336 swap 32x128 split 4 33.5 us vs 46.4 unsplit, cuBLAS 32.9;
+        # 16x6144x4096 split 2 17.6 vs 18.2, cuBLAS 16.1)
+        tiles, split = cdiv(N, 128), 1
+        while split < 8 and tiles * split * 2 <= sms and cdiv(K, 64) // (split * 2) >= SPLIT_MIN_KSTEPS:
+            split *= 2
+        return GemmConfig(BM=16 if M <= 16 else 32, BN=128, num_warps=4, num_stages=6, swap_ab=True, split_k=split)
     if M <= 64:  # 64x28672x4096: 64x128 s6 1.06, 64x256 ping-pong 1.07, swap 64x128 1.03
         return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=6)
     if cdiv(M, 64) * cdiv(N, 128) >= MID_N_FILL * sms:
