@@ -975,6 +975,10 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
             if tiles < H200_SMS:
                 for sk in (sk for sk in plan.shape_split_k if sk <= k_steps):
                     study("gluon-ws", shape, {**split128, "split_k": sk})
+            # cuBLAS again after the shape's Gluon cases: the clock drifts over a shape's ~20 timings (1455-1980
+            # MHz in run 20261202T061301Z), so the page takes the peer as the geomean of the two and shows the drift
+            cases.append({"op": "matmul", "variant": "torch", "shape": shape, "dtype": plan.gemm_dtype,
+                          "config": {"study": "gemm-shapes", "bracket": "after"}})
     if "ws-sweep" in parts:
         for (M, N, K) in plan.ws_sweep_shapes:
             for (bm, bn, bk, nw, st) in plan.ws_sweep_tiles:

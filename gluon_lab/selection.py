@@ -3,7 +3,7 @@
 ``python -m gluon_lab select`` (``build`` + ``write``) turns the current records into
 ``gluon_lab/selection.json``: for each GPU, op, dtype and shape bucket (the spec's ``bucket``,
 e.g. (log2 N, log2 M) for row norms), the gluon-lab variants whose geomean time over the bucket's
-shapes is below MARGIN x eager torch's, fastest first, then "torch". Only records that passed, are current
+shapes is below MARGIN x eager torch's (each ratio from one run), fastest first, then "torch". Only records that passed, are current
 (their code hash matches the code now), ran the variant's heuristic config (no sweep or study
 config votes, except a study's cases marked 'heuristic': auto runs the heuristic) and are the newest of their case count.
 
@@ -27,6 +27,8 @@ FALLBACK = "torch"
 # repeated GEMM runs on the H200 moved same-shape ratios by 1-3% (03 vs 04 runs of 2026-12-01),
 # so a 1% "win" would flip the choice between builds.
 MARGIN = 0.98
+# config keys that name a record's study / conditions, not a knob it overrode
+STUDY_META = frozenset({"study", "heuristic", "sm_clock_mhz", "call"})
 
 _table: dict | None = None
 _decisions: dict = {}
@@ -47,8 +49,8 @@ def _votes(df):
     keep = []
     for i, r in df.iterrows():
         cfg = r["config"] or {}
-        if "study" in cfg and not cfg.get("heuristic"):  # a study's own heuristic cases (marked) vote
-            continue
+        if "study" in cfg and not (cfg.get("heuristic") or (r["variant"] == FALLBACK and not set(cfg) - STUDY_META)):
+            continue  # a study's configs do not vote; its heuristic-marked cases and its plain torch cases do
         try:
             v = registry.get_variant(r["op"], r["variant"])
         except ValueError:
@@ -83,9 +85,9 @@ def build(results_dir) -> dict:
             buckets.setdefault(tuple(spec.bucket(r["shape"])), []).append(r)
         out = []
         for b, rows in sorted(buckets.items(), key=lambda kv: [str(c) for c in kv[0]]):
-            by_shape: dict = {}
+            by_shape: dict = {}  # (run, shape) -> {variant: ms}: a ratio pairs records of one run only
             for r in rows:
-                by_shape.setdefault(json.dumps(r["shape"], sort_keys=True), {})[r["variant"]] = float(r["ms_median"])
+                by_shape.setdefault((r["run_id"], json.dumps(r["shape"], sort_keys=True)), {})[r["variant"]] = float(r["ms_median"])
             ratios: dict = {}
             for cell in by_shape.values():
                 if FALLBACK not in cell:
@@ -96,7 +98,7 @@ def build(results_dir) -> dict:
             order = sorted((v for v in geo if v != FALLBACK and geo[v] < MARGIN), key=lambda v: (geo[v], v))
             out.append({"bucket": list(b), "order": order + [FALLBACK],
                         "vs_torch": {v: round(geo[v], 4) for v in sorted(geo) if v != FALLBACK},
-                        "shapes": len(by_shape)})
+                        "shapes": len({shape for _, shape in by_shape})})
         entries.setdefault(slug, {}).setdefault(op, {})[dtype] = out
     return {"version": 1,
             "rule": f"per bucket: gluon-lab variants whose geomean time over the bucket's shapes is below {MARGIN} x "

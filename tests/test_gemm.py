@@ -71,7 +71,7 @@ def test_heuristic_branches():
     ws = [G.GemmConfig.heuristic(M, N, K=K, ws=True).validate() for (M, N, K) in HEURISTIC_SHAPES]
     assert [gemm_config_label(dataclasses.asdict(c)) for c in ws] == [
         "16x128x64 4w s6 swap-AB split-K 2", "32x128x64 4w s6 swap-AB split-K 4", "16x128x64 4w s6 swap-AB",
-        "64x128x64 4w s6", "64x64x64 4w s8", "64x128x64 4w s6", "128x256x64 8w s3", "128x128x64 4w s4 split-K 2",
+        "64x256x64 4w s4 ping-pong", "64x64x64 4w s8", "64x128x64 4w s6", "128x256x64 8w s3", "128x128x64 4w s4 split-K 2",
         "128x128x64 4w s4 split-K 4 (last wave)", "128x128x64 8w s5", "128x256x64 8w s3"]
     for (M, N, K) in HEURISTIC_SHAPES:
         p = G.GemmConfig.heuristic(M, N, K=K).validate()

@@ -43,6 +43,12 @@ def test_build_uses_current_passing_heuristic_records(tmp_path, fake_variant):
         _rec("gluon-test", 16, 512, 0.05, gh, config={"study": "sweep"}),              # a study: no vote
         _rec("gluon-test", 16, 512, 0.05, gh, passed=False),                           # failed: no vote
         _rec("triton", 16, 512, 0.01, registry.get_variant("rms_norm", "triton").code_hash()),  # a baseline
+        # a study's heuristic-marked case votes beside the study's plain torch case of the same run ...
+        _rec("torch", 1024, 16384, 1.0, th, config={"study": "s"}, run_id="r2"),
+        _rec("gluon-test", 1024, 16384, 0.5, gh, config={"study": "s", "heuristic": True}, run_id="r2"),
+        # ... and a ratio never pairs records of two runs (no torch in r3 at this shape: no vote)
+        _rec("gluon-test", 1024, 30000, 0.1, gh, config={"study": "s", "heuristic": True}, run_id="r3"),
+        _rec("torch", 1024, 30000, 1.0, th, run_id="r2"),
     ])
     t = selection.build(tmp_path)
     rows = {tuple(r["bucket"]): r for r in t["entries"]["h200"]["rms_norm"]["bfloat16"]}
@@ -50,7 +56,9 @@ def test_build_uses_current_passing_heuristic_records(tmp_path, fake_variant):
     assert rows[(12, 12)]["shapes"] == 2 and rows[(12, 12)]["vs_torch"]["gluon-test"] == pytest.approx((0.5 * 0.4) ** 0.5, abs=1e-4)
     assert rows[(10, 6)]["order"] == ["torch"]
     assert rows[(9, 4)]["order"] == ["torch"] and "gluon-test" not in rows[(9, 4)]["vs_torch"]
-    assert t["runs"] == {"h200": ["r1"]}
+    assert rows[(14, 10)]["order"] == ["gluon-test", "torch"] and rows[(14, 10)]["vs_torch"]["gluon-test"] == pytest.approx(0.5)
+    assert rows[(15, 10)]["order"] == ["torch"] and rows[(15, 10)]["vs_torch"] == {}
+    assert t["runs"] == {"h200": ["r1", "r2", "r3"]}
 
 
 def test_candidates_take_the_nearest_bucket_and_fall_back_to_torch(monkeypatch):

@@ -186,23 +186,39 @@ def shape_sweep_table(st):
         gl_ = g[g.variant != GEMM_PEER]
         if not len(peer) or not len(gl_):
             continue
-        p = peer.iloc[0]
+        p, drift = peer_time(peer)
         b = gl_.loc[gl_.ms_median.idxmin()]
         ws = gl_[gl_.variant == "gluon-ws"]
         ws_pp, ws_co = ws[ws.pingpong], ws[~ws.pingpong]
         heur = {v: gl_[(gl_.variant == v) & (gl_.label.str.endswith("heuristic"))] for v in ("gluon-ws", "gluon-pipelined")}
         rows.append({"M": int(M), "N": int(N), "K": int(K), "cuBLAS us": round(1000 * p.ms_median, 1),
-                     "cuBLAS TFLOP/s": round(p.tflops, 0), "SM MHz": p.clock,
+                     "cuBLAS TFLOP/s": round(p.tflops, 0), "SM MHz": p.clock, "cuBLAS drift": drift,
                      "ws heuristic / cuBLAS": round(p.ms_median / heur["gluon-ws"].ms_median.min(), 3)
                      if len(heur["gluon-ws"]) else np.nan,
                      "pipe heuristic / cuBLAS": round(p.ms_median / heur["gluon-pipelined"].ms_median.min(), 3)
                      if len(heur["gluon-pipelined"]) else np.nan,
-                     "best gluon": b.label, "best TFLOP/s": round(b.tflops, 0),
+                     "best gluon": b.label, "best TFLOP/s": round(b.tflops, 0), "best SM MHz": b.clock,
                      "best / cuBLAS": round(p.ms_median / b.ms_median, 3),
                      "ping-pong / cooperative": round(ws_co.ms_median.min() / ws_pp.ms_median.min(), 3)
                      if len(ws_pp) and len(ws_co) else np.nan,
                      **auto_pick(int(M), int(N), int(K), p, heur)})
     return pd.DataFrame(rows)
+
+
+def peer_time(peer):
+    """(cuBLAS's row, drift) of a shape: the sweep times cuBLAS before and after the shape's Gluon cases
+    ('bracket': 'after'); the row carries the geomean of the two times (TFLOP/s to match), drift = after /
+    before (NaN with one timing: runs before the bracket)."""
+    cfg = peer["config_key"].map(json.loads)
+    after = peer[[c.get("bracket") == "after" for c in cfg]]
+    before = peer[[c.get("bracket") != "after" for c in cfg]]
+    p = (before if len(before) else peer).iloc[0].copy()
+    if len(after) and len(before):
+        t0, t1 = float(before.ms_median.iloc[0]), float(after.ms_median.iloc[0])
+        p["ms_median"] = float(np.sqrt(t0 * t1))
+        p["tflops"] = p["tflops"] * t0 / p["ms_median"]
+        return p, round(t1 / t0, 3)
+    return p, np.nan
 
 
 def auto_pick(M: int, N: int, K: int, peer, heur: dict) -> dict:
@@ -1797,7 +1813,7 @@ def bucket_proposal(st):
         if not len(peer) or not len(gl_):
             continue
         best = gl_.ms_median.min()
-        per_shape[(int(M), int(N), int(K))] = (float(peer.ms_median.iloc[0]), best,
+        per_shape[(int(M), int(N), int(K))] = (float(peer_time(peer)[0].ms_median), best,
                                                gl_.groupby("label").ms_median.min().to_dict())
     buckets = {}
     for shape, v in per_shape.items():

@@ -320,8 +320,9 @@ def _skinny_ws(M: int, N: int, K: int, sms: int) -> "GemmConfig":
         while split < 8 and tiles * split * 2 <= sms and cdiv(K, 64) // (split * 2) >= SPLIT_MIN_KSTEPS:
             split *= 2
         return GemmConfig(BM=16 if M <= 16 else 32, BN=128, num_warps=4, num_stages=6, swap_ab=True, split_k=split)
-    if M <= 64:  # 64x28672x4096: 64x128 s6 1.06, 64x256 ping-pong 1.07, swap 64x128 1.03
-        return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=6)
+    if M <= 64:  # 64x28672x4096: 64x256 ping-pong 1.07 / 1.02 in runs 20261202T054108Z / 061301Z (64x128 s6 1.06 /
+        # 0.98, swap 64x128 1.03 / 0.87): the widest B rows per CTA, 128 accumulators per consumer thread
+        return GemmConfig(BM=64, BN=256, num_warps=4, num_stages=4, pingpong=True)
     if cdiv(M, 64) * cdiv(N, 128) >= MID_N_FILL * sms:
         return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=6)
     return GemmConfig(BM=64, BN=64, num_warps=4, num_stages=8)
