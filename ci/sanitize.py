@@ -30,6 +30,8 @@ CASES = {
                          {"BN": 128, "num_warps": 4, "num_stages": 4, "split_k": 2, "split_last_wave": True}),
     "ws-gemm-swapab": ("matmul", "gluon-ws", {"M": 33, "N": 1000, "K": 520},
                        {"BM": 16, "BN": 128, "num_warps": 4, "num_stages": 6, "swap_ab": True}),
+    "ws-gemm-cpasync": ("matmul", "gluon-ws", {"M": 300, "N": 1000, "K": 1032},
+                        {"BN": 128, "num_warps": 8, "num_stages": 5, "cp_async": True, "producer_regs": 152}),
     "ws-norm": ("rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "ws-add-rms-norm": ("add_rms_norm", "gluon-ws", {"M": 37, "N": 1000}, {}),
     "pipelined-norm-dyn": ("rms_norm", "gluon-pipelined", {"M": 37, "N": 1000}, {"num_stages": 3, "schedule": "dynamic"}),

@@ -191,7 +191,7 @@ def ptxas_info(ptx: str, arch: str = "sm_90a") -> dict:
 
 
 SASS_OPS = ("UTMALDG", "UTMASTG", "HGMMA", "SYNCS", "BAR", "USETMAXREG", "LDG", "STG", "LDS", "STS", "LDSM", "STSM",
-            "LDL", "STL", "SHFL")
+            "LDL", "STL", "SHFL", "LDGSTS")
 
 
 def sass(cubin: bytes) -> str:

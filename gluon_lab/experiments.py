@@ -914,6 +914,9 @@ class WarpSpecializedPlan:
     shape_swap_configs: tuple = ((16, 128, 6), (32, 128, 6), (64, 128, 5))
     # ... and swap-AB with split-K (the B stream of a decode GEMM needs every SM; ci/gemm_probe.py): split_k tried
     shape_swap_split: tuple = (2, 4)
+    # the cp.async producer (the cp_async knob) beside TMA on shapes whose rows are not 128-byte aligned
+    # (K or N not a multiple of 64 bf16): (BM, BN, num_warps, num_stages, producer_regs), and the last-wave split
+    shape_cp_configs: tuple = ((128, 256, 8, 3, 96), (128, 128, 8, 5, 152), (128, 128, 4, 4, 96))
 
     @classmethod
     def quick(cls):
@@ -975,6 +978,13 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
             if tiles < H200_SMS:
                 for sk in (sk for sk in plan.shape_split_k if sk <= k_steps):
                     study("gluon-ws", shape, {**split128, "split_k": sk})
+            if K % 64 or N % 64:
+                for (bm, bn, nw, st, pr) in plan.shape_cp_configs:
+                    study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": nw, "num_stages": st,
+                                              "producer_regs": pr, "cp_async": True})
+                if tiles >= H200_SMS and tiles % H200_SMS and tiles % H200_SMS < LAST_WAVE_FILL * H200_SMS and k_steps >= 4:
+                    study("gluon-ws", shape, {**split128, "split_k": 4, "split_last_wave": True, "producer_regs": 96,
+                                              "cp_async": True})
             # cuBLAS again after the shape's Gluon cases: the clock drifts over a shape's ~20 timings (1455-1980
             # MHz in run 20261202T061301Z), so the page takes the peer as the geomean of the two and shows the drift
             cases.append({"op": "matmul", "variant": "torch", "shape": shape, "dtype": plan.gemm_dtype,

@@ -349,15 +349,27 @@ print("\n".join(ana.consumer_schedule()))
 # %% [markdown]
 # ### The shape sweep: every schedule × tile beside cuBLAS
 #
-# The 'gemm-shapes' study times cuBLAS (`torch.matmul`), gluon-pipelined and gluon-ws at their heuristics,
-# twelve explicit schedule × tile configs, split-K 2 / 4 / 8 where 128 × 128 tiles are fewer than the
-# SMs and swap-AB (`GemmConfig(swap_ab=True)`: the MMA computes Cᵀ = Bᵀ Aᵀ, so N fills the wgmma's
-# 64-row side and a 16- or 32-row M tile is its N) at M ≤ 64, on 29 shapes in one run: square, the
+# The 'gemm-shapes' study times cuBLAS (`torch.matmul`, before and after each shape's Gluon cases: the
+# peer is the geomean of the two, `cuBLAS drift` = after / before shows how far the clock moved meanwhile),
+# gluon-pipelined and gluon-ws at their heuristics (the cases marked `heuristic`, which are also what the
+# `variant="auto"` table is built from), twelve explicit schedule × tile configs, split-K 2 / 4 / 8 where
+# 128 × 128 tiles are fewer than the SMs and swap-AB (`GemmConfig(swap_ab=True)`: the MMA computes
+# Cᵀ = Bᵀ Aᵀ, so N fills the wgmma's 64-row side and a 16- or 32-row M tile is its N), alone and with
+# split-K 2 / 4, at M ≤ 64, on 29 shapes in one run: square, the
 # Llama-3-8B projections (q/k/v fused, o, gate+up fused, down) at M = 128 … 16384, ragged shapes (no
 # dimension a multiple of 128), long K, the long-N / skinny shapes and three decode batches (M = 16 … 64). `best / cuBLAS` ≥ 1: the best Gluon config leads;
 # `ping-pong / cooperative` > 1: the best ping-pong gluon-ws config beats the best cooperative one. The
 # SM clock (NVML, read right after each timing) is printed with cuBLAS's TFLOP/s: absolute numbers depend
-# on it, the ratios come from one run.
+# on it, the ratios come from one run. `auto` is what `variant="auto"` runs at that shape (the committed
+# selection table: a Gluon GEMM only where its heuristic case beat cuBLAS by more than 2% in a run).
+#
+# `GemmConfig.heuristic` (`gemm.shape_pick`) was written from this table; its thresholds carry the cells they
+# were read from in `gluon_lab/kernels/gemm.py`. gluon-ws: M ≤ 32 swap-AB with split-K while its tiles
+# leave SMs idle; M ≤ 64 a 64 × 256 ping-pong tile; M ≤ 256 64 × 128 or 64 × 64 tiles (unless 128 × 256
+# tiles still fill 80% of a wave); larger M the 128 × 256 cooperative tile when it gives ≥ 4 waves or a
+# last wave ≥ 85% full, else split-K (few tiles, long K), a split last wave (ragged waves, ≥ 48 k-steps),
+# or 128 × 128 with two consumer warpgroups when that fills the waves better. gluon-pipelined takes the
+# tile rules only.
 
 # %%
 shape_rec = ana.shape_sweep_records(use)
@@ -371,6 +383,40 @@ if len(shape_tab):
 else:
     cm.show("The 'gemm-shapes' study has not run on a GPU yet: the table appears after "
             "`python -m gluon_lab bench 04-warp-specialization --parts gemm-shapes`.")
+
+# %% [markdown]
+# ### gluon-ws vs gluon-pipelined where the epilogue matters (small K)
+#
+# With K ≤ 2048 a tile's epilogue is a large share of its time. `pipe / ws` ≥ 1: gluon-ws is at least as
+# fast (the target on these shapes), at the two heuristics and between the best configs of each.
+
+# %%
+if len(shape_rec):
+    cm.show(ana.ws_vs_pipe_table(shape_rec))
+
+# %% [markdown]
+# ### Why the ragged shapes lose: misaligned rows, measured (`ci/gemm_probe.py`)
+#
+# The ragged shapes of the sweep have row strides (K × 2 and N × 2 bytes) that are multiples of 16 bytes, as
+# TMA requires, but not of 128: every 128-byte box row of a TMA load then straddles two 128-byte lines. The
+# probe times the same logical shapes over row strides padded to 64 elements (`padded-rows`: the same data
+# and FLOPs, views into wider buffers) beside the contiguous ones, in one process on the H200. The
+# lab's TMA GEMMs lose 10–54% to the misaligned rows; cuBLAS loses 4–8%. Padding inside the call would add
+# a copy of A, B and C (about 7–25 µs at these sizes by the bytes moved; not measured), close to the gain;
+# the fix is a producer that reads misaligned
+# operands with `cp.async` (16-byte copies that may start anywhere 16-byte aligned), cuBLAS's and
+# CUTLASS's fallback for such layouts — not built yet. Even with aligned rows these shapes keep a wave-
+# quantization loss (2560 × 1792 × 4096: 280 tiles of 128 × 128 on 132 SMs): the last-wave split helps less
+# than cuBLAS's kernels there. The probe's decode part: swap-AB with split-K is what reaches cuBLAS at
+# M = 32 with a long K (split slices put every SM on the B stream).
+
+# %%
+probe = ana.probe_records()
+if len(probe):
+    cm.show(ana.alignment_table(probe), ana.decode_probe_table(probe))
+else:
+    cm.show("results/h200/gemm-probe.log is missing: run `PYTHONPATH=. python3 ci/gemm_probe.py > "
+            "results/h200/gemm-probe.log` on the GPU.")
 
 # %% [markdown]
 # ### Ping-pong vs cooperative, tile by tile: the consumer timeline

@@ -271,10 +271,11 @@ def test_ws_sweep_and_the_earlier_one(ctx, recs, gm):
 
 def test_consumer_schedule_read_from_the_source():
     lines = W.consumer_schedule()
-    assert lines[0].startswith("ws_gemm_kernel: partitions _ws_consumer, _ws_producer") and \
-        "warps_per_cta=[num_warps, 1]" in lines[0]
-    assert lines[1].startswith("ws_pingpong_gemm_kernel: partitions _pp_consumer, _pp_consumer, _ws_producer")
-    assert "worker warps [4, 1]" in lines[1]
+    assert lines[0].startswith("ws_gemm_kernel: partitions _ws_consumer, _cp_producer (") and \
+        "warps_per_cta=[num_warps, 1]" in lines[0] and "worker warps [CP_WARPS]" in lines[0]
+    assert lines[1].startswith("ws_gemm_kernel: partitions _ws_consumer, _ws_producer (") and "worker warps [1]" in lines[1]
+    assert lines[2].startswith("ws_pingpong_gemm_kernel: partitions _pp_consumer, _pp_consumer, _ws_producer")
+    assert "worker warps [4, 1]" in lines[2]
 
 
 def test_racecheck_accesses_mapped_to_the_source(ctx):

@@ -70,12 +70,15 @@ def test_heuristic_branches():
     from gluon_lab.analysis.warp_specialized import gemm_config_label
     ws = [G.GemmConfig.heuristic(M, N, K=K, ws=True).validate() for (M, N, K) in HEURISTIC_SHAPES]
     assert [gemm_config_label(dataclasses.asdict(c)) for c in ws] == [
-        "16x128x64 4w s6 swap-AB split-K 2", "32x128x64 4w s6 swap-AB split-K 4", "16x128x64 4w s6 swap-AB",
-        "64x256x64 4w s4 ping-pong", "64x64x64 4w s8", "64x128x64 4w s6", "128x256x64 8w s3", "128x128x64 4w s4 split-K 2",
-        "128x128x64 4w s4 split-K 4 (last wave)", "128x128x64 8w s5", "128x256x64 8w s3"]
+        "16x128x64 4w s6 swap-AB split-K 2", "32x128x64 4w s6 swap-AB split-K 4", "16x128x64 4w s6 swap-AB cp.async",
+        "64x256x64 4w s4 ping-pong", "64x64x64 4w s8 cp.async", "64x128x64 4w s6", "128x256x64 8w s3",
+        "128x128x64 4w s4 split-K 2 cp.async", "128x128x64 4w s4 split-K 4 (last wave) cp.async", "128x128x64 8w s5 cp.async",
+        "128x256x64 8w s3 cp.async"]
+    # rows the launch finds 128-byte aligned (padded views) keep TMA
+    assert not G.GemmConfig.heuristic(2500, 1736, K=4104, ws=True, rows_aligned=True).cp_async
     for (M, N, K) in HEURISTIC_SHAPES:
         p = G.GemmConfig.heuristic(M, N, K=K).validate()
-        assert not (p.swap_ab or p.pingpong or p.split_k > 1), (M, N, K, p)
+        assert not (p.swap_ab or p.pingpong or p.split_k > 1 or p.cp_async), (M, N, K, p)
     over = G.GemmConfig.heuristic(16, 6144, K=4096, ws=True, BM=64, BN=128, num_warps=4, num_stages=6)
     assert not over.swap_ab and over.split_k == 1
     assert G.GemmConfig.heuristic(16, 6144, K=4096, ws=True, num_stages=4).swap_ab  # a ring-only override keeps the pick
@@ -94,3 +97,32 @@ def test_heuristic_picks_compile():
             seen.add((cfg, ws))
             k = codegen.compile_sm90(**(W.codegen_spec(cfg) if ws else G.codegen_spec(cfg)))
             assert codegen.census(k)["spill_bytes"] == 0, (cfg, ws)
+
+
+@pytest.mark.parametrize("cfg", [G.GemmConfig(cp_async=True, producer_regs=96),
+                                 G.GemmConfig(BN=128, num_warps=8, num_stages=5, cp_async=True, producer_regs=152),
+                                 G.GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=4, split_last_wave=True,
+                                              cp_async=True, producer_regs=96),
+                                 G.GemmConfig(BM=16, BN=128, num_warps=4, num_stages=6, swap_ab=True, cp_async=True,
+                                              producer_regs=96)], ids=str)
+def test_cp_async_producer_census(cfg):
+    """GemmConfig(cp_async=True): no TMA load at all, 16-byte cp.async copies (one per 8 elements of a
+    thread's share of the A and B boxes), zero-fill by src-size (the masked edges), the noinc mbarrier
+    arrive that completes FULL, a proxy fence before the wgmma reads, the TMA-store epilogue, no spills."""
+    import re
+    from gluon_lab.kernels import warp_specialized as W
+    k = codegen.compile_sm90(**W.codegen_spec(cfg.validate()))
+    c, ptx = codegen.census(k), k.asm["ptx"]
+    assert c["sass"].get("UTMALDG", 0) == 0 and c["sass"].get("LDGSTS", 0) >= 1
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[[^\]]+\], \[[^\]]+\], (0x10|16), %r\d+;", ptx)
+    assert len(copies) == (cfg.BM * cfg.BK + cfg.BK * cfg.BN) // (8 * 128)  # 8 elements per copy, 128 threads
+    assert ptx.count("cp.async.mbarrier.arrive.noinc") == 1
+    assert "fence.proxy.async" in ptx and c["sass"].get("UTMASTG", 0) >= 1
+    assert c["spill_bytes"] == 0
+
+
+def test_cp_async_rules():
+    with pytest.raises(ValueError, match="producer_regs >= 96"):
+        G.GemmConfig(cp_async=True).validate()
+    with pytest.raises(ValueError, match="cooperative"):
+        G.GemmConfig(BN=128, num_warps=4, pingpong=True, cp_async=True, producer_regs=96).validate()

@@ -188,8 +188,13 @@ def test_gemm_shape_sweep_covers_the_issue_set():
         by_shape.setdefault(tuple(c["shape"].values()), []).append(c)
     assert len(by_shape) == len(shapes)
     for cs in by_shape.values():
-        assert sum(c["variant"] == "torch" for c in cs) == 1
+        torch_cases = [c for c in cs if c["variant"] == "torch"]  # cuBLAS first and again last (the bracket)
+        assert [c["config"].get("bracket") for c in torch_cases] == [None, "after"]
+        assert cs[0]["variant"] == "torch" and cs[-1] == torch_cases[-1]
         assert any(c["config"].get("pingpong") for c in cs)
+        assert sum(bool(c["config"].get("heuristic")) for c in cs) == 2  # gluon-ws and gluon-pipelined as auto runs them
+        M, N, K = tuple(cs[0]["shape"].values())
+        assert any(c["config"].get("cp_async") for c in cs) == bool(K % 64 or N % 64)
     assert all(c["config"]["study"] == "gemm-shapes" for c in cases)
 
 
@@ -234,14 +239,19 @@ def test_shape_sweep_table_from_records():
 
     def rec(variant, ms, **cfg):
         return {"op": "matmul", "variant": variant, "M": 128, "N": 8192, "K": 8192, "ms_median": ms, "tflops": 1.0,
-                "passed": True, "config_key": json.dumps({"study": "gemm-shapes", "sm_clock_mhz": 1980, **cfg})}
-    df = pd.DataFrame([rec("torch", 1.0), rec("gluon-ws", 1.25), rec("gluon-pipelined", 1.1),
+                "passed": True, "gpu_name": "NVIDIA H200",
+                "config_key": json.dumps({"study": "gemm-shapes", "sm_clock_mhz": 1980, **cfg})}
+    # cuBLAS timed before (0.9) and after (1.1 / 0.9 = 1.222 drift) the Gluon cases: the peer is their geomean
+    peer = (0.9 * 1.1) ** 0.5
+    df = pd.DataFrame([rec("torch", 0.9), rec("gluon-ws", 1.25, heuristic=True), rec("gluon-pipelined", 1.1, heuristic=True),
                        rec("gluon-ws", 0.8, BM=64, BN=64, BK=64, num_warps=4, num_stages=8),
-                       rec("gluon-ws", 0.9, BM=128, BN=128, BK=64, num_warps=4, num_stages=4, pingpong=True)])
+                       rec("gluon-ws", 0.9, BM=128, BN=128, BK=64, num_warps=4, num_stages=4, pingpong=True),
+                       rec("torch", 1.1, bracket="after")])
     t = A.shape_sweep_table(df).iloc[0]
-    assert t["best / cuBLAS"] == 1.25 and t["best gluon"] == "ws 64x64x64 4w s8"
-    assert t["ws heuristic / cuBLAS"] == 0.8 and t["pipe heuristic / cuBLAS"] == round(1 / 1.1, 3)
-    assert t["ping-pong / cooperative"] == round(0.8 / 0.9, 3) and t["SM MHz"] == 1980
+    assert t["best / cuBLAS"] == round(peer / 0.8, 3) and t["best gluon"] == "ws 64x64x64 4w s8"
+    assert t["ws heuristic / cuBLAS"] == round(peer / 1.25, 3) and t["pipe heuristic / cuBLAS"] == round(peer / 1.1, 3)
+    assert t["ping-pong / cooperative"] == round(0.8 / 0.9, 3) and t["SM MHz"] == 1980 and t["cuBLAS drift"] == 1.222
+    assert t["auto"] in ("torch", "gluon-ws", "gluon-pipelined") and "auto / cuBLAS" in t
     tg = A.shape_sweep_targets(A.shape_sweep_table(df))
     assert list(tg.met) == [True, True]
 

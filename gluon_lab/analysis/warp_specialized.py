@@ -124,13 +124,14 @@ def consumer_schedule() -> list:
     out = []
     for kern, cons in (("ws_gemm_kernel", "_ws_consumer"), ("ws_pingpong_gemm_kernel", "_pp_consumer")):
         src = kernel_source(kern)
-        call = src[src.index("gl.warp_specialize("):]
-        m = re.search(r"\],\s*(\[[^\]]*\]),\s*(\[[^\]]*\])\)", call)
-        parts = re.findall(r"\((_\w+), \(", call)
+        calls = src.split("gl.warp_specialize(")[1:]  # one fork per producer kind (cp.async / TMA)
         acc = re.search(r"warps_per_cta=(\[[^\]]*\])", kernel_source(cons))
-        out.append(f"{kern}: partitions {', '.join(parts)} (the first is the default); worker warps "
-                   f"{m.group(1) if m else '?'}, worker registers {m.group(2) if m else '?'}; consumer accumulator "
-                   f"warps_per_cta={acc.group(1) if acc else '?'}")
+        for call in calls:
+            m = re.search(r"\],\s*(\[[^\]]*\]),\s*(\[[^\]]*\])\)", call)
+            parts = re.findall(r"\((_\w+), \(", call[:m.end()] if m else call)
+            out.append(f"{kern}: partitions {', '.join(parts)} (the first is the default); worker warps "
+                       f"{m.group(1) if m else '?'}, worker registers {m.group(2) if m else '?'}; consumer accumulator "
+                       f"warps_per_cta={acc.group(1) if acc else '?'}")
     out += ["cooperative (GemmConfig(pingpong=False)): with num_warps = 8 the two consumer warpgroups split the BM "
             "rows of ONE tile; its epilogue stalls both",
             "ping-pong (GemmConfig(pingpong=True), num_warps = 4 per warpgroup): two _pp_consumer partitions own "
@@ -160,7 +161,7 @@ def gemm_config_label(cfg: dict) -> str:
     lab = f"{cfg.get('BM')}x{cfg.get('BN')}x{cfg.get('BK')} {cfg.get('num_warps')}w s{cfg.get('num_stages')}"
     return (lab + (" ping-pong" if cfg.get("pingpong") else "") + (" swap-AB" if cfg.get("swap_ab") else "")
             + (f" split-K {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else "")
-            + (" (last wave)" if cfg.get("split_last_wave") else ""))
+            + (" (last wave)" if cfg.get("split_last_wave") else "") + (" cp.async" if cfg.get("cp_async") else ""))
 
 
 def record_labels(df, cfgs) -> list:
@@ -1829,4 +1830,85 @@ def bucket_proposal(st):
         rows.append({"bucket": b, "shapes": len(items), "candidate": pick, "holds on": len(holds(pick)),
                      "worst vs best gluon": round(min(ratios), 3) if ratios else np.nan,
                      "candidate / cuBLAS geomean": round(cm.geomean(vs_cublas), 3) if vs_cublas else np.nan})
+    return pd.DataFrame(rows)
+
+
+# ---- the GEMM probe (ci/gemm_probe.py's log): misaligned rows and decode swap-AB x split-K ----
+PROBE_LINE = re.compile(r"^(align|decode)\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad)\s+(.+?)\s+([\d.]+) us\s+(\d+) TF/s (\d+|None) MHz")
+
+
+def probe_records(path=None) -> pd.DataFrame:
+    """results/<gpu>/gemm-probe.log (ci/gemm_probe.py on the GPU) as rows: part, M, N, K, layout
+    ('contig' = row strides K*2 / N*2 bytes; 'pad' = the same shape over row strides padded to 64
+    elements), config, us, TFLOP/s (recomputed from the shape and us), SM MHz. A line that does not
+    parse is an error naming the file and line (the log is data, not prose)."""
+    from pathlib import Path
+    p = Path(path) if path else Path(__file__).resolve().parents[2] / "results" / "h200" / "gemm-probe.log"
+    if not p.exists():
+        return pd.DataFrame()
+    rows = []
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.startswith(("align", "decode")):
+            continue
+        m = PROBE_LINE.match(line)
+        if not m:
+            raise ValueError(f"{p}:{i}: not a gemm_probe.py timing line: {line[:120]!r}")
+        part, M, N, K, layout, cfg, us, tf, mhz = m.groups()
+        M, N, K, us = int(M), int(N), int(K), float(us)
+        tflops = 2 * M * N * K / us / 1e6
+        if abs(tflops - int(tf)) > 1.0 + tflops * 0.05 / us:  # us is printed to 0.1, TF/s to 1
+            raise ValueError(f"{p}:{i}: {tf} TF/s does not match {M}x{N}x{K} in {us} us ({tflops:.1f})")
+        rows.append({"part": part, "M": M, "N": N, "K": K, "layout": layout, "config": cfg.strip(), "us": us,
+                     "TFLOP/s": round(tflops), "SM MHz": None if mhz == "None" else int(mhz)})
+    return pd.DataFrame(rows)
+
+
+def alignment_table(pr) -> pd.DataFrame:
+    """Per ragged shape and config of the probe: us with the contiguous (misaligned) rows, with rows padded
+    to 128 bytes, and contig / pad (> 1: the misaligned rows cost that much), cuBLAS beside."""
+    a = pr[pr.part == "align"] if len(pr) else pr
+    if not len(a):
+        return pd.DataFrame()
+    piv = a.pivot_table(index=["M", "N", "K", "config"], columns="layout", values="us", aggfunc="min")
+    piv = piv.dropna(subset=["pad"]) if "pad" in piv else piv.iloc[0:0]
+    if not len(piv):
+        return pd.DataFrame()
+    t = piv.reset_index().rename(columns={"contig": "contig us", "pad": "padded-rows us"})
+    t["contig / padded"] = (t["contig us"] / t["padded-rows us"]).round(2)
+    return t
+
+
+def decode_probe_table(pr) -> pd.DataFrame:
+    """Per decode shape of the probe: cuBLAS, the best unsplit and the best split-K Gluon config, their ratios."""
+    d = pr[pr.part == "decode"] if len(pr) else pr
+    rows = []
+    for (M, N, K), g in (d.groupby(["M", "N", "K"]) if len(d) else []):
+        cb = g[g.config == "cuBLAS"].us.min()
+        gl_ = g[g.config != "cuBLAS"]
+        split = gl_[gl_.config.str.contains("split-K") & ~gl_.config.str.endswith("split-K 1")]
+        whole = gl_[~gl_.index.isin(split.index)]
+        bs, bw = split.loc[split.us.idxmin()], whole.loc[whole.us.idxmin()]
+        rows.append({"M": M, "N": N, "K": K, "cuBLAS us": cb, "best unsplit": bw.config, "unsplit / cuBLAS": round(cb / bw.us, 3),
+                     "best split-K": bs.config, "split / cuBLAS": round(cb / bs.us, 3)})
+    return pd.DataFrame(rows)
+
+
+def ws_vs_pipe_table(st, max_k: int = 2048) -> pd.DataFrame:
+    """The GEMM issue's 'gluon-ws >= gluon-pipelined where the epilogue matters (small K)': per shape of a
+    'gemm-shapes' run with K <= max_k, the heuristics' ratio and the best configs' ratio (pipelined time /
+    ws time: >= 1 means gluon-ws is at least as fast)."""
+    ok = cm.passed(st) if len(st) else st
+    if not len(ok):
+        return pd.DataFrame()
+    ok = ok.assign(label=record_labels(ok, ok["config_key"].map(json.loads)))
+    rows = []
+    for (M, N, K), g in ok[ok.K <= max_k].groupby(["M", "N", "K"]):
+        ws, pp = g[g.variant == "gluon-ws"], g[g.variant == "gluon-pipelined"]
+        if not len(ws) or not len(pp):
+            continue
+        hw, hp = ws[ws.label.str.endswith("heuristic")], pp[pp.label.str.endswith("heuristic")]
+        rows.append({"M": int(M), "N": int(N), "K": int(K),
+                     "heuristic: pipe / ws": round(hp.ms_median.min() / hw.ms_median.min(), 3) if len(hw) and len(hp) else np.nan,
+                     "best: pipe / ws": round(pp.ms_median.min() / ws.ms_median.min(), 3),
+                     "best ws": ws.loc[ws.ms_median.idxmin()].label, "best pipe": pp.loc[pp.ms_median.idxmin()].label})
     return pd.DataFrame(rows)

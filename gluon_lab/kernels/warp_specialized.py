@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_wait)
 
 from . import gemm, norm_math, rowio
 from .gemm import GemmConfig, _tile_coords, _tile_space, prepare
@@ -106,10 +106,72 @@ def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
             g += 1
 
 
+CP_WARPS: gl.constexpr = gl.constexpr(4)  # the cp.async producer's warps: one warpgroup issues 16-byte copies
+
+
+@gluon.constexpr_function
+def _cp_layout(cols, warps):
+    """Registers of a [rows, cols] box copied with 16-byte cp.async: 8 consecutive bf16 / fp16 per thread
+    along the contiguous dimension, a warp across up to 256 columns, the warps stacked along rows."""
+    tpw = min(32, cols // 8)
+    return gl.BlockedLayout([1, 8], [32 // tpw, tpw], [warps, 1], [1, 0])
+
+
+@gluon.jit
+def _cp_producer(a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
+                 NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr = 1, FULL_TILES=0):
+    """The producer for operands whose rows are not 128-byte aligned (row strides K * 2 / N * 2 bytes not
+    multiples of 128: every 128-byte TMA box row straddles two lines, 10-54% slower in
+    results/h200/gemm-probe.log). One warpgroup issues 16-byte cp.async copies (any 16-byte aligned
+    start) into the same swizzled ring slots; masked lanes zero-fill the M / N / K edges as TMA's bounds
+    do. Each thread's cp.async.mbarrier.arrive.noinc lands on FULL once its copies have (FULL counts
+    CP_WARPS * 32 arrivals); the consumer fences the generic-proxy writes before its wgmma reads them."""
+    BM: gl.constexpr = a_bufs.shape[1]
+    BK: gl.constexpr = a_bufs.shape[2]
+    BN: gl.constexpr = b_bufs.shape[2]
+    LA: gl.constexpr = _cp_layout(BK, CP_WARPS)
+    LB: gl.constexpr = _cp_layout(BN, CP_WARPS)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK, SPLIT_K)
+    # the host checks 16-byte rows (K, N and both row strides multiples of 8 elements): say so, so the
+    # copies and their masks vectorize to 16 bytes
+    Kv = gl.multiple_of(K, 8)
+    Nv = gl.multiple_of(N, 8)
+    sa = gl.multiple_of(stride_am, 8).to(gl.int64)
+    sb = gl.multiple_of(stride_bk, 8).to(gl.int64)
+    rm = gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
+    rk = gl.arange(0, BK, layout=gl.SliceLayout(0, LA))
+    rkb = gl.arange(0, BK, layout=gl.SliceLayout(1, LB))
+    rn = gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
+    g = 0
+    for i in range(my_units):
+        pid_m, pid_n, k0, k1, sl, tile = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
+                                               SPLIT_K)
+        om = pid_m * BM + rm
+        on = pid_n * BN + rn
+        a_rows = a_ptr + gl.expand_dims(gl.multiple_of(om.to(gl.int64) * sa, 8), 1)
+        m_ok = gl.expand_dims(om < M, 1)
+        n_ok = gl.expand_dims((on // 8) * 8 < Nv, 0)  # on < N (N a multiple of 8), constant per 16-byte vector
+        for kk in range(k0, k1):
+            slot = g % NUM_STAGES
+            mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
+            ka = kk * BK + rk
+            kb = kk * BK + rkb
+            # (ka // 8) * 8 < K is ka < K for K a multiple of 8, and is constant over each 8-element vector,
+            # which lets the mask ride on 16-byte copies
+            async_copy.async_copy_global_to_shared(a_bufs.index(slot), a_rows + gl.expand_dims(ka, 0),
+                                                   mask=m_ok & gl.expand_dims((ka // 8) * 8 < Kv, 0))
+            async_copy.async_copy_global_to_shared(b_bufs.index(slot),
+                                                   b_ptr + gl.expand_dims(gl.multiple_of(kb.to(gl.int64) * sb, 8), 1)
+                                                   + gl.expand_dims(on, 0),
+                                                   mask=gl.expand_dims(kb < Kv, 1) & n_ok)
+            async_copy.mbarrier_arrive(full_bars.index(slot), increment_count=False)
+            g += 1
+
+
 @gluon.jit
 def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, FULL_TILES,
                  t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
-                 INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
+                 INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, num_warps: gl.constexpr, CP_ASYNC: gl.constexpr = False):
     """SPLIT_K > 1: a whole tile (slice 0) is stored to C; K-slice s >= 1 of split tile t (= tile -
     FULL_TILES) goes as fp32 partials, through w_smem, to rows ((s - 1) * split_tiles + t) * BM of the
     workspace w_desc [SPLIT_K * split_tiles * BM, BN]: one BM x BN block per (slice, split tile), so the
@@ -137,6 +199,8 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
         for kk in range(k0, k1):
             slot = g % NUM_STAGES
             mbarrier.wait(full_bars.index(slot), (g // NUM_STAGES) & 1)
+            if CP_ASYNC:  # cp.async wrote the slot through the generic proxy; wgmma reads through the async one
+                fence_async_shared()
             if SWAP_AB:
                 acc = warpgroup_mma(b_bufs.index(slot).permute((1, 0)), a_bufs.index(slot).permute((1, 0)), acc,
                                     is_async=True)
@@ -175,11 +239,13 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
 
 
 @gluon.jit(do_not_specialize=["FULL_TILES"])  # one compile for every split point
-def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, NUM_STAGES: gl.constexpr,
-                   GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, INSTRUMENT: gl.constexpr,
-                   SWAP_AB: gl.constexpr, num_warps: gl.constexpr):
+def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, a_ptr, b_ptr, stride_am, stride_bk,
+                   NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr,
+                   INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, CP_ASYNC: gl.constexpr, num_warps: gl.constexpr):
     """SPLIT_K > 1: w_desc is the fp32 workspace of the K-slices (None otherwise); tiles FULL_TILES and
-    later are split (_unit_space)."""
+    later are split (_unit_space). CP_ASYNC: the operands are read by _cp_producer (a warpgroup of cp.async,
+    for rows that are not 128-byte aligned) from a_ptr / b_ptr and their row strides; otherwise by the
+    1-warp TMA producer from a_desc / b_desc (the pointers are None)."""
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
@@ -196,13 +262,21 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, N
     full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(empty_bars.index(i), count=1)
-        mbarrier.init(full_bars.index(i), count=1)
-    gl.warp_specialize([
-        (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
-                        FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps)),
-        (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
-                        SPLIT_K, FULL_TILES)),
-    ], [1], [PRODUCER_REGS])
+        mbarrier.init(full_bars.index(i), count=CP_WARPS * 32 if CP_ASYNC else 1)
+    if CP_ASYNC:
+        gl.warp_specialize([
+            (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
+                            FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps, CP_ASYNC)),
+            (_cp_producer, (a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
+                            NUM_STAGES, GROUP_M, SPLIT_K, FULL_TILES)),
+        ], [CP_WARPS], [PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
+                            FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps, CP_ASYNC)),
+            (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
+                            SPLIT_K, FULL_TILES)),
+        ], [1], [PRODUCER_REGS])
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(empty_bars.index(i))
         mbarrier.invalidate(full_bars.index(i))
@@ -303,7 +377,8 @@ def _kernel_args(cfg: GemmConfig):
     if cfg.pingpong:
         # consumer warpgroup 1's budget: what warpgroup 0 gets from the 12-warp launch (GemmConfig.consumer_regs)
         return ws_pingpong_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "CONSUMER_REGS": cfg.consumer_regs()}
-    return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k, "SWAP_AB": cfg.swap_ab}
+    return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k, "SWAP_AB": cfg.swap_ab,
+                            "CP_ASYNC": cfg.cp_async}
 
 
 @gluon.jit(do_not_specialize=["M", "FULL_TILES"])
@@ -370,7 +445,8 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
             grid = (max(1, min(units, sms)), )
     kernel, extra = _kernel_args(cfg)
     if kernel is ws_gemm_kernel:
-        kernel[grid](*descs, wdesc, M, N, K, full, trace, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
+        ptrs = (a, b, a.stride(0), b.stride(0)) if cfg.cp_async else (None, None, None, None)
+        kernel[grid](*descs, wdesc, M, N, K, full, trace, *ptrs, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
                      INSTRUMENT=trace is not None, num_warps=cfg.num_warps, **extra)
     else:
         kernel[grid](*descs, M, N, K, trace, NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m,
@@ -393,8 +469,11 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
     kernel, extra = _kernel_args(cfg)
     args["t_ptr"] = "*i64" if instrument else None
     extra = dict(extra, INSTRUMENT=instrument)
-    if kernel is ws_gemm_kernel:  # the split-K workspace (None without) and FULL_TILES
-        args = dict(args, FULL_TILES="i32", w_desc=None)
+    if kernel is ws_gemm_kernel:  # the split-K workspace (None without), FULL_TILES, the cp.async operands
+        ptr = "*bf16" if dtype == "bfloat16" else "*fp16"
+        args = dict(args, FULL_TILES="i32", w_desc=None, a_ptr=ptr if cfg.cp_async else None,
+                    b_ptr=ptr if cfg.cp_async else None, stride_am="i32" if cfg.cp_async else None,
+                    stride_bk="i32" if cfg.cp_async else None)
         if cfg.split_k > 1:
             args["w_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
                                        gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
@@ -404,8 +483,10 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
 gemm.register_matmul(
     "gluon-ws", pattern="warp-specialized", launch=launch, codegen_spec=codegen_spec,
     knobs={"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "num_stages": (3, 4, 5),
-           "producer_regs": (24, 40, 56, 88), "pingpong": (False, True), "split_k": (1, 2, 3, 4, 8)},
-    roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, SPLITK_REDUCE, splitk_plan),
+           "producer_regs": (24, 40, 56, 88), "pingpong": (False, True), "split_k": (1, 2, 3, 4, 8),
+           "cp_async": (False, True)},
+    roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, SPLITK_REDUCE, splitk_plan,
+           _cp_producer, _cp_layout),
     description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring",
     ws=True)
 
