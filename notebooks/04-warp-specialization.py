@@ -405,7 +405,12 @@ if len(shape_rec):
 # a copy of A, B and C (about 7–25 µs at these sizes by the bytes moved; not measured), close to the gain;
 # the fix is a producer that reads misaligned
 # operands with `cp.async` (16-byte copies that may start anywhere 16-byte aligned), cuBLAS's and
-# CUTLASS's fallback for such layouts — not built yet. Even with aligned rows these shapes keep a wave-
+# CUTLASS's fallback for such layouts: `GemmConfig(cp_async=True)`, `_cp_producer` in
+# `gluon_lab/kernels/warp_specialized.py` (a warpgroup of 16-byte copies into the same swizzled ring, the
+# M / N / K edges zero-filled through the copies' source size, each thread's `cp.async.mbarrier.arrive.noinc`
+# completing FULL, a proxy fence in the consumer before its wgmma reads). gluon-ws's heuristic takes it
+# whenever the launch finds A's or B's rows misaligned; the table after the probe's compares it with TMA in
+# the sweep's run. Even with aligned rows these shapes keep a wave-
 # quantization loss (2560 × 1792 × 4096: 280 tiles of 128 × 128 on 132 SMs): the last-wave split helps less
 # than cuBLAS's kernels there. The probe's decode part: swap-AB with split-K is what reaches cuBLAS at
 # M = 32 with a long K (split slices put every SM on the B stream).
@@ -414,6 +419,10 @@ if len(shape_rec):
 probe = ana.probe_records()
 if len(probe):
     cm.show(ana.alignment_table(probe), ana.decode_probe_table(probe))
+cp_tab = ana.cp_vs_tma_table(shape_rec)
+cm.show("The sweep's misaligned shapes, gluon-ws reading with TMA vs with the cp.async producer (same run):"
+        if len(cp_tab) else "The shape sweep shown has no cp.async cases (it ran before the cp.async producer).",
+        *([cp_tab] if len(cp_tab) else []))
 else:
     cm.show("results/h200/gemm-probe.log is missing: run `PYTHONPATH=. python3 ci/gemm_probe.py > "
             "results/h200/gemm-probe.log` on the GPU.")

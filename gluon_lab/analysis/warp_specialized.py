@@ -1589,7 +1589,23 @@ def takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY, targets=None, 
                         "misreads after the pre-fork partial barriers; reproduced in ten lines of CUDA (section 8)."
                         if (bad.tool == "racecheck").any() and bad.warp_specialize.any() else "."))
     lines.append(pingpong_takeaway(use))
+    lines.append(shape_sweep_takeaway(use))
     return lines
+
+
+def shape_sweep_takeaway(use) -> str:
+    """One line on the newest 'gemm-shapes' run: best Gluon and auto vs cuBLAS, the cells under 0.95x."""
+    st = shape_sweep_records(use) if len(use) else pd.DataFrame()
+    t = shape_sweep_table(st) if len(st) else pd.DataFrame()
+    if not len(t):
+        return "GEMM at every shape: the 'gemm-shapes' study has not run on a GPU for the current records."
+    r, a = t["best / cuBLAS"], t["auto / cuBLAS"].fillna(1.0)
+    low = t[r < SHAPE_TARGETS["every cell"]]
+    return (f"GEMM at every shape ('gemm-shapes' run `{st.run_id.iloc[0]}`, {len(t)} shapes): the best Gluon config is "
+            f"{cm.geomean(r):.3f}x cuBLAS (geomean), the heuristic gluon-ws {cm.geomean(t['ws heuristic / cuBLAS'].dropna()):.3f}x, "
+            f"and variant=\"auto\" (Gluon only where its heuristic won by > 2%) {cm.geomean(a):.3f}x; under 0.95x: "
+            + (", ".join(f"{m}x{n}x{k} ({v:.3f})" for m, n, k, v in zip(low.M, low.N, low.K, low["best / cuBLAS"])) or "none")
+            + ".")
 
 
 def pingpong_takeaway(use) -> str:
@@ -1911,4 +1927,28 @@ def ws_vs_pipe_table(st, max_k: int = 2048) -> pd.DataFrame:
                      "heuristic: pipe / ws": round(hp.ms_median.min() / hw.ms_median.min(), 3) if len(hw) and len(hp) else np.nan,
                      "best: pipe / ws": round(pp.ms_median.min() / ws.ms_median.min(), 3),
                      "best ws": ws.loc[ws.ms_median.idxmin()].label, "best pipe": pp.loc[pp.ms_median.idxmin()].label})
+    return pd.DataFrame(rows)
+
+
+def cp_vs_tma_table(st) -> pd.DataFrame:
+    """Per shape of a 'gemm-shapes' run that has cp.async cases (rows not 128-byte aligned): the best gluon-ws
+    config reading with TMA, the best reading with the cp.async producer, TMA time / cp.async time (> 1: the
+    cp.async producer is faster) and each one's ratio to cuBLAS."""
+    ok = cm.passed(st) if len(st) else st
+    if not len(ok):
+        return pd.DataFrame()
+    cfgs = ok["config_key"].map(json.loads)
+    ok = ok.assign(label=record_labels(ok, cfgs), cp=[bool(c.get("cp_async")) for c in cfgs])
+    rows = []
+    for (M, N, K), g in ok.groupby(["M", "N", "K"]):
+        ws = g[g.variant == "gluon-ws"]
+        cp, tma = ws[ws.cp], ws[~ws.cp]
+        peer = g[g.variant == GEMM_PEER]
+        if not len(cp) or not len(tma) or not len(peer):
+            continue
+        p, _ = peer_time(peer)
+        bc, bt = cp.loc[cp.ms_median.idxmin()], tma.loc[tma.ms_median.idxmin()]
+        rows.append({"M": int(M), "N": int(N), "K": int(K), "best TMA": bt.label, "best cp.async": bc.label,
+                     "TMA / cp.async": round(bt.ms_median / bc.ms_median, 3),
+                     "TMA / cuBLAS": round(p.ms_median / bt.ms_median, 3), "cp.async / cuBLAS": round(p.ms_median / bc.ms_median, 3)})
     return pd.DataFrame(rows)
