@@ -363,6 +363,13 @@ print("\n".join(ana.consumer_schedule()))
 # on it, the ratios come from one run. `auto` is what `variant="auto"` runs at that shape (the committed
 # selection table: a Gluon GEMM only where its heuristic case beat cuBLAS by more than 2% in a run).
 #
+# **Records vs code.** Run 20261202T064547Z measured the heuristic with a cp.async choice for misaligned rows
+# (K or N not a multiple of 64). That choice lost to TMA and was taken out after the run, which changes both
+# GEMM variants' source hash: the run's Gluon records show as STALE and `variant="auto"` falls back to
+# cuBLAS for matmul until the sweep runs again. On the 28 other shapes the heuristic picks what the run
+# measured; on the misaligned ones it now picks the TMA configs the run timed explicitly (their rows in
+# the table), e.g. 128 × 256 8w s3 at 1000 × 3000 × 2000.
+#
 # `GemmConfig.heuristic` (`gemm.shape_pick`) was written from this table; its thresholds carry the cells they
 # were read from in `gluon_lab/kernels/gemm.py`. gluon-ws: M ≤ 32 swap-AB with split-K while its tiles
 # leave SMs idle; M ≤ 64 a 64 × 256 ping-pong tile; M ≤ 256 64 × 128 or 64 × 64 tiles (unless 128 × 256
@@ -375,11 +382,11 @@ print("\n".join(ana.consumer_schedule()))
 shape_rec = ana.shape_sweep_records(use)
 shape_tab = ana.shape_sweep_table(shape_rec)
 if len(shape_tab):
-    cm.show(ana.about(shape_rec, "GEMM shape sweep"), shape_tab,
+    cm.show(ana.about(shape_rec, "GEMM shape sweep"), shape_tab.fillna("—"),
             cm.target_list(ana.shape_sweep_targets(shape_tab)),
             "Per shape bucket (M class × 128×256-tile waves × long K), the config within 2% of the best Gluon "
             "config on the most shapes: what a shape-bucketed `GemmConfig.heuristic` is written from.",
-            ana.bucket_proposal(shape_rec))
+            ana.bucket_proposal(shape_rec).fillna("—"))
 else:
     cm.show("The 'gemm-shapes' study has not run on a GPU yet: the table appears after "
             "`python -m gluon_lab bench 04-warp-specialization --parts gemm-shapes`.")
@@ -392,7 +399,7 @@ else:
 
 # %%
 if len(shape_rec):
-    cm.show(ana.ws_vs_pipe_table(shape_rec))
+    cm.show(ana.ws_vs_pipe_table(shape_rec).fillna("—"))
 
 # %% [markdown]
 # ### Why the ragged shapes lose: misaligned rows, measured (`ci/gemm_probe.py`)
@@ -408,9 +415,10 @@ if len(shape_rec):
 # CUTLASS's fallback for such layouts: `GemmConfig(cp_async=True)`, `_cp_producer` in
 # `gluon_lab/kernels/warp_specialized.py` (a warpgroup of 16-byte copies into the same swizzled ring, the
 # M / N / K edges zero-filled through the copies' source size, each thread's `cp.async.mbarrier.arrive.noinc`
-# completing FULL, a proxy fence in the consumer before its wgmma reads). gluon-ws's heuristic takes it
-# whenever the launch finds A's or B's rows misaligned; the table after the probe's compares it with TMA in
-# the sweep's run. Even with aligned rows these shapes keep a wave-
+# completing FULL, a proxy fence in the consumer before its wgmma reads). It is correct (float64 GPU tests,
+# racecheck / synccheck like the TMA kernel) but **slower than TMA** on all four misaligned shapes of run
+# 20261202T064547Z (TMA / cp.async 0.75–0.84 in the table after the probe's), so no heuristic picks it; why
+# (one warpgroup's issue rate, the ring depth, the per-step proxy fence) is not diagnosed yet. Even with aligned rows these shapes keep a wave-
 # quantization loss (2560 × 1792 × 4096: 280 tiles of 128 × 128 on 132 SMs): the last-wave split helps less
 # than cuBLAS's kernels there. The probe's decode part: swap-AB with split-K is what reaches cuBLAS at
 # M = 32 with a long K (split slices put every SM on the B stream).
@@ -418,14 +426,14 @@ if len(shape_rec):
 # %%
 probe = ana.probe_records()
 if len(probe):
-    cm.show(ana.alignment_table(probe), ana.decode_probe_table(probe))
-cp_tab = ana.cp_vs_tma_table(shape_rec)
-cm.show("The sweep's misaligned shapes, gluon-ws reading with TMA vs with the cp.async producer (same run):"
-        if len(cp_tab) else "The shape sweep shown has no cp.async cases (it ran before the cp.async producer).",
-        *([cp_tab] if len(cp_tab) else []))
+    cm.show(ana.alignment_table(probe).fillna("—"), ana.decode_probe_table(probe).fillna("—"))
 else:
     cm.show("results/h200/gemm-probe.log is missing: run `PYTHONPATH=. python3 ci/gemm_probe.py > "
             "results/h200/gemm-probe.log` on the GPU.")
+cp_tab = ana.cp_vs_tma_table(shape_rec)
+cm.show("The sweep's misaligned shapes, gluon-ws reading with TMA vs with the cp.async producer (same run):"
+        if len(cp_tab) else "The shape sweep shown has no cp.async cases (it ran before the cp.async producer).",
+        *([cp_tab.fillna("—")] if len(cp_tab) else []))
 
 # %% [markdown]
 # ### Ping-pong vs cooperative, tile by tile: the consumer timeline

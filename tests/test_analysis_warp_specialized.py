@@ -316,7 +316,8 @@ def test_takeaways(ctx, recs, grids, gm, timelines):
     assert "The ratio rises with the blocks each CTA walks" in text  # 0.85 / 0.99 / 1.00 in the fixture
     assert "Persistent tail at NUM_STAGES=3" in text and "compute-sanitizer: 4/7 runs clean" in text and "Triton's dispatch protocol" in text
     assert W.verdict(1.01) == "WS pays" and W.verdict(0.99) == "on par (geomean within 2%)" and W.verdict(0.9) == "WS does not pay here"
-    assert W.takeaways() == [W.pingpong_takeaway(W.EMPTY)] and "nothing is claimed" in W.takeaways()[0]
+    assert W.takeaways() == [W.pingpong_takeaway(W.EMPTY), W.shape_sweep_takeaway(W.EMPTY)]
+    assert "nothing is claimed" in W.takeaways()[0] and "has not run" in W.takeaways()[1]
 
 
 def test_no_records_give_notes_not_errors(ctx, tmp_path):

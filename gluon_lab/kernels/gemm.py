@@ -182,9 +182,11 @@ class GemmConfig:
     # gluon-ws cooperative only: compute C^T = B^T A^T so BN fills the wgmma M side and BM may be 16 / 32
     # (decode-like M <= 64 without padding M to a 64-row tile); BM, BN still tile C's M and N
     swap_ab: bool = False
-    # gluon-ws cooperative only: read A and B with a warpgroup of 16-byte cp.async copies instead of TMA (rows that
-    # are not 128-byte aligned: K * 2 or N * 2 bytes not a multiple of 128; results/h200/gemm-probe.log); the
-    # producer then needs producer_regs >= CP_PRODUCER_REGS (its copy addresses live in registers)
+    # gluon-ws cooperative only: read A and B with a warpgroup of 16-byte cp.async copies instead of TMA (built for
+    # rows that are not 128-byte aligned, where TMA loses 10-54%: results/h200/gemm-probe.log; measured slower
+    # than TMA there, 0.75-0.84x, run 20261202T064547Z, so no heuristic picks it); needs producer_regs >=
+    # CP_PRODUCER_REGS (its copy addresses live in registers; 152 for 128x128 over 8 consumer warps, which
+    # spills 120-128 B at 96-128 in the sm_90 CPU compile)
     cp_async: bool = False
 
     def consumers(self) -> int:
@@ -256,34 +258,23 @@ class GemmConfig:
 
     @classmethod
     def heuristic(cls, M: int, N: int, dtype: str = "bfloat16", K: int | None = None, ws: bool = False,
-                  sms: int = H200_SMS, rows_aligned: bool | None = None, **overrides) -> "GemmConfig":
+                  sms: int = H200_SMS, **overrides) -> "GemmConfig":
         """The config a launch runs when none is given: shape_pick (the 04 'gemm-shapes' sweep's rules)
-        for gluon-ws (ws=True, every schedule) or gluon-pipelined (tiles only). rows_aligned: whether A's
-        and B's row strides are multiples of 128 bytes (the launch knows; None = contiguous rows of this
-        shape); gluon-ws reads misaligned rows with its cp.async producer. Overrides replace fields; an
-        override of the tile or schedule (TILE_KNOBS) starts from the plain default instead of the
-        shape's pick, so an explicit tile never inherits a swap / split / ping-pong / cp.async."""
+        for gluon-ws (ws=True, every schedule) or gluon-pipelined (tiles only). Overrides replace
+        fields; an override of the tile or schedule (TILE_KNOBS) starts from the plain default
+        instead of the shape's pick, so an explicit tile never inherits a swap / split / ping-pong.
+        The heuristic never picks cp_async: on the sweep's misaligned shapes (run 20261202T064547Z) the
+        cp.async producer ran at 0.75-0.84x the TMA one (notebook 04, "cp.async vs TMA")."""
         import dataclasses
         known = {f.name for f in dataclasses.fields(cls)}
         over = {k: v for k, v in overrides.items() if k in known}
         if TILE_KNOBS & set(over):
             return dataclasses.replace(cls(), **over)
-        K = 4096 if K is None else K
-        base = shape_pick(M, N, K, ws, sms)
-        aligned = (K * ITEMSIZE[dtype] % 128 == 0 and N * ITEMSIZE[dtype] % 128 == 0) if rows_aligned is None else rows_aligned
-        if ws and not aligned and not base.pingpong:
-            base = dataclasses.replace(base, cp_async=True, producer_regs=cp_producer_regs(base))
-        return dataclasses.replace(base, **over)
+        return dataclasses.replace(shape_pick(M, N, 4096 if K is None else K, ws, sms), **over)
 
 
 # fields whose override means "this tile / schedule", not "the shape's pick with one knob changed"
 TILE_KNOBS = frozenset({"BM", "BN", "BK", "num_warps", "pingpong", "split_k", "split_last_wave", "swap_ab", "cp_async"})
-
-
-def cp_producer_regs(cfg: "GemmConfig") -> int:
-    """The cp.async producer's setmaxnreg budget: CP_PRODUCER_REGS, or 152 for 128x128 tiles over 8 consumer
-    warps (its addresses spill 120-128 B at 96-128 registers in the sm_90 CPU compile; none at 152)."""
-    return 152 if (cfg.BM, cfg.BN, cfg.num_warps) == (128, 128, 8) else CP_PRODUCER_REGS
 
 
 def wave_fill(tiles: int, sms: int = H200_SMS) -> float:
@@ -394,9 +385,7 @@ def prepare(a, b, out=None, config: GemmConfig | None = None, ws: bool = False):
     M, K = a.shape
     N = b.shape[1]
     dtype = dtype_name(a)
-    aligned = all(t.stride(0) * t.element_size() % 128 == 0 for t in (a, b))
-    cfg = (config or GemmConfig.heuristic(M, N, dtype, K=K, ws=ws, sms=num_sms(a.device),
-                                          rows_aligned=aligned)).validate(dtype)
+    cfg = (config or GemmConfig.heuristic(M, N, dtype, K=K, ws=ws, sms=num_sms(a.device))).validate(dtype)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else out
     if (N * a.element_size()) % 16:
         raise ValueError(f"N * itemsize must be a multiple of 16 bytes (C's rows are TMA-stored); got N={N}")
@@ -469,7 +458,7 @@ def register_matmul(variant: str, *, pattern: str, launch, codegen_spec, knobs: 
 
     fn.__name__ = fn.__qualname__ = f"matmul_{variant.replace('-', '_')}"
     register("matmul", variant, pattern=pattern, needs_hopper=True, check=check, configure=configure, codegen=codegen,
-             knobs=knobs, roots=(launch, prepare, GemmConfig, shape_pick, _skinny_ws, cp_producer_regs, *roots),
+             knobs=knobs, roots=(launch, prepare, GemmConfig, shape_pick, _skinny_ws, *roots),
              description=description)(fn)
 
 
