@@ -366,7 +366,7 @@ print("\n".join(ana.consumer_schedule()))
 # **Records vs code.** Run 20261202T064547Z measured the heuristic with a cp.async choice for misaligned rows
 # (K or N not a multiple of 64). That choice lost to TMA and was taken out after the run, which changes both
 # GEMM variants' source hash: the run's Gluon records show as STALE and `variant="auto"` falls back to
-# cuBLAS for matmul until the sweep runs again. On the 28 other shapes the heuristic picks what the run
+# cuBLAS for matmul until the sweep runs again. On the 25 aligned shapes the heuristic picks what the run
 # measured; on the misaligned ones it now picks the TMA configs the run timed explicitly (their rows in
 # the table), e.g. 128 × 256 8w s3 at 1000 × 3000 × 2000.
 #

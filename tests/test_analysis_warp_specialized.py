@@ -354,3 +354,27 @@ def test_census_and_sass_at_the_reported_offsets_on_cpu(ctx):
     assert not errors and len(tab) == len(race[race.kernel == "ws-norm"])
     assert tab["SASS here"].iloc[0].startswith("LDS.U8") and tab["kind matches (Read=LDS / Write=STS)"].all()
     assert W.sass_contexts(contexts)[0].startswith("`ws-norm` around `ws_norm_kernel+0xf0`")
+
+
+def test_probe_log_parse(tmp_path):
+    """gemm_probe.py's log: timing lines parsed with TFLOP/s recomputed, FAILED lines skipped, a line that is
+    neither named by file:line; the alignment and decode tables from it, a decode shape without split-K rows
+    included (NaN there)."""
+    log = tmp_path / "p.log"
+    lines = ["NVIDIA H200 torch 2.11.0+cu130",
+             "align     2500x1736  x4104   contig cuBLAS                                        58.9 us    605 TF/s 1605 MHz",
+             "align     2500x1736  x4104   contig ws 128x128 8w s5                             108.8 us    328 TF/s 1980 MHz",
+             "align     2500x1736  x4104   pad    ws 128x128 8w s5                              72.0 us    494 TF/s 1785 MHz",
+             "decode      16x6144  x4096   contig cuBLAS                                        16.1 us     50 TF/s 1965 MHz",
+             "decode      16x6144  x4096   contig ws swap 16x64 s6 split-K 1                    17.9 us     45 TF/s 1980 MHz",
+             "decode      16x6144  x4096   contig ws swap 16x64 s6 split-K 2                    FAILED ValueError: x"]
+    log.write_text("\n".join(lines) + "\n")
+    pr = W.probe_records(log)
+    assert len(pr) == 5 and pr.loc[1, "TFLOP/s"] == round(2 * 2500 * 1736 * 4104 / 108.8 / 1e6)  # recomputed: 327
+    at = W.alignment_table(pr)
+    assert at.loc[0, "contig / padded"] == round(108.8 / 72.0, 2)
+    dt = W.decode_probe_table(pr)
+    assert dt.loc[0, "unsplit / cuBLAS"] == round(16.1 / 17.9, 3) and dt["split / cuBLAS"].isna().all()
+    log.write_text(lines[0] + "\n" + lines[1].replace("605 TF/s", "700 TF/s") + "\n")
+    with pytest.raises(ValueError, match=r"p\.log:2: 700 TF/s does not match"):
+        W.probe_records(log)

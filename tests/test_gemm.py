@@ -119,7 +119,14 @@ def test_cp_async_producer_census(cfg):
 
 
 def test_cp_async_rules():
+    from gluon_lab.kernels import warp_specialized as W
     with pytest.raises(ValueError, match="producer_regs >= 96"):
         G.GemmConfig(cp_async=True).validate()
+    with pytest.raises(ValueError, match="producer_regs >= 152"):  # this tile's producer spills below 152
+        G.GemmConfig(BN=128, num_warps=8, num_stages=5, cp_async=True, producer_regs=128).validate()
+    a = torch.randn(64, 1008, dtype=torch.bfloat16)[:, :1001]  # K = 1001 over 16-byte rows: TMA takes it, cp.async not
+    with pytest.raises(ValueError, match="K to be a multiple of 8"):
+        W.launch(a, torch.randn(1001, 64, dtype=torch.bfloat16),
+                 config=G.GemmConfig(BN=128, num_warps=4, num_stages=4, cp_async=True, producer_regs=96))
     with pytest.raises(ValueError, match="cooperative"):
         G.GemmConfig(BN=128, num_warps=4, pingpong=True, cp_async=True, producer_regs=96).validate()

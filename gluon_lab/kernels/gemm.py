@@ -203,6 +203,11 @@ class GemmConfig:
         per = (launch * total - 128 * self.producer_regs) // (32 * consumer_warps) // 8 * 8
         return min(per, 232 if self.pingpong else 256)
 
+    def cp_producer_floor(self) -> int:
+        """The least producer_regs a cp.async producer compiles without spills at (sm_90 CPU compiles): 152 for
+        128x128 over 8 consumer warps (120-128 B spilled at 96-128), CP_PRODUCER_REGS otherwise."""
+        return 152 if (self.BM, self.BN, self.num_warps) == (128, 128, 8) else CP_PRODUCER_REGS
+
     def smem_bytes(self, dtype: str = "bfloat16") -> int:
         e = ITEMSIZE[dtype]
         staging = self.consumers() * self.BM * self.BN * e + (self.BM * self.BN * 4 if self.split_k > 1 else 0)
@@ -238,9 +243,10 @@ class GemmConfig:
             raise ValueError("GemmConfig(split_k > 1) runs on the cooperative consumer: pingpong must be False")
         if self.cp_async and self.pingpong:
             raise ValueError("GemmConfig(cp_async=True) runs on the cooperative consumer: pingpong must be False")
-        if self.cp_async and self.producer_regs < CP_PRODUCER_REGS:
-            raise ValueError(f"GemmConfig(cp_async=True) needs producer_regs >= {CP_PRODUCER_REGS} (the copy "
-                             f"addresses of a whole A and B box live in the producer's registers); got {self.producer_regs}")
+        if self.cp_async and self.producer_regs < self.cp_producer_floor():
+            raise ValueError(f"GemmConfig(cp_async=True) needs producer_regs >= {self.cp_producer_floor()} for "
+                             f"{self.BM}x{self.BN} over {self.num_warps} warps (the copy addresses of a whole A and B "
+                             f"box live in the producer's registers); got {self.producer_regs}")
         if self.pingpong and self.num_warps != 4:
             raise ValueError(f"GemmConfig(pingpong=True) runs one warpgroup per consumer: num_warps must be 4; "
                              f"got {self.num_warps}")
@@ -294,11 +300,12 @@ SMALL_GRID = 0.5    # 128x128 tiles filling < half the SMs, long K: split K (102
 SPLIT_MIN_KSTEPS = 16
 LAST_WAVE_KSTEPS = 48  # split the last wave only with >= 48 k-steps (2500x1736x4104: split 4 of the last wave
                        # 0.56 vs 0.49 whole; 1000x3000x2000, 32 k-steps: 0.64 vs 0.78 for 128x256 whole)
-LAST_WAVE_FILL = 0.75
+LAST_WAVE_FILL = 0.75  # ... where 128x128 tiles fill >= 1 wave but leave the LAST wave under 3/4 full (the sweep's rule)
 MID_N_FILL = 0.6    # 64 < M <= 256: 64x128 tiles unless they fill < 60% of the SMs, then 64x64 (128x4096x4096:
                     # 64x64 0.94 vs 64x128 0.82; 128x8192x8192: 64x128 0.96 vs 64x64 0.78)
-SKINNY_BIG_FILL = 0.8  # ... and the 128x256 tile when 64 < M <= 256 still gives >= 80% of a wave (128x28672: 1.68-1.70;
-                       # at M = 64 half its rows are padding: 64x28672 128x256 0.95 vs 64x128 1.06)
+SKINNY_BIG_FILL = 0.8  # ... unless 64 < M <= 256 and 128x256 tiles give >= 80% of a wave: then the large-M wave rules
+                       # below decide (128x28672 reaches the big tile there: 1.68-1.70; at M = 64 half its rows are
+                       # padding: 64x28672 128x256 0.95 vs 64x128 1.06, so M <= 64 always takes the skinny rules)
 
 
 def shape_pick(M: int, N: int, K: int, ws: bool, sms: int = H200_SMS) -> "GemmConfig":
@@ -313,12 +320,12 @@ def shape_pick(M: int, N: int, K: int, ws: bool, sms: int = H200_SMS) -> "GemmCo
     if big >= BIG_WAVES * sms or wave_fill(big, sms) >= BIG_FILL:
         return GemmConfig()
     mid = cdiv(M, 128) * cdiv(N, 128)
-    if not ws:  # gluon-pipelined: 64x128 s5 when even 128x128 leaves half the SMs idle (1024x1024x32768: 0.86)
+    if not ws:  # gluon-pipelined: 64x128 s5 when 128x256 tiles fill under half the SMs (1024x1024x32768: 0.86)
         return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=5) if big < SMALL_GRID * sms else GemmConfig()
     if mid < SMALL_GRID * sms and k_steps >= 2 * SPLIT_MIN_KSTEPS:
         split = max(2, min(sms // mid, k_steps // SPLIT_MIN_KSTEPS, MAX_SPLIT_K))
         return GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=split)
-    if mid >= sms and wave_fill(mid, sms) < LAST_WAVE_FILL and k_steps >= LAST_WAVE_KSTEPS:
+    if mid >= sms and 0 < mid % sms < LAST_WAVE_FILL * sms and k_steps >= LAST_WAVE_KSTEPS:
         return GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=4, split_last_wave=True)
     if wave_fill(mid, sms) > wave_fill(big, sms):  # 1024x6144x4096: 128x128 8w s5 0.99 vs 128x256 0.80
         return GemmConfig(BN=128, num_warps=8, num_stages=5)
@@ -397,8 +404,9 @@ def prepare(a, b, out=None, config: GemmConfig | None = None, ws: bool = False):
 
 def _pipelined_only(cfg: GemmConfig | None) -> None:
     if cfg is not None and (cfg.pingpong or cfg.split_k > 1 or cfg.swap_ab or cfg.cp_async):
-        raise ValueError("GemmConfig(pingpong=True), GemmConfig(split_k > 1) and GemmConfig(swap_ab=True) are gluon-ws "
-                         "schedules; gluon-pipelined runs none of them (use variant='gluon-ws')")
+        raise ValueError("GemmConfig(pingpong=True), GemmConfig(split_k > 1), GemmConfig(swap_ab=True) and "
+                         "GemmConfig(cp_async=True) are gluon-ws schedules; gluon-pipelined runs none of them "
+                         "(use variant='gluon-ws')")
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None):
