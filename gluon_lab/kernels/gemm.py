@@ -392,7 +392,9 @@ def prepare(a, b, out=None, config: GemmConfig | None = None, ws: bool = False):
     M, K = a.shape
     N = b.shape[1]
     dtype = dtype_name(a)
-    cfg = (config or GemmConfig.heuristic(M, N, dtype, K=K, ws=ws, sms=num_sms(a.device))).validate(dtype)
+    # the heuristic's SM count is H200_SMS (hopper.py: the grids use the device's own), the same number
+    # registry.resolve uses for a record's config: a launch runs the config its records and votes name
+    cfg = (config or GemmConfig.heuristic(M, N, dtype, K=K, ws=ws)).validate(dtype)
     c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else out
     if (N * a.element_size()) % 16:
         raise ValueError(f"N * itemsize must be a multiple of 16 bytes (C's rows are TMA-stored); got N={N}")
