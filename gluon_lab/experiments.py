@@ -972,7 +972,8 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                         study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": 4, "num_stages": st,
                                                   "swap_ab": True, "split_k": sk})
             tiles, k_steps = -(-M // 128) * -(-N // 128), -(-K // 64)
-            if tiles >= H200_SMS and tiles % H200_SMS and tiles % H200_SMS < LAST_WAVE_FILL * H200_SMS:
+            ragged_wave = tiles >= H200_SMS and 0 < tiles % H200_SMS < LAST_WAVE_FILL * H200_SMS
+            if ragged_wave:
                 for sk in (sk for sk in plan.shape_last_wave_split if sk <= k_steps):
                     study("gluon-ws", shape, {**split128, "split_k": sk, "split_last_wave": True})
             if tiles < H200_SMS:
@@ -982,7 +983,7 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                 for (bm, bn, nw, st, pr) in plan.shape_cp_configs:
                     study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": nw, "num_stages": st,
                                               "producer_regs": pr, "cp_async": True})
-                if tiles >= H200_SMS and tiles % H200_SMS and tiles % H200_SMS < LAST_WAVE_FILL * H200_SMS and k_steps >= 4:
+                if ragged_wave and k_steps >= 4:
                     study("gluon-ws", shape, {**split128, "split_k": 4, "split_last_wave": True, "producer_regs": 96,
                                               "cp_async": True})
             # cuBLAS again after the shape's Gluon cases: the clock drifts over a shape's ~20 timings (1455-1980

@@ -164,6 +164,12 @@ def gemm_config_label(cfg: dict) -> str:
             + (" (last wave)" if cfg.get("split_last_wave") else "") + (" cp.async" if cfg.get("cp_async") else ""))
 
 
+def labelled(ok):
+    """Matmul records with a 'label' column (record_labels), and their parsed configs: (records, configs)."""
+    cfgs = ok["config_key"].map(json.loads)
+    return ok.assign(label=record_labels(ok, cfgs)), cfgs
+
+
 def record_labels(df, cfgs) -> list:
     """Each matmul record's label: the peer's name, or 'ws' / 'pipe' + gemm_config_label of its config."""
     return [v if v == GEMM_PEER else f"{'ws' if v == 'gluon-ws' else 'pipe'} {gemm_config_label(c)}"
@@ -179,8 +185,8 @@ def shape_sweep_table(st):
     rows = []
     if not len(ok):
         return pd.DataFrame()
-    cfgs = ok["config_key"].map(json.loads)
-    ok = ok.assign(label=record_labels(ok, cfgs), pingpong=[bool(c.get("pingpong")) for c in cfgs],
+    ok, cfgs = labelled(ok)
+    ok = ok.assign(pingpong=[bool(c.get("pingpong")) for c in cfgs],
                    clock=[c.get("sm_clock_mhz") for c in cfgs])
     for (M, N, K), g in ok.groupby(["M", "N", "K"]):
         peer = g[g.variant == GEMM_PEER]
@@ -1588,15 +1594,21 @@ def takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY, targets=None, 
                      + (" — the warp_specialize kernels' entry hazard is Triton's dispatch protocol, which racecheck "
                         "misreads after the pre-fork partial barriers; reproduced in ten lines of CUDA (section 8)."
                         if (bad.tool == "racecheck").any() and bad.warp_specialize.any() else "."))
-    lines.append(pingpong_takeaway(use))
-    lines.append(shape_sweep_takeaway(use))
+    sweep = _sweep(use)  # one table for both lines
+    lines.append(pingpong_takeaway(use, sweep))
+    lines.append(shape_sweep_takeaway(use, sweep))
     return lines
 
 
-def shape_sweep_takeaway(use) -> str:
-    """One line on the newest 'gemm-shapes' run: best Gluon and auto vs cuBLAS, the cells under 0.95x."""
+def _sweep(use):
+    """(records, shape_sweep_table) of the newest 'gemm-shapes' run in use (empty frames without one)."""
     st = shape_sweep_records(use) if len(use) else pd.DataFrame()
-    t = shape_sweep_table(st) if len(st) else pd.DataFrame()
+    return st, (shape_sweep_table(st) if len(st) else pd.DataFrame())
+
+
+def shape_sweep_takeaway(use, sweep=None) -> str:
+    """One line on the newest 'gemm-shapes' run: best Gluon and auto vs cuBLAS, the cells under 0.95x."""
+    st, t = sweep if sweep is not None else _sweep(use)
     if not len(t):
         return "GEMM at every shape: the 'gemm-shapes' study has not run on a GPU for the current records."
     r, a = t["best / cuBLAS"], t["auto / cuBLAS"].dropna()
@@ -1608,15 +1620,15 @@ def shape_sweep_takeaway(use) -> str:
             + ".")
 
 
-def pingpong_takeaway(use) -> str:
+def pingpong_takeaway(use, sweep=None) -> str:
     """One line on the consumer schedules from the newest 'gemm-shapes' run (or that there is none)."""
-    t = shape_sweep_table(shape_sweep_records(use)) if len(use) else pd.DataFrame()
+    st, t = sweep if sweep is not None else _sweep(use)
     if not len(t) or t["ping-pong / cooperative"].isna().all():
         return ("Consumer schedules: cooperative and ping-pong (GemmConfig(pingpong=True)) are both built; "
                 "no run of the 'gemm-shapes' study holds ping-pong yet, so nothing is claimed about it.")
     r = t["ping-pong / cooperative"].dropna()
     return (f"Consumer schedules: the best ping-pong gluon-ws config beats the best cooperative one on {int((r > 1).sum())} "
-            f"of {len(r)} shapes (geomean {cm.geomean(r):.3f}x, 'gemm-shapes' run `{shape_sweep_records(use).run_id.iloc[0]}`).")
+            f"of {len(r)} shapes (geomean {cm.geomean(r):.3f}x, 'gemm-shapes' run `{st.run_id.iloc[0]}`).")
 
 
 # ---- clusters / TMA multicast on the installed triton: evidence, checked on this CPU ----
@@ -1822,7 +1834,7 @@ def bucket_proposal(st):
     ok = cm.passed(st) if len(st) else st
     if not len(ok):
         return pd.DataFrame()
-    ok = ok.assign(label=record_labels(ok, ok["config_key"].map(json.loads)))
+    ok, _ = labelled(ok)
     rows = []
     per_shape = {}
     for (M, N, K), g in ok.groupby(["M", "N", "K"]):
@@ -1922,7 +1934,7 @@ def ws_vs_pipe_table(st, max_k: int = 2048) -> pd.DataFrame:
     ok = cm.passed(st) if len(st) else st
     if not len(ok):
         return pd.DataFrame()
-    ok = ok.assign(label=record_labels(ok, ok["config_key"].map(json.loads)))
+    ok, _ = labelled(ok)
     rows = []
     for (M, N, K), g in ok[ok.K <= max_k].groupby(["M", "N", "K"]):
         ws, pp = g[g.variant == "gluon-ws"], g[g.variant == "gluon-pipelined"]
@@ -1943,8 +1955,8 @@ def cp_vs_tma_table(st) -> pd.DataFrame:
     ok = cm.passed(st) if len(st) else st
     if not len(ok):
         return pd.DataFrame()
-    cfgs = ok["config_key"].map(json.loads)
-    ok = ok.assign(label=record_labels(ok, cfgs), cp=[bool(c.get("cp_async")) for c in cfgs])
+    ok, cfgs = labelled(ok)
+    ok = ok.assign(cp=[bool(c.get("cp_async")) for c in cfgs])
     rows = []
     for (M, N, K), g in ok.groupby(["M", "N", "K"]):
         ws = g[g.variant == "gluon-ws"]

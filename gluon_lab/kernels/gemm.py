@@ -264,7 +264,7 @@ class GemmConfig:
 
     @classmethod
     def heuristic(cls, M: int, N: int, dtype: str = "bfloat16", K: int | None = None, ws: bool = False,
-                  sms: int = H200_SMS, **overrides) -> "GemmConfig":
+                  **overrides) -> "GemmConfig":
         """The config a launch runs when none is given: shape_pick (the 04 'gemm-shapes' sweep's rules)
         for gluon-ws (ws=True, every schedule) or gluon-pipelined (tiles only). Overrides replace
         fields; an override of the tile or schedule (TILE_KNOBS) starts from the plain default
@@ -276,7 +276,7 @@ class GemmConfig:
         over = {k: v for k, v in overrides.items() if k in known}
         if TILE_KNOBS & set(over):
             return dataclasses.replace(cls(), **over)
-        return dataclasses.replace(shape_pick(M, N, 4096 if K is None else K, ws, sms), **over)
+        return dataclasses.replace(shape_pick(M, N, 4096 if K is None else K, ws), **over)
 
 
 # fields whose override means "this tile / schedule", not "the shape's pick with one knob changed"

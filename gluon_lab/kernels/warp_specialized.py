@@ -30,7 +30,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
 
 from . import gemm, norm_math, rowio
 from .gemm import GemmConfig, _tile_coords, _tile_space, prepare
-from .hopper import REGS_PER_SM, SMEM_LIMIT, cdiv, descriptor, desc_type, dtype_name, kernel_spec, num_sms
+from .hopper import (REGS_PER_SM, SMEM_LIMIT, cdiv, descriptor, desc_type, dtype_name, kernel_spec, num_sms,
+                     short_dtype)
 from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_params, check_ring, globaltimer,
                         norm_block, ring_buffers, ring_codegen_args, ring_hooks, ring_launch, grab_block,
                         block_counter)
@@ -474,10 +475,8 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
     args["t_ptr"] = "*i64" if instrument else None
     extra = dict(extra, INSTRUMENT=instrument)
     if kernel is ws_gemm_kernel:  # the split-K workspace (None without), FULL_TILES, the cp.async operands
-        ptr = "*bf16" if dtype == "bfloat16" else "*fp16"
-        args = dict(args, FULL_TILES="i32", w_desc=None, a_ptr=ptr if cfg.cp_async else None,
-                    b_ptr=ptr if cfg.cp_async else None, stride_am="i32" if cfg.cp_async else None,
-                    stride_bk="i32" if cfg.cp_async else None)
+        ptr, stride = (f"*{short_dtype(dtype)}", "i32") if cfg.cp_async else (None, None)
+        args = dict(args, FULL_TILES="i32", w_desc=None, a_ptr=ptr, b_ptr=ptr, stride_am=stride, stride_bk=stride)
         if cfg.split_k > 1:
             args["w_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
                                        gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
