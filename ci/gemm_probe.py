@@ -8,6 +8,8 @@ align:  the ragged shapes of the 04 'gemm-shapes' sweep, each three ways in one 
         If the padded-stride views are as fast per FLOP as the aligned shape, the loss is alignment
         of TMA rows, not wave quantization.
 decode: small-M shapes, swap-AB x split-K combinations beside cuBLAS.
+split:  which operand's misaligned rows cost: the same shapes with only A, only B or only C padded.
+kernels: the cuBLAS kernel torch.profiler sees for each ragged shape, contiguous and padded.
 Same timer as the notebooks (bench.time_cudagraph, input copies rotated past 3x L2, outputs kept),
 cuBLAS timed in the same process; prints one line per case, the SM clock after each timing.
 """
@@ -20,12 +22,14 @@ from gluon_lab.kernels import warp_specialized as ws
 from gluon_lab.kernels.gemm import GemmConfig
 
 
-def operands(M, N, K, pad: bool, seed: int):
+def operands(M, N, K, pad, seed: int):
+    """pad: a bool (all three operands) or a string naming the padded ones ("a", "bc", ...)."""
+    pads = "abc" if pad is True else (pad or "")
+    up = lambda n, who: (n + 63) // 64 * 64 if who in pads else n  # noqa: E731
     g = torch.Generator(device="cuda").manual_seed(seed)
-    ld_k, ld_n = ((K + 63) // 64 * 64, (N + 63) // 64 * 64) if pad else (K, N)
-    a = torch.randn(M, ld_k, device="cuda", dtype=torch.bfloat16, generator=g)[:, :K]
-    b = torch.randn(K, ld_n, device="cuda", dtype=torch.bfloat16, generator=g)[:, :N]
-    c = torch.empty(M, ld_n, device="cuda", dtype=torch.bfloat16)[:, :N]
+    a = torch.randn(M, up(K, "a"), device="cuda", dtype=torch.bfloat16, generator=g)[:, :K]
+    b = torch.randn(K, up(N, "b"), device="cuda", dtype=torch.bfloat16, generator=g)[:, :N]
+    c = torch.empty(M, up(N, "c"), device="cuda", dtype=torch.bfloat16)[:, :N]
     return a, b, c
 
 
@@ -54,15 +58,19 @@ def gluon(cfg):
     return lambda a, b, c: ws.launch(a, b, out=c, config=cfg)
 
 
+def padname(pad):
+    return "pad" if pad is True else ("contig" if not pad else f"pad-{pad}")
+
+
 def row(tag, M, N, K, pad, name, fn):
     try:
         us, mhz = timed(M, N, K, pad, fn)
         tf = 2 * M * N * K / us / 1e6
-        print(f"{tag:7s} {M:6d}x{N:<6d}x{K:<6d} {'pad' if pad else 'contig':6s} {name:40s} {us:9.1f} us {tf:6.0f} TF/s {mhz} MHz",
+        print(f"{tag:7s} {M:6d}x{N:<6d}x{K:<6d} {padname(pad):6s} {name:40s} {us:9.1f} us {tf:6.0f} TF/s {mhz} MHz",
               flush=True)
         return us
     except Exception as e:  # noqa: BLE001 - a config that fails is a line, not the end of the probe
-        print(f"{tag:7s} {M:6d}x{N:<6d}x{K:<6d} {'pad' if pad else 'contig':6s} {name:40s} FAILED {type(e).__name__}: {e}"[:300],
+        print(f"{tag:7s} {M:6d}x{N:<6d}x{K:<6d} {padname(pad):6s} {name:40s} FAILED {type(e).__name__}: {e}"[:300],
               flush=True)
 
 
@@ -101,10 +109,34 @@ def decode():
                 row("decode", M, N, K, False, f"ws {bm}x{bn} 4w split-K {sk}", gluon(cfg))
 
 
+SPLIT_SHAPES = ((2500, 1736, 4104), (777, 5000, 1000))
+
+
+def split():
+    for (M, N, K) in SPLIT_SHAPES:
+        for pad in (False, "a", "b", "c", "ab", True):
+            row("split", M, N, K, pad, "cuBLAS", cublas)
+            row("split", M, N, K, pad, "ws 128x128 8w s5", gluon(ALIGN_CFGS["ws 128x128 8w s5"]))
+
+
+def kernels():
+    from torch.profiler import ProfilerActivity, profile
+    for (M, N, K) in ALIGN_SHAPES:
+        for pad in (False, True):
+            a, b, c = operands(M, N, K, pad, 1)
+            cublas(a, b, c)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                cublas(a, b, c)
+                torch.cuda.synchronize()
+            names = sorted({e.name for e in prof.events() if e.device_type.name == "CUDA"})
+            print(f"kernel  {M:6d}x{N:<6d}x{K:<6d} {padname(pad):6s} cuBLAS: {' | '.join(names)}"[:400], flush=True)
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         raise SystemExit("gemm_probe.py needs the GPU")
     parts = sys.argv[1:] or ["align", "decode"]
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for p in parts:
-        {"align": align, "decode": decode}[p]()
+        {"align": align, "decode": decode, "split": split, "kernels": kernels}[p]()
