@@ -857,6 +857,8 @@ EXPERIMENTS["03-multibuffer-pipelining"] = run_pipelined
 # decode-like and long-N shapes the GEMM issue measured (M = 128, N = K = 8192; 2048 x 28672 x 8192), and
 # decode batches M = 16 / 32 / 64 on Llama projections (where swap-AB applies)
 LAST_WAVE_FILL = 0.75  # 'gemm-shapes' tries last-wave split-K where the last wave of 128x128 tiles is under 3/4 full
+STREAM_K_WAVES = 8  # ... and stream-K where 128x128 tiles leave a partial wave within the first 8 (past that the
+                    # partial wave costs < 1/8 of the run)
 GEMM_SHAPE_SWEEP = (
     (2048, 2048, 2048), (6144, 6144, 6144), (8192, 8192, 8192),  # 4096^3 is the o projection at M = 4096
     *((M, N, K) for M in (128, 1024, 4096, 16384) for (N, K) in ((6144, 4096), (4096, 4096), (28672, 4096),
@@ -917,6 +919,12 @@ class WarpSpecializedPlan:
     # the cp.async producer (the cp_async knob) beside TMA on shapes whose rows are not 128-byte aligned
     # (K or N not a multiple of 64 bf16): (BM, BN, num_warps, num_stages, producer_regs), and the last-wave split
     shape_cp_configs: tuple = ((128, 256, 8, 3, 96), (128, 128, 8, 5, 152), (128, 128, 4, 4, 96))
+    # stream-K (gluon-ws cooperative) where 128x128 tiles leave a partial wave within the first
+    # STREAM_K_WAVES waves: (BM, BN, num_warps, num_stages, stream_k waves); waves 2 only past one whole wave;
+    # the skinny tiles at M <= 256 and swap-AB at M <= 64 as well
+    shape_stream_k: tuple = ((128, 128, 8, 4, 1), (128, 128, 8, 4, 2), (128, 128, 4, 4, 1))
+    shape_stream_k_skinny: tuple = ((128, 64, 4, 6, 1), (64, 128, 4, 6, 1))
+    shape_stream_k_swap: tuple = ((16, 128, 6), (32, 128, 6))
 
     @classmethod
     def quick(cls):
@@ -979,6 +987,17 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
             if tiles < H200_SMS:
                 for sk in (sk for sk in plan.shape_split_k if sk <= k_steps):
                     study("gluon-ws", shape, {**split128, "split_k": sk})
+            if tiles % H200_SMS and tiles < STREAM_K_WAVES * H200_SMS:
+                for (bm, bn, nw, st, w) in plan.shape_stream_k:
+                    if w == 1 or tiles > H200_SMS:
+                        study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": nw, "num_stages": st,
+                                                  "stream_k": w})
+                for (bm, bn, nw, st, w) in (plan.shape_stream_k_skinny if M <= 256 else ()):
+                    study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": nw, "num_stages": st,
+                                              "stream_k": w})
+                for (bm, bn, st) in (plan.shape_stream_k_swap if M <= 64 else ()):
+                    study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": 4, "num_stages": st,
+                                              "swap_ab": True, "stream_k": 1})
             if K % 64 or N % 64:
                 for (bm, bn, nw, st, pr) in plan.shape_cp_configs:
                     study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": nw, "num_stages": st,

@@ -315,6 +315,67 @@ def test_split_k_units_cover_every_k_step_once(M, N, split, last):
         G.GemmConfig(split_last_wave=True).validate()
 
 
+def _sk_range(c, S, G):  # warp_specialized._sk_range, mirrored
+    q, r = divmod(S, G)
+    a = c * q + min(c, r)
+    return a, a + q + (c < r)
+
+
+def _sk_owner(x, S, G):  # warp_specialized._sk_owner, mirrored
+    q, r = divmod(S, G)  # q = 0 (fewer k-steps than CTAs): x < r = S, the second branch is never taken
+    return x // (q + 1) if x < r * (q + 1) else r + (x - r * (q + 1)) // q
+
+
+@pytest.mark.parametrize("M,N,K,bm,bn,waves", [(1000, 3000, 2000, 128, 128, 1), (1000, 3000, 2000, 128, 128, 2),
+                                               (2500, 1736, 4104, 128, 128, 2), (128, 6144, 4096, 128, 64, 1),
+                                               (1, 8, 8, 128, 128, 1), (300, 264, 1032, 128, 128, 2),
+                                               (128, 128 * 133, 520, 128, 128, 1), (777, 5000, 1000, 128, 128, 2),
+                                               (16384, 4096, 4096, 128, 128, 1)])
+def test_stream_k_pieces_cover_every_k_step_once(M, N, K, bm, bn, waves):
+    """streamk_plan + the piece mapping of _unit_space / _unit (mirrored): the data-parallel tiles whole, then
+    every CTA's balanced share of the stream-K k-steps cut at tile boundaries; every (tile, k-step) exactly
+    once, every partial piece its own workspace block (< grid + stream-K tiles), a piece is the whole tile
+    exactly where streamk_reduce_kernel's first and last owner CTA coincide, and the reducer sums exactly
+    the blocks the pieces wrote."""
+    cfg = G.GemmConfig(BM=bm, BN=bn, num_warps=4, num_stages=4, stream_k=waves).validate()
+    sms, k_tiles = 132, -(-K // 64)
+    tiles = -(-M // bm) * -(-N // bn)
+    full, grid, sk_tiles = W.streamk_plan(cfg, M, N, K, sms)
+    assert full % grid == 0 and sk_tiles == tiles - full > 0 and full == max(0, -(-tiles // sms) - waves) * sms
+    S = sk_tiles * k_tiles
+    assert S >= grid or full  # without whole waves the grid is no larger than the k-steps (no empty share)
+    seen, blocks, whole = {}, {}, set()
+    for c in range(grid):
+        a, b = _sk_range(c, S, grid)
+        pieces = (b - 1) // k_tiles - a // k_tiles + 1 if b > a else 0
+        units = [(c + i * grid, 0, k_tiles, 0) for i in range(full // grid)]
+        for j in range(pieces):
+            t = a // k_tiles + j
+            k0, k1 = max(a, t * k_tiles) - t * k_tiles, min(b, (t + 1) * k_tiles) - t * k_tiles
+            sl = c + t + 1 if (k0 > 0 or k1 < k_tiles) else 0
+            units.append((full + t, k0, k1, sl))
+        for tile, k0, k1, sl in units:
+            assert 0 <= k0 < k1 <= k_tiles
+            for k in range(k0, k1):
+                seen[(tile, k)] = seen.get((tile, k), 0) + 1
+            if sl:
+                assert sl - 1 not in blocks and sl - 1 < grid + sk_tiles
+                blocks[sl - 1] = tile
+            elif tile >= full:
+                whole.add(tile - full)
+    assert seen == {(t, k): 1 for t in range(tiles) for k in range(k_tiles)}
+    for t in range(sk_tiles):  # the reducer's view
+        c0, c1 = _sk_owner(t * k_tiles, S, grid), _sk_owner(t * k_tiles + k_tiles - 1, S, grid)
+        assert (c0 == c1) == (t in whole)
+        if c1 > c0:
+            assert all(blocks.get(c + t) == full + t for c in range(c0, c1 + 1))
+    assert sum(1 for t in range(sk_tiles) if t not in whole) == len(set(blocks.values()))
+    with pytest.raises(ValueError, match="stream_k must be 0"):
+        G.GemmConfig(stream_k=3).validate()
+    with pytest.raises(ValueError, match="without split-K"):
+        G.GemmConfig(BN=128, num_warps=4, stream_k=1, split_k=2).validate()
+
+
 def test_bucket_proposal_picks_the_config_that_holds_most_shapes():
     import json
     import pandas as pd

@@ -161,7 +161,8 @@ def gemm_config_label(cfg: dict) -> str:
     lab = f"{cfg.get('BM')}x{cfg.get('BN')}x{cfg.get('BK')} {cfg.get('num_warps')}w s{cfg.get('num_stages')}"
     return (lab + (" ping-pong" if cfg.get("pingpong") else "") + (" swap-AB" if cfg.get("swap_ab") else "")
             + (f" split-K {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else "")
-            + (" (last wave)" if cfg.get("split_last_wave") else "") + (" cp.async" if cfg.get("cp_async") else ""))
+            + (" (last wave)" if cfg.get("split_last_wave") else "") + (" cp.async" if cfg.get("cp_async") else "")
+            + (f" stream-K {cfg['stream_k']}w" if cfg.get("stream_k") else ""))
 
 
 def labelled(ok):

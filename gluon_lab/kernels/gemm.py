@@ -188,6 +188,12 @@ class GemmConfig:
     # CP_PRODUCER_REGS (its copy addresses live in registers; 152 for 128x128 over 8 consumer warps, which
     # spills 120-128 B at 96-128 in the sm_90 CPU compile)
     cp_async: bool = False
+    # gluon-ws cooperative only: stream-K over the last stream_k waves of tiles (the partial wave counted; all
+    # tiles when they are fewer than the SMs): their k-steps are one list cut into balanced shares, one per
+    # CTA, so every SM runs the same number of k-steps whatever the tile count (CUTLASS's stream-K, its
+    # data-parallel + stream-K hybrid at stream_k = 2); a tile cut between CTAs is summed from fp32 partials
+    # by a second kernel (deterministic). 0 = off
+    stream_k: int = 0
 
     def consumers(self) -> int:
         """Accumulator tiles in flight per CTA (one per consumer warpgroup in ping-pong)."""
@@ -210,7 +216,8 @@ class GemmConfig:
 
     def smem_bytes(self, dtype: str = "bfloat16") -> int:
         e = ITEMSIZE[dtype]
-        staging = self.consumers() * self.BM * self.BN * e + (self.BM * self.BN * 4 if self.split_k > 1 else 0)
+        partials = self.split_k > 1 or self.stream_k
+        staging = self.consumers() * self.BM * self.BN * e + (self.BM * self.BN * 4 if partials else 0)
         return self.num_stages * (self.BM * self.BK + self.BK * self.BN) * e + staging + 1024  # + fp32 partials
 
     def validate(self, dtype: str = "bfloat16"):
@@ -241,6 +248,12 @@ class GemmConfig:
             raise ValueError("GemmConfig(split_last_wave=True) needs split_k > 1 (the slices of the last wave's tiles)")
         if self.split_k > 1 and self.pingpong:
             raise ValueError("GemmConfig(split_k > 1) runs on the cooperative consumer: pingpong must be False")
+        if self.stream_k not in (0, 1, 2):
+            raise ValueError(f"GemmConfig.stream_k must be 0 (off), 1 (the last, partial wave) or 2 (it and one whole "
+                             f"wave before it); got {self.stream_k}")
+        if self.stream_k and (self.pingpong or self.split_k > 1):
+            raise ValueError("GemmConfig(stream_k > 0) runs on the cooperative consumer without split-K: pingpong must "
+                             "be False and split_k 1")
         if self.cp_async and self.pingpong:
             raise ValueError("GemmConfig(cp_async=True) runs on the cooperative consumer: pingpong must be False")
         if self.cp_async and self.producer_regs < self.cp_producer_floor():
@@ -280,7 +293,8 @@ class GemmConfig:
 
 
 # fields whose override means "this tile / schedule", not "the shape's pick with one knob changed"
-TILE_KNOBS = frozenset({"BM", "BN", "BK", "num_warps", "pingpong", "split_k", "split_last_wave", "swap_ab", "cp_async"})
+TILE_KNOBS = frozenset({"BM", "BN", "BK", "num_warps", "pingpong", "split_k", "split_last_wave", "swap_ab", "cp_async",
+                        "stream_k"})
 
 
 def wave_fill(tiles: int, sms: int = H200_SMS) -> float:
@@ -405,10 +419,10 @@ def prepare(a, b, out=None, config: GemmConfig | None = None, ws: bool = False):
 
 
 def _pipelined_only(cfg: GemmConfig | None) -> None:
-    if cfg is not None and (cfg.pingpong or cfg.split_k > 1 or cfg.swap_ab or cfg.cp_async):
-        raise ValueError("GemmConfig(pingpong=True), GemmConfig(split_k > 1), GemmConfig(swap_ab=True) and "
-                         "GemmConfig(cp_async=True) are gluon-ws schedules; gluon-pipelined runs none of them "
-                         "(use variant='gluon-ws')")
+    if cfg is not None and (cfg.pingpong or cfg.split_k > 1 or cfg.swap_ab or cfg.cp_async or cfg.stream_k):
+        raise ValueError("GemmConfig(pingpong=True), GemmConfig(split_k > 1), GemmConfig(swap_ab=True), "
+                         "GemmConfig(cp_async=True) and GemmConfig(stream_k > 0) are gluon-ws schedules; gluon-pipelined "
+                         "runs none of them (use variant='gluon-ws')")
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None):

@@ -54,12 +54,43 @@ def _gemm_stamps(t_ptr, pid, i, wg, t0, t1):
 
 
 @gluon.jit
-def _unit_space(M, N, K, FULL_TILES, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT_K: gl.constexpr):
+def _sk_range(c, S, nprog):
+    """Stream-K: CTA c's share [a, b) of the S stream-K k-steps, balanced (q or q + 1 each, the first S % nprog
+    CTAs one more), written without the product c * S (no int32 overflow on long work lists)."""
+    q = S // nprog
+    r = S % nprog
+    a = c * q + gl.minimum(c, r)
+    b = a + q + (c < r).to(gl.int32)
+    return a, b
+
+
+@gluon.jit
+def _sk_owner(x, S, nprog):
+    """Stream-K: the CTA whose share [a, b) (_sk_range) holds k-step x. With fewer k-steps than CTAs (q = 0, a
+    whole-wave grid over a short stream-K list) every x < r = S: the branch dividing by q is not taken."""
+    q = S // nprog
+    r = S % nprog
+    head = r * (q + 1)
+    c = x // (q + 1)
+    if x >= head:
+        c = r + (x - head) // q
+    return c
+
+
+@gluon.jit
+def _unit_space(M, N, K, FULL_TILES, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT_K: gl.constexpr,
+                STREAM_K: gl.constexpr = False):
     """_tile_space over work units: tiles 0 .. FULL_TILES - 1 whole (data-parallel), then every later
     tile as SPLIT_K K-slices (FULL_TILES = 0: split-K on every tile; a multiple of the grid: only the
-    last, partial wave is split, so its slices fill the SMs the whole tiles would leave idle):
+    last, partial wave is split, so its slices fill the SMs the whole tiles would leave idle).
+    STREAM_K: the tiles from FULL_TILES on (a multiple of the grid) are one list of k-steps cut into nprog
+    balanced shares (_sk_range); a CTA's share, cut again at tile boundaries, is its list of pieces.
     (start, nprog, num_pid_m, num_pid_n, k_tiles, my_units)."""
     start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
+    if STREAM_K:
+        a, b = _sk_range(start, (num_pid_m * num_pid_n - FULL_TILES) * k_tiles, nprog)
+        pieces = gl.where(b > a, (b - 1) // k_tiles - a // k_tiles + 1, 0)
+        return start, nprog, num_pid_m, num_pid_n, k_tiles, FULL_TILES // nprog + pieces
     if SPLIT_K == 1:
         return start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles
     units = FULL_TILES + (num_pid_m * num_pid_n - FULL_TILES) * SPLIT_K
@@ -67,15 +98,31 @@ def _unit_space(M, N, K, FULL_TILES, BM: gl.constexpr, BN: gl.constexpr, BK: gl.
 
 
 @gluon.jit
-def _unit(u, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
-    """Work unit u -> (pid_m, pid_n, k0, k1, slice, tile): its tile and its k-steps [k0, k1); slice 0 = the
-    whole tile, s >= 1 = K-slice s - 1 of the balanced split (s - 1) * k_tiles // SPLIT_K (non-empty for
-    every slice: the host checks SPLIT_K <= k_tiles)."""
-    tile = u
-    sl = u * 0
-    k0 = u * 0
+def _unit(i, start, nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
+          STREAM_K: gl.constexpr = False):
+    """This CTA's i-th work unit -> (pid_m, pid_n, k0, k1, sl, tile): its tile and its k-steps [k0, k1); sl 0 =
+    the whole tile (stored to C). Split-K (unit u = start + i * nprog): sl >= 1 = K-slice sl - 1 of the
+    balanced split (sl - 1) * k_tiles // SPLIT_K (non-empty for every slice: the host checks SPLIT_K <=
+    k_tiles). Stream-K: units i < FULL_TILES // nprog are whole tiles start + i * nprog; then piece j of the
+    share [a, b): tile t = a // k_tiles + j of the stream-K list, k-steps [max(a, t k), min(b, (t + 1) k)) - t k;
+    a piece that is not the whole tile has sl = its workspace block + 1, block start + t (unique per piece:
+    CTA and tile both advance with the k-step, so (c, t) != (c', t') with c + t = c' + t')."""
+    tile = start + i * nprog
+    sl = i * 0
+    k0 = i * 0
     k1 = k_tiles
-    if SPLIT_K > 1:
+    if STREAM_K:
+        my_dp = FULL_TILES // nprog
+        if i >= my_dp:
+            a, b = _sk_range(start, (num_pid_m * num_pid_n - FULL_TILES) * k_tiles, nprog)
+            t = a // k_tiles + (i - my_dp)
+            k0 = gl.maximum(a, t * k_tiles) - t * k_tiles
+            k1 = gl.minimum(b, (t + 1) * k_tiles) - t * k_tiles
+            tile = FULL_TILES + t
+            if (k0 > 0) | (k1 < k_tiles):
+                sl = start + t + 1
+    elif SPLIT_K > 1:
+        u = start + i * nprog
         if u >= FULL_TILES:
             v = u - FULL_TILES
             tile = FULL_TILES + v // SPLIT_K
@@ -88,15 +135,16 @@ def _unit(u, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M: gl.constexpr, S
 
 @gluon.jit
 def _ws_producer(a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES: gl.constexpr,
-                 GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr = 1, FULL_TILES=0):
+                 GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr = 1, FULL_TILES=0, STREAM_K: gl.constexpr = False):
     BM: gl.constexpr = a_desc.block_type.shape[0]
     BK: gl.constexpr = a_desc.block_type.shape[1]
     BN: gl.constexpr = b_desc.block_type.shape[1]
-    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK, SPLIT_K)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK,
+                                                                              SPLIT_K, STREAM_K)
     g = 0
     for i in range(my_units):
-        pid_m, pid_n, k0, k1, sl, tile = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
-                                               SPLIT_K)
+        pid_m, pid_n, k0, k1, sl, tile = _unit(i, start, nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
+                                               SPLIT_K, STREAM_K)
         for kk in range(k0, k1):
             slot = g % NUM_STAGES
             mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
@@ -120,7 +168,8 @@ def _cp_layout(cols, warps):
 
 @gluon.jit
 def _cp_producer(a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
-                 NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr = 1, FULL_TILES=0):
+                 NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr = 1, FULL_TILES=0,
+                 STREAM_K: gl.constexpr = False):
     """The producer for operands whose rows are not 128-byte aligned (row strides K * 2 / N * 2 bytes not
     multiples of 128: every 128-byte TMA box row straddles two lines, 10-54% slower in
     results/h200/gemm-probe.log). One warpgroup issues 16-byte cp.async copies (any 16-byte aligned
@@ -132,7 +181,8 @@ def _cp_producer(a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars,
     BN: gl.constexpr = b_bufs.shape[2]
     LA: gl.constexpr = _cp_layout(BK, CP_WARPS)
     LB: gl.constexpr = _cp_layout(BN, CP_WARPS)
-    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK, SPLIT_K)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK,
+                                                                              SPLIT_K, STREAM_K)
     # the host checks 16-byte rows (K (launch), N and both row strides (gemm.check) multiples of 8
     # elements): say so, so the copies and their masks vectorize to 16 bytes
     Kv = gl.multiple_of(K, 8)
@@ -145,8 +195,8 @@ def _cp_producer(a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars,
     rn = gl.arange(0, BN, layout=gl.SliceLayout(0, LB))
     g = 0
     for i in range(my_units):
-        pid_m, pid_n, k0, k1, sl, tile = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
-                                               SPLIT_K)
+        pid_m, pid_n, k0, k1, sl, tile = _unit(i, start, nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
+                                               SPLIT_K, STREAM_K)
         om = pid_m * BM + rm
         on = pid_n * BN + rn
         a_rows = a_ptr + gl.expand_dims(gl.multiple_of(om.to(gl.int64) * sa, 8), 1)
@@ -172,7 +222,8 @@ def _cp_producer(a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars,
 @gluon.jit
 def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, FULL_TILES,
                  t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
-                 INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, num_warps: gl.constexpr, CP_ASYNC: gl.constexpr = False):
+                 INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, num_warps: gl.constexpr, CP_ASYNC: gl.constexpr = False,
+                 STREAM_K: gl.constexpr = False):
     """SPLIT_K > 1: a whole tile (slice 0) is stored to C; K-slice s >= 1 of split tile t (= tile -
     FULL_TILES) goes as fp32 partials, through w_smem, to rows ((s - 1) * split_tiles + t) * BM of the
     workspace w_desc [SPLIT_K * split_tiles * BM, BN]: one BM x BN block per (slice, split tile), so the
@@ -180,20 +231,24 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
     SWAP_AB: the MMA computes the tile's transpose, C^T = B^T A^T (B's [BK, BN] box and A's [BM, BK] box
     read transposed from the same ring), so BN fills the wgmma M side (64 rows per warpgroup) and a small
     BM (16, 32) is the wgmma N: decode-like M <= 64 does not pad to a 64-row tile. The epilogue
-    transposes the accumulator back before its TMA store."""
+    transposes the accumulator back before its TMA store.
+    STREAM_K: a piece that is not a whole tile (sl >= 1) stores its fp32 partial to workspace block sl - 1 (rows
+    (sl - 1) * BM of w_desc [(nprog + stream-K tiles) * BM, BN]); streamk_reduce_kernel sums each split tile's
+    pieces."""
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1]
     BK: gl.constexpr = a_bufs.shape[2]
     ACC_M: gl.constexpr = BN if SWAP_AB else BM
     ACC_N: gl.constexpr = BM if SWAP_AB else BN
-    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK, SPLIT_K)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_units = _unit_space(M, N, K, FULL_TILES, BM, BN, BK,
+                                                                              SPLIT_K, STREAM_K)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, ACC_N, 16])
     g = 0
     split_tiles = num_pid_m * num_pid_n - FULL_TILES
     for i in range(my_units):
-        pid_m, pid_n, k0, k1, sl, tile = _unit(start + i * nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
-                                               SPLIT_K)
+        pid_m, pid_n, k0, k1, sl, tile = _unit(i, start, nprog, k_tiles, num_pid_m, num_pid_n, FULL_TILES, GROUP_M,
+                                               SPLIT_K, STREAM_K)
         if INSTRUMENT:
             t0 = globaltimer()
         acc = gl.zeros([ACC_M, ACC_N], gl.float32, acc_layout)
@@ -220,12 +275,15 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
             out = gl.permute(acc, (1, 0))
         else:
             out = acc
-        if SPLIT_K > 1:
-            if sl > 0:  # a K-slice: fp32 partials into its slice of the workspace
+        if (SPLIT_K > 1) | STREAM_K:
+            if sl > 0:  # a K-slice / stream-K piece: fp32 partials into its block of the workspace
                 w_smem.store(out)
                 fence_async_shared()
-                tma.async_copy_shared_to_global(w_desc, [((sl - 1) * split_tiles + tile - FULL_TILES) * BM, 0],
-                                                w_smem)
+                if STREAM_K:
+                    wrow = (sl - 1) * BM
+                else:
+                    wrow = ((sl - 1) * split_tiles + tile - FULL_TILES) * BM
+                tma.async_copy_shared_to_global(w_desc, [wrow, 0], w_smem)
             else:
                 c_smem.store(out.to(c_desc.dtype))
                 fence_async_shared()
@@ -242,7 +300,8 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
 @gluon.jit(do_not_specialize=["FULL_TILES"])  # one compile for every split point
 def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, a_ptr, b_ptr, stride_am, stride_bk,
                    NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr,
-                   INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, CP_ASYNC: gl.constexpr, num_warps: gl.constexpr):
+                   INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, CP_ASYNC: gl.constexpr, num_warps: gl.constexpr,
+                   STREAM_K: gl.constexpr = False):
     """SPLIT_K > 1: w_desc is the fp32 workspace of the K-slices (None otherwise); tiles FULL_TILES and
     later are split (_unit_space). CP_ASYNC: the operands are read by _cp_producer (a warpgroup of cp.async,
     for rows that are not 128-byte aligned) from a_ptr / b_ptr and their row strides; otherwise by the
@@ -255,7 +314,7 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, a
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BK, BN], b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
-    if SPLIT_K > 1:
+    if (SPLIT_K > 1) | STREAM_K:
         w_smem = gl.allocate_shared_memory(w_desc.dtype, [BM, BN], w_desc.layout)
     else:
         w_smem = c_smem  # not used
@@ -267,16 +326,18 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, a
     if CP_ASYNC:
         gl.warp_specialize([
             (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
-                            FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps, CP_ASYNC)),
+                            FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps, CP_ASYNC,
+                            STREAM_K)),
             (_cp_producer, (a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
-                            NUM_STAGES, GROUP_M, SPLIT_K, FULL_TILES)),
+                            NUM_STAGES, GROUP_M, SPLIT_K, FULL_TILES, STREAM_K)),
         ], [CP_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
             (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
-                            FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps, CP_ASYNC)),
+                            FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps, CP_ASYNC,
+                            STREAM_K)),
             (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
-                            SPLIT_K, FULL_TILES)),
+                            SPLIT_K, FULL_TILES, STREAM_K)),
         ], [1], [PRODUCER_REGS])
     for i in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(empty_bars.index(i))
@@ -379,7 +440,7 @@ def _kernel_args(cfg: GemmConfig):
         # consumer warpgroup 1's budget: what warpgroup 0 gets from the 12-warp launch (GemmConfig.consumer_regs)
         return ws_pingpong_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "CONSUMER_REGS": cfg.consumer_regs()}
     return ws_gemm_kernel, {"PRODUCER_REGS": cfg.producer_regs, "SPLIT_K": cfg.split_k, "SWAP_AB": cfg.swap_ab,
-                            "CP_ASYNC": cfg.cp_async}
+                            "CP_ASYNC": cfg.cp_async, "STREAM_K": cfg.stream_k > 0}
 
 
 @gluon.jit(do_not_specialize=["M", "FULL_TILES"])
@@ -412,6 +473,40 @@ def splitk_reduce_kernel(w_ptr, c_ptr, M, N, c_stride, FULL_TILES, TM: gl.conste
              acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
+@gluon.jit(do_not_specialize=["M", "K", "FULL_TILES", "G"])
+def streamk_reduce_kernel(w_ptr, c_ptr, M, N, K, c_stride, FULL_TILES, G, TM: gl.constexpr, TN: gl.constexpr,
+                          BK: gl.constexpr, GROUP_M: gl.constexpr, BR: gl.constexpr, BC: gl.constexpr,
+                          num_warps: gl.constexpr):
+    """Stream-K's fixup: C of every stream-K tile (FULL_TILES + t) that more than one CTA's share covers = the
+    sum of its pieces, in CTA order (deterministic), read from workspace blocks c + t (_unit) of the fp32
+    workspace [(G + stream-K tiles) * TM, TN]; a tile one CTA covered whole was stored to C by the GEMM.
+    Program (t, b): stream-K tile t, its b-th [BR, BC] block."""
+    L: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1], [1, 0])
+    num_pid_m = gl.cdiv(M, TM)
+    num_pid_n = gl.cdiv(N, TN)
+    k_tiles = gl.cdiv(K, BK)
+    S = (num_pid_m * num_pid_n - FULL_TILES) * k_tiles
+    t = gl.program_id(0)
+    c0 = _sk_owner(t * k_tiles, S, G)
+    c1 = _sk_owner(t * k_tiles + k_tiles - 1, S, G)
+    if c1 > c0:
+        pid_m, pid_n = _tile_coords(FULL_TILES + t, num_pid_m, num_pid_n, GROUP_M)
+        NB_C: gl.constexpr = (TN + BC - 1) // BC
+        b = gl.program_id(1)
+        rl = (b // NB_C) * BR + gl.arange(0, BR, layout=gl.SliceLayout(1, L))
+        cl = (b % NB_C) * BC + gl.arange(0, BC, layout=gl.SliceLayout(0, L))
+        r = pid_m * TM + rl
+        n = pid_n * TN + cl
+        mask = gl.expand_dims(r < M, 1) & gl.expand_dims((n < N) & (cl < TN), 0)
+        wcol = gl.expand_dims(cl, 0)
+        acc = gl.zeros([BR, BC], gl.float32, L)
+        for c in range(c0, c1 + 1):
+            wrow = gl.expand_dims((c + t).to(gl.int64) * TM + rl, 1)
+            acc += gl.load(w_ptr + wrow * TN + wcol, mask=mask, other=0.0)
+        gl.store(c_ptr + gl.expand_dims(r.to(gl.int64), 1) * c_stride + gl.expand_dims(n, 0),
+                 acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
 SPLITK_REDUCE = {"BR": 8, "BC": 128, "num_warps": 8}  # [8, 128] blocks of a split tile: 4 fp32 per thread per slice
 
 
@@ -422,6 +517,16 @@ def splitk_plan(cfg: GemmConfig, M: int, N: int, sms: int) -> tuple[int, int]:
     tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
     full = tiles // sms * sms if cfg.split_last_wave else 0
     return full, full + (tiles - full) * cfg.split_k
+
+
+def streamk_plan(cfg: GemmConfig, M: int, N: int, K: int, sms: int) -> tuple[int, int, int]:
+    """(FULL_TILES, grid, stream-K tiles) of GemmConfig(stream_k=w): the last w waves of tiles (the partial
+    one counted) form the stream-K list, the waves before it stay data-parallel (FULL_TILES, a multiple of
+    the grid); the grid is every SM, or the k-steps of the list where they are fewer (each share >= 1)."""
+    tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
+    full = max(0, cdiv(tiles, sms) - cfg.stream_k) * sms
+    grid = sms if full else min(sms, tiles * cdiv(K, cfg.BK))
+    return full, grid, tiles - full
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
@@ -448,6 +553,12 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
             wdesc = descriptor(work, [cfg.BM, cfg.BN],
                                gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
             grid = (max(1, min(units, sms)), )
+    if cfg.stream_k:
+        import torch
+        full, g, sk_tiles = streamk_plan(cfg, M, N, K, num_sms(a.device))
+        work = torch.empty(((g + sk_tiles) * cfg.BM, cfg.BN), dtype=torch.float32, device=a.device)
+        wdesc = descriptor(work, [cfg.BM, cfg.BN], gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
+        grid = (g, )
     kernel, extra = _kernel_args(cfg)
     if kernel is ws_gemm_kernel:
         ptrs = (a, b, a.stride(0), b.stride(0)) if cfg.cp_async else (None, None, None, None)
@@ -461,6 +572,11 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
         blocks = (cfg.BM // r["BR"]) * cdiv(cfg.BN, r["BC"])
         splitk_reduce_kernel[(split_tiles, blocks)](work, c, M, N, c.stride(0), full, TM=cfg.BM, TN=cfg.BN,
                                                     GROUP_M=cfg.group_m, SPLIT_K=cfg.split_k, **r)
+    if cfg.stream_k:
+        r = SPLITK_REDUCE
+        blocks = (cfg.BM // r["BR"]) * cdiv(cfg.BN, r["BC"])
+        streamk_reduce_kernel[(sk_tiles, blocks)](work, c, M, N, K, c.stride(0), full, g, TM=cfg.BM, TN=cfg.BN,
+                                                  BK=cfg.BK, GROUP_M=cfg.group_m, **r)
     return c
 
 
@@ -477,7 +593,7 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
     if kernel is ws_gemm_kernel:  # the split-K workspace (None without), FULL_TILES, the cp.async operands
         ptr, stride = (f"*{short_dtype(dtype)}", "i32") if cfg.cp_async else (None, None)
         args = dict(args, FULL_TILES="i32", w_desc=None, a_ptr=ptr, b_ptr=ptr, stride_am=stride, stride_bk=stride)
-        if cfg.split_k > 1:
+        if cfg.split_k > 1 or cfg.stream_k:
             args["w_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
                                        gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
     return kernel_spec(kernel, args, dict(ce, **extra), num_warps=cfg.num_warps)
@@ -486,9 +602,10 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
 gemm.register_matmul(
     "gluon-ws", pattern="warp-specialized", launch=launch, codegen_spec=codegen_spec,
     knobs={"BM": (128, ), "BN": (128, 256), "BK": (32, 64), "num_warps": (4, 8), "num_stages": (3, 4, 5),
-           "producer_regs": (24, 40, 56, 88), "pingpong": (False, True), "split_k": (1, 2, 3, 4, 8)},
+           "producer_regs": (24, 40, 56, 88), "pingpong": (False, True), "split_k": (1, 2, 3, 4, 8),
+           "stream_k": (0, 1, 2)},
     roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, SPLITK_REDUCE, splitk_plan,
-           _cp_producer, _cp_layout),
+           _cp_producer, _cp_layout, streamk_reduce_kernel, streamk_plan),
     description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring",
     ws=True)
 
