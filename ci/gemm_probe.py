@@ -10,6 +10,8 @@ align:  the ragged shapes of the 04 'gemm-shapes' sweep, each three ways in one 
 decode: small-M shapes, swap-AB x split-K combinations beside cuBLAS.
 split:  which operand's misaligned rows cost: the same shapes with only A, only B or only C padded.
 kernels: the cuBLAS kernel torch.profiler sees for each ragged shape, contiguous and padded.
+phases: per-kernel GPU time (torch.profiler, 20 calls) of split-K and stream-K configs: the GEMM kernel and
+        its fixup / reduce kernel apart, beside the unsplit config and cuBLAS.
 Same timer as the notebooks (bench.time_cudagraph, input copies rotated past 3x L2, outputs kept),
 cuBLAS timed in the same process; prints one line per case, the SM clock after each timing.
 """
@@ -133,10 +135,41 @@ def kernels():
             print(f"kernel  {M:6d}x{N:<6d}x{K:<6d} {padname(pad):6s} cuBLAS: {' | '.join(names)}"[:400], flush=True)
 
 
+PHASE_CASES = (((128, 6144, 4096), ("128x64 s6", GemmConfig(BN=64, num_warps=4, num_stages=6)),
+                 ("128x64 s6 stream-K 1", GemmConfig(BN=64, num_warps=4, num_stages=6, stream_k=1)),
+                 ("128x128 4w s4 split-K 4", GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=4))),
+               ((1024, 1024, 32768), ("128x128 4w s4", GemmConfig(BN=128, num_warps=4, num_stages=4)),
+                ("128x128 4w s4 split-K 2", GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=2)),
+                ("128x128 4w s4 stream-K 1", GemmConfig(BN=128, num_warps=4, num_stages=4, stream_k=1))),
+               ((2048, 2048, 2048), ("128x128 4w s4", GemmConfig(BN=128, num_warps=4, num_stages=4)),
+                ("128x128 4w s4 stream-K 1", GemmConfig(BN=128, num_warps=4, num_stages=4, stream_k=1))))
+
+
+def phases():
+    from torch.profiler import ProfilerActivity, profile
+    for (M, N, K), *cfgs in PHASE_CASES:
+        a, b, c = operands(M, N, K, False, 3)
+        for name, fn in [("cuBLAS", cublas)] + [(n, gluon(cfg)) for n, cfg in cfgs]:
+            for _ in range(3):
+                fn(a, b, c)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(20):
+                    fn(a, b, c)
+                torch.cuda.synchronize()
+            per = {}
+            for e in prof.events():
+                if e.device_type.name == "CUDA":
+                    per[e.name] = per.get(e.name, 0.0) + e.device_time_total / 20
+            parts = " | ".join(f"{k[:40]} {v:.1f} us" for k, v in per.items())
+            print(f"phases  {M:6d}x{N:<6d}x{K:<6d} {name:28s} total {sum(per.values()):7.1f} us : {parts}"[:400],
+                  flush=True)
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         raise SystemExit("gemm_probe.py needs the GPU")
     parts = sys.argv[1:] or ["align", "decode"]
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for p in parts:
-        {"align": align, "decode": decode, "split": split, "kernels": kernels}[p]()
+        {"align": align, "decode": decode, "split": split, "kernels": kernels, "phases": phases}[p]()
