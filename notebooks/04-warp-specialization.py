@@ -355,7 +355,8 @@ print("\n".join(ana.consumer_schedule()))
 # `variant="auto"` table is built from), twelve explicit schedule × tile configs, split-K 2 / 4 / 8 where
 # 128 × 128 tiles are fewer than the SMs and swap-AB (`GemmConfig(swap_ab=True)`: the MMA computes
 # Cᵀ = Bᵀ Aᵀ, so N fills the wgmma's 64-row side and a 16- or 32-row M tile is its N), alone and with
-# split-K 2 / 4, at M ≤ 64, on 29 shapes in one run: square, the
+# split-K 2 / 4, at M ≤ 64, and stream-K (`GemmConfig(stream_k=1 | 2)`, its own section below) where
+# 128 × 128 tiles leave a partial wave within the first eight, on 29 shapes in one run: square, the
 # Llama-3-8B projections (q/k/v fused, o, gate+up fused, down) at M = 128 … 16384, ragged shapes (no
 # dimension a multiple of 128), long K, the long-N / skinny shapes and three decode batches (M = 16 … 64). `best / cuBLAS` ≥ 1: the best Gluon config leads;
 # `ping-pong / cooperative` > 1: the best ping-pong gluon-ws config beats the best cooperative one. The
@@ -363,18 +364,16 @@ print("\n".join(ana.consumer_schedule()))
 # on it, the ratios come from one run. `auto` is what `variant="auto"` runs at that shape (the committed
 # selection table: a Gluon GEMM only where its heuristic case beat cuBLAS by more than 2% in a run).
 #
-# **Records vs code.** Run 20261202T064547Z measured the heuristic with a cp.async choice for misaligned rows
-# (K or N not a multiple of 64). That choice lost to TMA and was taken out after the run, which changes both
-# GEMM variants' source hash: the run's Gluon records show as STALE and `variant="auto"` falls back to
-# cuBLAS for matmul until the sweep runs again. On the 25 aligned shapes the heuristic picks what the run
-# measured; on the misaligned ones it now picks the TMA configs the run timed explicitly (their rows in
-# the table), e.g. 128 × 256 8w s3 at 1000 × 3000 × 2000.
+# **Records vs code.** Every Gluon record here carries the source hash of the variant's kernels and
+# heuristic; the table marks a record STALE when the code has changed since it ran, and `variant="auto"`
+# uses only current records (otherwise cuBLAS). The newest sweep ran on the committed code of its
+# `git_commit`; see the "about" line above the table.
 #
 # `GemmConfig.heuristic` (`gemm.shape_pick`) was written from this table; its thresholds carry the cells they
 # were read from in `gluon_lab/kernels/gemm.py`. gluon-ws: M ≤ 32 swap-AB with split-K while its tiles
 # leave SMs idle; M ≤ 64 a 64 × 256 ping-pong tile; M ≤ 256 64 × 128 or 64 × 64 tiles (unless 128 × 256
 # tiles still fill 80% of a wave); larger M the 128 × 256 cooperative tile when it gives ≥ 4 waves or a
-# last wave ≥ 85% full, else split-K (few tiles, long K), a split last wave (ragged waves, ≥ 48 k-steps),
+# last wave ≥ 84% full, else split-K (few tiles, long K), a split last wave (ragged waves, ≥ 48 k-steps),
 # or 128 × 128 with two consumer warpgroups when that fills the waves better. gluon-pipelined takes the
 # tile rules only.
 
@@ -407,26 +406,34 @@ if len(shape_rec):
 # The ragged shapes of the sweep have row strides (K × 2 and N × 2 bytes) that are multiples of 16 bytes, as
 # TMA requires, but not of 128: every 128-byte box row of a TMA load then straddles two 128-byte lines. The
 # probe times the same logical shapes over row strides padded to 64 elements (`padded-rows`: the same data
-# and FLOPs, views into wider buffers) beside the contiguous ones, in one process on the H200. The
-# lab's TMA GEMMs lose 10–54% to the misaligned rows; cuBLAS loses 4–8%. Padding inside the call would add
-# a copy of A, B and C (about 7–25 µs at these sizes by the bytes moved; not measured), close to the gain;
-# the fix is a producer that reads misaligned
-# operands with `cp.async` (16-byte copies that may start anywhere 16-byte aligned), cuBLAS's and
-# CUTLASS's fallback for such layouts: `GemmConfig(cp_async=True)`, `_cp_producer` in
-# `gluon_lab/kernels/warp_specialized.py` (a warpgroup of 16-byte copies into the same swizzled ring, the
-# M / N / K edges zero-filled through the copies' source size, each thread's `cp.async.mbarrier.arrive.noinc`
-# completing FULL, a proxy fence in the consumer before its wgmma reads). It is correct (float64 GPU tests,
-# racecheck / synccheck like the TMA kernel) but **slower than TMA** on all four misaligned shapes of run
-# 20261202T064547Z (TMA / cp.async 0.75–0.84 in the table after the probe's), so no heuristic picks it; why
-# (one warpgroup's issue rate, the ring depth, the per-step proxy fence) is not diagnosed yet. Even with aligned rows these shapes keep a wave-
-# quantization loss (2560 × 1792 × 4096: 280 tiles of 128 × 128 on 132 SMs): the last-wave split helps less
-# than cuBLAS's kernels there. The probe's decode part: swap-AB with split-K is what reaches cuBLAS at
-# M = 32 with a long K (split slices put every SM on the B stream).
+# and FLOPs, views into wider buffers) beside the contiguous ones, in one process on the H200 (first table:
+# contig / padded). Its `split` part pads one operand at a time (second table): the cost is in the two
+# *loaded* operands, A and B, together (padding either alone recovers part of it, C's misaligned TMA stores
+# cost little), and the TMA descriptors' L2 promotion (triton's `driver.c` hard-codes `L2_128B`; the probe
+# re-ran with it patched to `L2_256B` and `NONE`) does not change it: 256-byte promotion is slower still.
+# cuBLAS runs the same shapes within a few percent of their padded times, with TMA kernels of its own
+# (third table: `nvjet_sm90_tst_…` kernels whose names carry non-power-of-two tiles such as 128 × 272 and
+# 192 × 128 and cluster shapes 2x1 / 4x1 / 1x2, i.e. 2–4-CTA clusters; triton 3.6.0 has neither
+# multicast nor such tiles, see "Clusters" below). Which of those saves cuBLAS is not measured here.
+# Padding inside the call costs a copy of A and B (the bytes moved are about what the padded layout saves
+# at these sizes), so the lab does not pad. A `cp.async` producer (`GemmConfig(cp_async=True)`,
+# `_cp_producer`: a warpgroup of 16-byte copies into the same swizzled ring, edges zero-filled, each
+# thread's `cp.async.mbarrier.arrive.noinc` completing FULL, a proxy fence before the wgmma reads) is
+# correct (float64 GPU tests, racecheck / synccheck) but slower than TMA on all four misaligned shapes
+# (fourth table), so no heuristic picks it; why is not diagnosed. The probe's decode part: swap-AB with
+# split-K is what reaches cuBLAS at M = 32 with a long K (split slices put every SM on the B stream).
 
 # %%
 probe = ana.probe_records()
+probe_split = ana.probe_records(ana._probe_path(None, "gemm-probe-split.log"))
 if len(probe):
-    cm.show(ana.alignment_table(probe).fillna("—"), ana.decode_probe_table(probe).fillna("—"))
+    cm.show(ana.alignment_table(probe).fillna("—"))
+if len(probe_split):
+    cm.show("Which operand's misaligned rows cost (contig / only that operand padded), under each L2 promotion:",
+            ana.operand_split_table(probe_split).fillna("—"), "The kernel cuBLAS runs at each ragged shape:",
+            ana.cublas_kernels())
+if len(probe):
+    cm.show(ana.decode_probe_table(probe).fillna("—"))
 else:
     cm.show("results/h200/gemm-probe.log is missing: run `PYTHONPATH=. python3 ci/gemm_probe.py > "
             "results/h200/gemm-probe.log` on the GPU.")
@@ -471,6 +478,34 @@ else:
 # %%
 waves = ana.wave_table()
 cm.show(ana.wave_figure(waves))
+
+# %% [markdown]
+# ### Stream-K: measured, and why it loses here
+#
+# Stream-K (`GemmConfig(stream_k=w)`, CUTLASS's stream-K and its data-parallel + stream-K hybrid): the tiles of
+# the last `w` waves (the partial one counted; all tiles when there are fewer than SMs) become one list of
+# k-steps cut into 132 balanced shares, one per CTA, each share cut again at tile boundaries into pieces;
+# a piece that is not a whole tile stores fp32 partials to its own workspace block and
+# `streamk_reduce_kernel` sums every split tile's pieces in CTA order (deterministic). The piece mapping is
+# checked on the CPU (`tests/test_warp_specialized.py`: every (tile, k-step) once, one block per piece) and
+# against float64 on the GPU. In the sweep it is **slower than the best data-parallel / split-K config on
+# every shape it ran** (first table). The probe's `phases` part (second table, torch.profiler per kernel)
+# says where the time goes: the fixup kernel costs more than split-K's reduce (probably because its loop over a dynamic
+# piece count does not keep the loads in flight), and the GEMM kernel itself runs its k-steps slower
+# than the data-parallel grid although every SM is busy: e.g. at 1024 × 1024 × 32768 its 132 CTAs take
+# longer than 64 CTAs of whole tiles. Our reading (not measured directly): a share starts at an arbitrary
+# k, so the CTAs that read the same A row band or B column band do it at different k at different times,
+# and the L2 reuse that data-parallel waves and split-K slices get from CTAs reading the same k together
+# is lost (at M = 128 the scattered k rows also break up the B stream's DRAM locality). CUTLASS's
+# stream-K groups CTAs to keep that locality; doing the same (and an in-kernel fixup) is left open, and
+# no heuristic picks stream-K.
+
+# %%
+sk_tab = ana.stream_k_table(shape_rec)
+phases = ana.phase_records()
+cm.show(*([sk_tab.fillna("—")] if len(sk_tab) else ["The shape sweep shown has no stream-K cases."]),
+        *(["Per-kernel GPU time of one call (results/h200/gemm-probe-phases.log):", phases.fillna("—")]
+          if len(phases) else []))
 
 # %% [markdown]
 # ### Clusters and TMA multicast on triton 3.6.0

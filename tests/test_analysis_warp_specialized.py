@@ -378,3 +378,35 @@ def test_probe_log_parse(tmp_path):
     log.write_text(lines[0] + "\n" + lines[1].replace("605 TF/s", "700 TF/s") + "\n")
     with pytest.raises(ValueError, match=r"p\.log:2: 700 TF/s does not match"):
         W.probe_records(log)
+
+
+def test_probe_split_promotion_kernels_and_phases(tmp_path):
+    """The probe's split part (one operand padded at a time, '== promotion X' sections), its kernels part and its
+    phases part: parsed, tabled, and a bad line named by file:line; the committed logs parse."""
+    log = tmp_path / "s.log"
+    lines = ["kernel     777x5000  x1000   contig cuBLAS: nvjet_sm90_tst_128x272_64x4_4x1_v_bz_coopA_NNT",
+             "split      777x5000  x1000   contig ws 128x128 8w s5                              30.5 us    255 TF/s 1965 MHz",
+             "split      777x5000  x1000   pad-ab ws 128x128 8w s5                              21.5 us    361 TF/s 1965 MHz",
+             "== promotion NONE",
+             "split      777x5000  x1000   contig ws 128x128 8w s5                              30.4 us    256 TF/s 1965 MHz",
+             "split      777x5000  x1000   pad-ab ws 128x128 8w s5                              20.0 us    389 TF/s 1965 MHz"]
+    log.write_text("\n".join(lines) + "\n")
+    pr = W.probe_records(log)
+    assert list(pr.promotion) == ["L2_128B", "L2_128B", "NONE", "NONE"]
+    t = W.operand_split_table(pr).set_index("promotion")
+    assert t.loc["L2_128B", "contig / pad-ab"] == round(30.5 / 21.5, 2) and t.loc["NONE", "contig / pad-ab"] == 1.52
+    assert W.cublas_kernels(log).loc[0, "cuBLAS kernel"].startswith("nvjet_sm90_tst_128x272")
+    log.write_text(lines[0].replace("cuBLAS:", "cuBLAS") + "\n")
+    with pytest.raises(ValueError, match=r"s\.log:1: not a gemm_probe.py kernel line"):
+        W.cublas_kernels(log)
+    ph = tmp_path / "ph.log"
+    ph.write_text("phases    2048x2048  x2048   128x128 4w s4 stream-K 1     total    36.9 us : ws_gemm_kernel 29.7 us | "
+                  "streamk_reduce_kernel 7.1 us\n")
+    r = W.phase_records(ph)
+    assert r.loc[0, "GEMM kernel us"] == 29.7 and r.loc[0, "reduce / fixup us"] == 7.1
+    ph.write_text("phases    2048x2048  x2048   128x128 4w s4 stream-K 1     total    40.0 us : ws_gemm_kernel 29.7 us | "
+                  "streamk_reduce_kernel 7.1 us\n")
+    with pytest.raises(ValueError, match=r"ph\.log:1: total 40.0 us is not the sum"):
+        W.phase_records(ph)
+    committed = W.probe_records(W._probe_path(None, "gemm-probe-split.log"))  # the committed logs parse
+    assert set(committed.promotion) == {"L2_128B", "L2_256B", "NONE"} and len(W.phase_records()) >= 10

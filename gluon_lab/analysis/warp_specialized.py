@@ -1863,21 +1863,36 @@ def bucket_proposal(st):
 
 
 # ---- the GEMM probe (ci/gemm_probe.py's log): misaligned rows and decode swap-AB x split-K ----
-PROBE_LINE = re.compile(r"^(align|decode)\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad)\s+(.+?)\s+([\d.]+) us\s+(\d+) TF/s (\d+|None) MHz")
+PROBE_LINE = re.compile(r"^(align|decode|split)\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad|pad-[abc]+)\s+(.+?)\s+([\d.]+) us\s+"
+                        r"(\d+) TF/s (\d+|None) MHz")
+PROMOTION = re.compile(r"^== promotion (\w+)$")
+PHASE_LINE = re.compile(r"^phases\s+(\d+)x(\d+)\s*x(\d+)\s+(.+?)\s+total\s+([\d.]+) us : (.+)$")
+KERNEL_LINE = re.compile(r"^kernel\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad)\s+cuBLAS: (.+)$")
+
+
+def _probe_path(path, name):
+    from pathlib import Path
+    return Path(path) if path else Path(__file__).resolve().parents[2] / "results" / "h200" / name
 
 
 def probe_records(path=None) -> pd.DataFrame:
-    """results/<gpu>/gemm-probe.log (ci/gemm_probe.py on the GPU) as rows: part, M, N, K, layout
-    ('contig' = row strides K*2 / N*2 bytes; 'pad' = the same shape over row strides padded to 64
-    elements), config, us, TFLOP/s (recomputed from the shape and us), SM MHz. A line that does not
-    parse is an error naming the file and line (the log is data, not prose)."""
-    from pathlib import Path
-    p = Path(path) if path else Path(__file__).resolve().parents[2] / "results" / "h200" / "gemm-probe.log"
+    """results/<gpu>/gemm-probe.log (ci/gemm_probe.py on the GPU; gemm-probe-split.log for its 'split' part) as
+    rows: part, M, N, K, layout ('contig' = row strides K*2 / N*2 bytes; 'pad' = the same shape over row
+    strides padded to 64 elements; 'pad-a' / 'pad-b' / 'pad-c' / 'pad-ab': only those operands padded),
+    config, us, TFLOP/s (recomputed from the shape and us), SM MHz, and the TMA descriptors' L2 promotion
+    the timing ran under ('L2_128B', triton's, unless a '== promotion X' line said otherwise: the probe
+    re-ran with triton's driver.c patched). A line that does not parse is an error naming the file and
+    line (the log is data, not prose); 'kernel' / 'phases' lines are other tables' (cublas_kernels, phase_records)."""
+    p = _probe_path(path, "gemm-probe.log")
     if not p.exists():
         return pd.DataFrame()
-    rows = []
+    rows, promotion = [], "L2_128B"
     for i, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.startswith(("align", "decode")):
+        pm = PROMOTION.match(line)
+        if pm:
+            promotion = pm.group(1)
+            continue
+        if not line.startswith(("align", "decode", "split")):
             continue
         if " FAILED " in line:  # gemm_probe.py prints a config that raised as a line of its own: not a timing
             continue
@@ -1890,7 +1905,93 @@ def probe_records(path=None) -> pd.DataFrame:
         if abs(tflops - int(tf)) > 1.0 + tflops * 0.05 / us:  # us is printed to 0.1, TF/s to 1
             raise ValueError(f"{p}:{i}: {tf} TF/s does not match {M}x{N}x{K} in {us} us ({tflops:.1f})")
         rows.append({"part": part, "M": M, "N": N, "K": K, "layout": layout, "config": cfg.strip(), "us": us,
-                     "TFLOP/s": round(tflops), "SM MHz": None if mhz == "None" else int(mhz)})
+                     "TFLOP/s": round(tflops), "SM MHz": None if mhz == "None" else int(mhz), "promotion": promotion})
+    return pd.DataFrame(rows)
+
+
+def operand_split_table(pr) -> pd.DataFrame:
+    """The probe's 'split' part: per ragged shape and config (Gluon / cuBLAS) and L2 promotion, us with every
+    operand's rows misaligned ('contig') and contig / us with only A, B, C or A and B padded (> 1: padding
+    that operand recovers that much; 'pad' = all three)."""
+    d = pr[pr.part == "split"] if len(pr) else pr
+    if not len(d):
+        return pd.DataFrame()
+    piv = d.pivot_table(index=["M", "N", "K", "config", "promotion"], columns="layout", values="us", aggfunc="min")
+    t = pd.DataFrame(index=piv.index)
+    t["contig us"] = piv["contig"]
+    for lay in ("pad-a", "pad-b", "pad-c", "pad-ab", "pad"):
+        if lay in piv:
+            t[f"contig / {lay}"] = (piv["contig"] / piv[lay]).round(2)
+    return t.reset_index()
+
+
+def cublas_kernels(path=None) -> pd.DataFrame:
+    """The probe's 'kernels' part (gemm-probe-split.log): the kernel torch.matmul launched per ragged shape."""
+    p = _probe_path(path, "gemm-probe-split.log")
+    if not p.exists():
+        return pd.DataFrame()
+    rows = []
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if line.startswith("kernel"):
+            m = KERNEL_LINE.match(line)
+            if not m:
+                raise ValueError(f"{p}:{i}: not a gemm_probe.py kernel line: {line[:120]!r}")
+            M, N, K, layout, names = m.groups()
+            rows.append({"M": int(M), "N": int(N), "K": int(K), "layout": layout, "cuBLAS kernel": names.strip()})
+    return pd.DataFrame(rows)
+
+
+def phase_records(path=None) -> pd.DataFrame:
+    """results/<gpu>/gemm-probe-phases.log (ci/gemm_probe.py phases): per shape and config, the GPU time of
+    each kernel a call launched (torch.profiler, mean of 20 calls): the GEMM and its fixup / reduce apart.
+    The printed total must equal the sum of its kernels (to the printed 0.1 us each), else file:line."""
+    p = _probe_path(path, "gemm-probe-phases.log")
+    if not p.exists():
+        return pd.DataFrame()
+    rows = []
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.startswith("phases"):
+            continue
+        m = PHASE_LINE.match(line)
+        if not m:
+            raise ValueError(f"{p}:{i}: not a gemm_probe.py phases line: {line[:120]!r}")
+        M, N, K, cfg, total, parts = m.groups()
+        kern = {}
+        for part in parts.split(" | "):
+            km = re.match(r"^(.+) ([\d.]+) us$", part.strip())
+            if not km:
+                raise ValueError(f"{p}:{i}: not a 'kernel T us' part: {part[:80]!r}")
+            kern[km.group(1)] = float(km.group(2))
+        if abs(sum(kern.values()) - float(total)) > 0.05 * len(kern) + 0.05:
+            raise ValueError(f"{p}:{i}: total {total} us is not the sum of its kernels {kern}")
+        gemm_us = next((v for k, v in kern.items() if "reduce" not in k.lower()), np.nan)
+        fix = sum(v for k, v in kern.items() if "reduce" in k.lower())
+        rows.append({"M": int(M), "N": int(N), "K": int(K), "config": cfg.strip(), "total us": float(total),
+                     "GEMM kernel us": gemm_us, "reduce / fixup us": fix if fix else np.nan,
+                     "kernels": " + ".join(k.split("(")[0][:32] for k in kern)})
+    return pd.DataFrame(rows)
+
+
+def stream_k_table(st) -> pd.DataFrame:
+    """Per shape of a 'gemm-shapes' run that has stream-K cases: the best gluon-ws config without stream-K,
+    the best with it, without / with (> 1: stream-K faster) and each one's ratio to the bracketed cuBLAS."""
+    ok = cm.passed(st) if len(st) else st
+    if not len(ok):
+        return pd.DataFrame()
+    ok, cfgs = labelled(ok)
+    ok = ok.assign(sk=[int(c.get("stream_k") or 0) for c in cfgs])
+    rows = []
+    for (M, N, K), g_all in ok.groupby(["M", "N", "K"]):
+        g, torch_rows = g_all[g_all.variant == "gluon-ws"], g_all[g_all.variant == GEMM_PEER]
+        sk, dp = g[g.sk > 0], g[g.sk == 0]
+        if not len(sk) or not len(dp) or not len(torch_rows):
+            continue
+        b_sk, b_dp = sk.loc[sk.ms_median.idxmin()], dp.loc[dp.ms_median.idxmin()]
+        peer = float(peer_time(torch_rows)[0].ms_median)
+        rows.append({"M": int(M), "N": int(N), "K": int(K), "best without stream-K": b_dp.label,
+                     "its / cuBLAS": round(peer / b_dp.ms_median, 3), "best stream-K": b_sk.label,
+                     "stream-K / cuBLAS": round(peer / b_sk.ms_median, 3),
+                     "without / stream-K": round(b_dp.ms_median / b_sk.ms_median, 3)})
     return pd.DataFrame(rows)
 
 

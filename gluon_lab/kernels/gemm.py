@@ -308,7 +308,9 @@ def wave_fill(tiles: int, sms: int = H200_SMS) -> float:
 # cuBLAS in that run. Every rule below names the cells it was read from.
 BIG_WAVES = 4       # >= 4 waves of 128x256 tiles: the big tile wins (8192^3 1.05, 4096x6144 1.02-1.05,
                     # 1024x28672 1.05); the last wave's quantization costs < 1/4 wave there
-BIG_FILL = 0.85     # ... or fewer waves but a last wave >= 85% full (1024x4096: 128 tiles, 0.96-1.01)
+BIG_FILL = 0.84     # ... or fewer waves but a last wave >= 84% full (1024x4096: 128 tiles, 0.96-1.01; 128x28672:
+                    # 112 tiles = 0.848 of a wave, 1.68 with the big tile; at 0.85 it fell through to the last-wave
+                    # split: 80.3 vs 64.1 us, run 20261202T133953Z)
 SMALL_GRID = 0.5    # 128x128 tiles filling < half the SMs, long K: split K (1024x1024x32768: split 2, 0.99 vs
                     # 0.66 unsplit); K needs >= SPLIT_MIN_KSTEPS k-steps per slice
 SPLIT_MIN_KSTEPS = 16
