@@ -12,6 +12,9 @@ split:  which operand's misaligned rows cost: the same shapes with only A, only 
 kernels: the cuBLAS kernel torch.profiler sees for each ragged shape, contiguous and padded.
 phases: per-kernel GPU time (torch.profiler, 20 calls) of split-K and stream-K configs: the GEMM kernel and
         its fixup / reduce kernel apart, beside the unsplit config and cuBLAS.
+order:  the tile order's GROUP_M (row-tiles per column band) at large square / projection shapes, the default
+        gluon-ws tile, timed in interleaved rounds with cuBLAS (ratios per round, medians printed last):
+        whether the grouped order is worth retuning, measured above the single-timing noise.
 Same timer as the notebooks (bench.time_cudagraph, input copies rotated past 3x L2, outputs kept),
 cuBLAS timed in the same process; prints one line per case, the SM clock after each timing.
 """
@@ -166,10 +169,31 @@ def phases():
                   flush=True)
 
 
+ORDER_SHAPES = ((8192, 8192, 8192), (16384, 4096, 4096), (4096, 4096, 4096))
+ORDER_GROUPS = (4, 8, 16, 32)
+ORDER_ROUNDS = 5
+
+
+def order():
+    import statistics
+    for (M, N, K) in ORDER_SHAPES:
+        fns = {"cuBLAS": cublas, **{f"ws 128x256 8w s3 group_m {g}": gluon(GemmConfig(group_m=g)) for g in ORDER_GROUPS}}
+        per = {k: [] for k in fns}
+        for r in range(ORDER_ROUNDS):
+            for name, fn in fns.items():
+                us = row("order", M, N, K, False, f"{name} round {r}", fn)
+                per[name].append(us)
+        for name in fns:
+            ratios = [c / u for c, u in zip(per["cuBLAS"], per[name]) if c and u]
+            print(f"ordersum {M:6d}x{N:<6d}x{K:<6d} {name:32s} median {statistics.median([u for u in per[name] if u]):9.1f} us"
+                  f"  cuBLAS / it per round: median {statistics.median(ratios):.3f} min {min(ratios):.3f} max {max(ratios):.3f}",
+                  flush=True)
+
+
 if __name__ == "__main__":
     if not torch.cuda.is_available():
         raise SystemExit("gemm_probe.py needs the GPU")
     parts = sys.argv[1:] or ["align", "decode"]
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for p in parts:
-        {"align": align, "decode": decode, "split": split, "kernels": kernels, "phases": phases}[p]()
+        {"align": align, "decode": decode, "split": split, "kernels": kernels, "phases": phases, "order": order}[p]()

@@ -18,6 +18,9 @@ if [ -z "${GLUON_LAB_GIT_COMMIT:-}" ]; then
   echo "h200_batch.sh: set GLUON_LAB_GIT_COMMIT to the full sha of the committed tree being measured" >&2
   exit 2
 fi
+case " ${PYTEST_ARGS:-} " in  # the call below passes -q itself: -qq drops pytest's "N passed" line the check reads
+  *" -q "*|*" -qq "*) echo "h200_batch.sh: PYTEST_ARGS must not repeat -q (pytest -qq prints no summary line)" >&2; exit 2;;
+esac
 mkdir -p "$OUT/results"
 LOGDIR="$OUT"; [ "${LOGS:-1}" = 0 ] && LOGDIR=$(mktemp -d)  # LOGS=0: logs off $OUT (they still print)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$LOGDIR/gpu.txt"
