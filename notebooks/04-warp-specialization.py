@@ -391,6 +391,30 @@ else:
             "`python -m gluon_lab bench 04-warp-specialization --parts gemm-shapes`.")
 
 # %% [markdown]
+# ### How far to trust one cell: the noise floor, and 8192³ in interleaved rounds
+#
+# Each cell above is one timing per config. Where a heuristic case resolved to the same config as an
+# explicit case, the run timed that kernel twice: `heuristic / explicit` is its run-to-run spread (first
+# line and table). The `best / cuBLAS` column is the best of many such timings, so it leans upward by about
+# that spread; the heuristic columns are one pre-chosen config each and do not. For the 8192³ target the
+# probe's `order` part (`ci/gemm_probe.py order`, `results/h200/gemm-probe-order.log`) times cuBLAS and the
+# default gluon-ws tile at four tile orders (`GROUP_M` row-tiles per column band) in five interleaved rounds
+# and takes the per-round ratio (second table): the median is the number to quote, min / max its range.
+
+# %%
+if len(shape_rec):
+    same_cfg = ana.same_config_spread(shape_rec)  # (not `spread`: the norm sections' name)
+    if len(same_cfg):
+        q = same_cfg["heuristic / explicit"]
+        cm.show(f"Same config timed twice in run {shape_rec.run_id.iloc[0]}: {len(q)} pairs, heuristic / explicit "
+                f"median {q.median():.3f}, middle half {q.quantile(0.25):.3f}–{q.quantile(0.75):.3f}, "
+                f"range {q.min():.3f}–{q.max():.3f}.",
+                same_cfg[(q - 1).abs() > 0.02].sort_values("heuristic / explicit"))
+order_probe = ana.order_table(ana.probe_records(ana._probe_path(None, "gemm-probe-order.log")))
+if len(order_probe):
+    cm.show(order_probe)
+
+# %% [markdown]
 # ### gluon-ws vs gluon-pipelined where the epilogue matters (small K)
 #
 # With K ≤ 2048 a tile's epilogue is a large share of its time. `pipe / ws` ≥ 1: gluon-ws is at least as
@@ -489,7 +513,8 @@ cm.show(ana.wave_figure(waves))
 # `streamk_reduce_kernel` sums every split tile's pieces in CTA order (deterministic). The piece mapping is
 # checked on the CPU (`tests/test_warp_specialized.py`: every (tile, k-step) once, one block per piece) and
 # against float64 on the GPU. In the sweep it is **slower than the best data-parallel / split-K config on
-# every shape it ran** (first table). The probe's `phases` part (second table, torch.profiler per kernel)
+# nearly every shape it ran** (first table, the line above it counts); it only ties the last-wave split at
+# 2500 × 1736 × 4104 (280 tiles of 128 × 128, 65 k-steps each), the shape it suits best. The probe's `phases` part (second table, torch.profiler per kernel)
 # says where the time goes: the fixup kernel costs more than split-K's reduce (probably because its loop over a dynamic
 # piece count does not keep the loads in flight), and the GEMM kernel itself runs its k-steps slower
 # than the data-parallel grid although every SM is busy: e.g. at 1024 × 1024 × 32768 its 132 CTAs take
@@ -503,6 +528,11 @@ cm.show(ana.wave_figure(waves))
 # %%
 sk_tab = ana.stream_k_table(shape_rec)
 phases = ana.phase_records()
+if len(sk_tab):
+    w = sk_tab["without / stream-K"]
+    top = sk_tab.loc[w.idxmax()]
+    cm.show(f"stream-K faster than the best config without it on {int((w > 1).sum())} of {len(w)} shapes; its best "
+            f"without / stream-K is {w.max():.3f} at {top.M}x{top.N}x{top.K}.")
 cm.show(*([sk_tab.fillna("—")] if len(sk_tab) else ["The shape sweep shown has no stream-K cases."]),
         *(["Per-kernel GPU time of one call (results/h200/gemm-probe-phases.log):", phases.fillna("—")]
           if len(phases) else []))

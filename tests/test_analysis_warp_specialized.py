@@ -410,3 +410,28 @@ def test_probe_split_promotion_kernels_and_phases(tmp_path):
         W.phase_records(ph)
     committed = W.probe_records(W._probe_path(None, "gemm-probe-split.log"))  # the committed logs parse
     assert set(committed.promotion) == {"L2_128B", "L2_256B", "NONE"} and len(W.phase_records()) >= 10
+
+
+def test_order_rounds_and_same_config_spread(tmp_path):
+    """order_table: per-round cuBLAS / config ratios recomputed from the timing lines (a line without its round
+    is refused); same_config_spread pairs a heuristic case with the explicit case of the same config only."""
+    log = tmp_path / "o.log"
+    lines = ["order     4096x4096  x4096   contig cuBLAS round 0                               200.0 us    687 TF/s 1500 MHz",
+             "order     4096x4096  x4096   contig ws 128x256 8w s3 group_m 8 round 0          190.0 us    723 TF/s 1500 MHz",
+             "order     4096x4096  x4096   contig cuBLAS round 1                               210.0 us    654 TF/s 1500 MHz",
+             "order     4096x4096  x4096   contig ws 128x256 8w s3 group_m 8 round 1          200.0 us    687 TF/s 1500 MHz"]
+    log.write_text("\n".join(lines) + "\n")
+    t = W.order_table(W.probe_records(log))
+    assert len(t) == 1 and t.loc[0, "rounds"] == 2 and t.loc[0, "min"] == 1.05 and t.loc[0, "max"] == round(200 / 190, 3)
+    log.write_text(lines[0].replace(" round 0", "") + "\n")
+    with pytest.raises(ValueError, match="must name their round"):
+        W.order_table(W.probe_records(log))
+    base = {"op": "matmul", "M": 64, "N": 64, "K": 64, "passed": True, "rel_err": 0.0}
+    cfg = {"BM": 128, "BN": 256, "num_warps": 8, "study": "gemm-shapes"}
+    st = pd.DataFrame([
+        {**base, "variant": "gluon-ws", "ms_median": 1.1, "config_key": json.dumps({**cfg, "heuristic": True, "sm_clock_mhz": 1})},
+        {**base, "variant": "gluon-ws", "ms_median": 1.0, "config_key": json.dumps({**cfg, "sm_clock_mhz": 2})},
+        {**base, "variant": "gluon-ws", "ms_median": 0.5, "config_key": json.dumps({**cfg, "BN": 128})},
+        {**base, "variant": "torch", "ms_median": 1.0, "config_key": json.dumps({"study": "gemm-shapes"})}])
+    sp = W.same_config_spread(st)
+    assert len(sp) == 1 and sp.loc[0, "heuristic / explicit"] == 1.1

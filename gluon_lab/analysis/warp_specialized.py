@@ -1863,7 +1863,7 @@ def bucket_proposal(st):
 
 
 # ---- the GEMM probe (ci/gemm_probe.py's log): misaligned rows and decode swap-AB x split-K ----
-PROBE_LINE = re.compile(r"^(align|decode|split)\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad|pad-[abc]+)\s+(.+?)\s+([\d.]+) us\s+"
+PROBE_LINE = re.compile(r"^(align|decode|split|order)\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad|pad-[abc]+)\s+(.+?)\s+([\d.]+) us\s+"
                         r"(\d+) TF/s (\d+|None) MHz")
 PROMOTION = re.compile(r"^== promotion (\w+)$")
 PHASE_LINE = re.compile(r"^phases\s+(\d+)x(\d+)\s*x(\d+)\s+(.+?)\s+total\s+([\d.]+) us : (.+)$")
@@ -1892,7 +1892,7 @@ def probe_records(path=None) -> pd.DataFrame:
         if pm:
             promotion = pm.group(1)
             continue
-        if not line.startswith(("align", "decode", "split")):
+        if not line.startswith(("align ", "decode ", "split ", "order ")):
             continue
         if " FAILED " in line:  # gemm_probe.py prints a config that raised as a line of its own: not a timing
             continue
@@ -1906,6 +1906,48 @@ def probe_records(path=None) -> pd.DataFrame:
             raise ValueError(f"{p}:{i}: {tf} TF/s does not match {M}x{N}x{K} in {us} us ({tflops:.1f})")
         rows.append({"part": part, "M": M, "N": N, "K": K, "layout": layout, "config": cfg.strip(), "us": us,
                      "TFLOP/s": round(tflops), "SM MHz": None if mhz == "None" else int(mhz), "promotion": promotion})
+    return pd.DataFrame(rows)
+
+
+def order_table(pr) -> pd.DataFrame:
+    """The probe's 'order' part (gemm-probe-order.log): per shape and config, cuBLAS time / config time in each
+    interleaved round (cuBLAS timed in the same round), their median / min / max, and the median us. The
+    ratios are recomputed from the timing lines (the log's own 'ordersum' lines are not read)."""
+    d = pr[pr.part == "order"] if len(pr) else pr
+    if not len(d):
+        return pd.DataFrame()
+    parts = d.config.str.extract(r"^(.+) round (\d+)$")
+    if parts.isna().any().any():
+        raise ValueError(f"order lines must name their round: {d.config[parts[0].isna()].iloc[0]!r}")
+    d = d.assign(base=parts[0], round=parts[1].astype(int))
+    rows = []
+    for (M, N, K), g in d.groupby(["M", "N", "K"]):
+        cb = g[g.base == "cuBLAS"].set_index("round").us
+        for base, h in g[g.base != "cuBLAS"].groupby("base", sort=False):
+            r = (cb / h.set_index("round").us).dropna()
+            rows.append({"M": int(M), "N": int(N), "K": int(K), "config": base, "rounds": len(r),
+                         "median us": float(h.us.median()), "cuBLAS / it: median": round(float(r.median()), 3),
+                         "min": round(float(r.min()), 3), "max": round(float(r.max()), 3)})
+    return pd.DataFrame(rows)
+
+
+def same_config_spread(st) -> pd.DataFrame:
+    """The sweep's noise floor: where a variant's heuristic case resolved to the same config as one of the
+    explicit cases, the two are one kernel timed twice in the run: heuristic time / explicit time per such
+    pair (1.0 = no noise). The best-of-many 'best / cuBLAS' column leans upward by about this spread."""
+    ok = cm.passed(st) if len(st) else st
+    if not len(ok):
+        return pd.DataFrame()
+    cfgs = ok["config_key"].map(json.loads)
+    drop = {"study", "sm_clock_mhz", "heuristic", "bracket"}
+    key = [json.dumps({k: v for k, v in c.items() if k not in drop}, sort_keys=True) for c in cfgs]
+    t = ok.assign(_key=key, _heur=[bool(c.get("heuristic")) for c in cfgs])
+    rows = []
+    for (M, N, K, v, k), g in t[t.variant != GEMM_PEER].groupby(["M", "N", "K", "variant", "_key"]):
+        h, e = g[g._heur], g[~g._heur]
+        if len(h) and len(e):
+            rows.append({"M": int(M), "N": int(N), "K": int(K), "variant": v,
+                         "heuristic / explicit": round(float(h.ms_median.iloc[0] / e.ms_median.iloc[0]), 3)})
     return pd.DataFrame(rows)
 
 
