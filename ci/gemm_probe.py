@@ -12,6 +12,9 @@ split:  which operand's misaligned rows cost: the same shapes with only A, only 
 kernels: the cuBLAS kernel torch.profiler sees for each ragged shape, contiguous and padded.
 phases: per-kernel GPU time (torch.profiler, 20 calls) of split-K and stream-K configs: the GEMM kernel and
         its fixup / reduce kernel apart, beside the unsplit config and cuBLAS.
+sktrace: the INSTRUMENT build's per-unit %globaltimer stamps of stream-K beside data-parallel: per k-step
+        mainloop time of whole tiles and of stream-K pieces, the epilogue of whole tiles (bf16 to C) and of
+        partial pieces (fp32 to the workspace), the kernel span.
 order:  the tile order's GROUP_M (row-tiles per column band) at large square / projection shapes, the default
         gluon-ws tile, timed in interleaved rounds with cuBLAS (ratios per round, medians printed last):
         whether the grouped order is worth retuning, measured above the single-timing noise.
@@ -169,6 +172,68 @@ def phases():
                   flush=True)
 
 
+SKTRACE_CASES = (((2048, 2048, 2048), GemmConfig(BN=128, num_warps=4, num_stages=4)),
+                 ((2048, 2048, 2048), GemmConfig(BN=128, num_warps=4, num_stages=4, stream_k=1)),
+                 ((128, 6144, 4096), GemmConfig(BN=64, num_warps=4, num_stages=6)),
+                 ((128, 6144, 4096), GemmConfig(BN=64, num_warps=4, num_stages=6, stream_k=1)),
+                 ((2500, 1736, 4104), GemmConfig(BN=128, num_warps=4, num_stages=4)),
+                 ((2500, 1736, 4104), GemmConfig(BN=128, num_warps=4, num_stages=4, stream_k=2)))
+
+
+def _units(cfg, M, N, K, grid, full):
+    """Per CTA, its units' (k-steps, partial?) in launch order: warp_specialized._unit, mirrored."""
+    k_tiles = -(-K // cfg.BK)
+    tiles = -(-M // cfg.BM) * -(-N // cfg.BN)
+    S = (tiles - full) * k_tiles
+    out = []
+    for c in range(grid):
+        if not cfg.stream_k:
+            out.append([(k_tiles, False)] * len(range(c, tiles, grid)))
+            continue
+        q, r = divmod(S, grid)
+        a = c * q + min(c, r)
+        b = a + q + (c < r)
+        us = [(k_tiles, False)] * (full // grid)
+        for j in range(((b - 1) // k_tiles - a // k_tiles + 1) if b > a else 0):
+            t = a // k_tiles + j
+            k0, k1 = max(a, t * k_tiles) - t * k_tiles, min(b, (t + 1) * k_tiles) - t * k_tiles
+            us.append((k1 - k0, k0 > 0 or k1 < k_tiles))
+        out.append(us)
+    return out
+
+
+def sktrace():
+    import statistics
+    from gluon_lab.experiments import record_stamps
+    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels.hopper import num_sms
+    for (M, N, K), cfg in SKTRACE_CASES:
+        a, b, _ = operands(M, N, K, False, 7)
+        st = record_stamps(lambda cfg, trace: ws.launch(a, b, config=cfg, trace=trace), {"x": cfg},
+                           int(W.GEMM_TRACE_FIELDS), tags=1)["x"]["ns"]
+        sms = num_sms(a.device)
+        tiles = -(-M // cfg.BM) * -(-N // cfg.BN)
+        if cfg.stream_k:
+            full, grid, _ = W.streamk_plan(cfg, M, N, K, sms)
+        else:
+            full, grid = 0, min(tiles, sms)
+        units = _units(cfg, M, N, K, grid, full)
+        whole, piece, ep_whole, ep_piece, gaps = [], [], [], [], []
+        for cta, rows in enumerate(st):
+            for i, (_, t0, t1, t2) in enumerate(rows):
+                ks, partial = units[cta][i]
+                (piece if cfg.stream_k and i >= full // grid else whole).append((t1 - t0) / ks)
+                (ep_piece if partial else ep_whole).append(t2 - t1)
+                if i:
+                    gaps.append(t0 - rows[i - 1][3])
+        med = lambda v: f"{statistics.median(v):8.0f}" if v else "       -"  # noqa: E731
+        span = max(r[3] for rows in st for r in rows)
+        print(f"sktrace {M:6d}x{N:<6d}x{K:<6d} {'stream-K %d' % cfg.stream_k if cfg.stream_k else 'data-parallel':14s} "
+              f"{cfg.BM}x{cfg.BN} {cfg.num_warps}w CTAs {len(st):4d} | ns per k-step: whole tiles {med(whole)} pieces "
+              f"{med(piece)} | epilogue ns: whole {med(ep_whole)} partial {med(ep_piece)} | unit gap {med(gaps)} | "
+              f"span {span / 1000:7.1f} us", flush=True)
+
+
 ORDER_SHAPES = ((8192, 8192, 8192), (16384, 4096, 4096), (4096, 4096, 4096))
 ORDER_GROUPS = (4, 8, 16, 32)
 ORDER_ROUNDS = 5
@@ -196,4 +261,4 @@ if __name__ == "__main__":
     parts = sys.argv[1:] or ["align", "decode"]
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for p in parts:
-        {"align": align, "decode": decode, "split": split, "kernels": kernels, "phases": phases, "order": order}[p]()
+        {"align": align, "decode": decode, "split": split, "kernels": kernels, "phases": phases, "order": order, "sktrace": sktrace}[p]()
