@@ -514,16 +514,21 @@ cm.show(ana.wave_figure(waves))
 # checked on the CPU (`tests/test_warp_specialized.py`: every (tile, k-step) once, one block per piece) and
 # against float64 on the GPU. In the sweep it is **slower than the best data-parallel / split-K config on
 # nearly every shape it ran** (first table, the line above it counts); it only ties the last-wave split at
-# 2500 × 1736 × 4104 (280 tiles of 128 × 128, 65 k-steps each), the shape it suits best. The probe's `phases` part (second table, torch.profiler per kernel)
-# says where the time goes: the fixup kernel costs more than split-K's reduce (probably because its loop over a dynamic
-# piece count does not keep the loads in flight), and the GEMM kernel itself runs its k-steps slower
-# than the data-parallel grid although every SM is busy: e.g. at 1024 × 1024 × 32768 its 132 CTAs take
-# longer than 64 CTAs of whole tiles. Our reading (not measured directly): a share starts at an arbitrary
-# k, so the CTAs that read the same A row band or B column band do it at different k at different times,
-# and the L2 reuse that data-parallel waves and split-K slices get from CTAs reading the same k together
-# is lost (at M = 128 the scattered k rows also break up the B stream's DRAM locality). CUTLASS's
-# stream-K groups CTAs to keep that locality; doing the same (and an in-kernel fixup) is left open, and
-# no heuristic picks stream-K.
+# 2500 × 1736 × 4104 (280 tiles of 128 × 128, 65 k-steps each), the shape it suits best. Where the time goes,
+# from two probes: `phases` (second table, torch.profiler per kernel) shows the fixup kernel costing more
+# than split-K's reduce (probably because its loop over a dynamic piece count does not keep the loads in
+# flight); `sktrace` (third table, the INSTRUMENT build's per-unit stamps, medians over all CTAs) shows the
+# rest inside the GEMM kernel. A partial piece's epilogue (fp32 accumulator → smem → TMA store to the
+# workspace) takes about twice a whole tile's bf16 one, and each CTA runs about two of them on top of its
+# tiles; and every k-step runs slower with the stream-K grid than with the data-parallel one. At M = 128
+# (128 × 6144 × 4096) the 132 stream-K CTAs each run their k-steps about a third slower than the 96
+# data-parallel CTAs, so the kernel spans come out nearly equal: which says that GEMM is bound by the bandwidth
+# all CTAs share (every CTA streams the whole 128-row A panel), not by idle SMs, and only fewer A re-reads
+# (larger N tiles, or cuBLAS's 2-CTA clusters) would help. Where the span does shrink (2500 × 1736 × 4104,
+# stream-K 2), the fixup kernel takes most of the gain back. Left open: an in-kernel fixup (the CTA that
+# finishes a tile adds its peers' partials, as CUTLASS's stream-K scheduler does), partials written straight from
+# registers (which would also let the 128 × 256 tile use stream-K, whose fp32 staging does not fit in shared
+# memory today). No heuristic picks stream-K.
 
 # %%
 sk_tab = ana.stream_k_table(shape_rec)
@@ -536,6 +541,9 @@ if len(sk_tab):
 cm.show(*([sk_tab.fillna("—")] if len(sk_tab) else ["The shape sweep shown has no stream-K cases."]),
         *(["Per-kernel GPU time of one call (results/h200/gemm-probe-phases.log):", phases.fillna("—")]
           if len(phases) else []))
+sk_trace = ana.sktrace_records()
+if len(sk_trace):
+    cm.show("Per-unit stamps, medians over every CTA (results/h200/gemm-probe-sktrace.log):", sk_trace.fillna("—"))
 
 # %% [markdown]
 # ### Clusters and TMA multicast on triton 3.6.0

@@ -435,3 +435,20 @@ def test_order_rounds_and_same_config_spread(tmp_path):
         {**base, "variant": "torch", "ms_median": 1.0, "config_key": json.dumps({"study": "gemm-shapes"})}])
     sp = W.same_config_spread(st)
     assert len(sp) == 1 and sp.loc[0, "heuristic / explicit"] == 1.1
+
+
+def test_sktrace_log_parse(tmp_path):
+    """ci/gemm_probe.py sktrace lines: '-' is NaN (no unit of that kind), a malformed line is named by file:line;
+    the committed log parses (a data-parallel and a stream-K row per shape)."""
+    log = tmp_path / "t.log"
+    ok = ("sktrace    128x6144  x4096   stream-K 1     128x64 4w CTAs  132 | ns per k-step: whole tiles        - pieces"
+          "      365 | epilogue ns: whole        - partial      512 | unit gap       96 | span    19.3 us")
+    log.write_text(ok + "\n")
+    r = W.sktrace_records(log)
+    assert np.isnan(r.loc[0, "ns / k-step, whole tiles"]) and r.loc[0, "ns / k-step, pieces"] == 365
+    assert r.loc[0, "tile"] == "128x64 4w" and r.loc[0, "kernel span us"] == 19.3
+    log.write_text(ok.replace("| span", "span") + "\n")
+    with pytest.raises(ValueError, match=r"t\.log:1: not a gemm_probe.py sktrace line"):
+        W.sktrace_records(log)
+    committed = W.sktrace_records()
+    assert len(committed) >= 6 and set(committed.schedule.str.split().str[0]) == {"data-parallel", "stream-K"}

@@ -1867,6 +1867,9 @@ PROBE_LINE = re.compile(r"^(align|decode|split|order)\s+(\d+)x(\d+)\s*x(\d+)\s+(
                         r"(\d+) TF/s (\d+|None) MHz")
 PROMOTION = re.compile(r"^== promotion (\w+)$")
 PHASE_LINE = re.compile(r"^phases\s+(\d+)x(\d+)\s*x(\d+)\s+(.+?)\s+total\s+([\d.]+) us : (.+)$")
+SKTRACE_LINE = re.compile(r"^sktrace\s+(\d+)x(\d+)\s*x(\d+)\s+(data-parallel|stream-K \d)\s+(\d+)x(\d+) (\d+)w CTAs\s+(\d+) \| "
+                          r"ns per k-step: whole tiles\s+([\d-]+) pieces\s+([\d-]+) \| epilogue ns: whole\s+([\d-]+) "
+                          r"partial\s+([\d-]+) \| unit gap\s+([\d-]+) \| span\s+([\d.]+) us$")
 KERNEL_LINE = re.compile(r"^kernel\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad)\s+cuBLAS: (.+)$")
 
 
@@ -2011,6 +2014,30 @@ def phase_records(path=None) -> pd.DataFrame:
         rows.append({"M": int(M), "N": int(N), "K": int(K), "config": cfg.strip(), "total us": float(total),
                      "GEMM kernel us": gemm_us, "reduce / fixup us": fix if fix else np.nan,
                      "kernels": " + ".join(k.split("(")[0][:32] for k in kern)})
+    return pd.DataFrame(rows)
+
+
+def sktrace_records(path=None) -> pd.DataFrame:
+    """results/<gpu>/gemm-probe-sktrace.log (ci/gemm_probe.py sktrace: the INSTRUMENT build's per-unit stamps,
+    medians over every CTA): per shape and schedule, ns per k-step of whole tiles and of stream-K pieces,
+    the epilogue of whole tiles and of partial pieces, the gap between units and the kernel span ('-' in
+    the log = none of that kind: NaN). A line that does not parse is an error naming file:line."""
+    p = _probe_path(path, "gemm-probe-sktrace.log")
+    if not p.exists():
+        return pd.DataFrame()
+    num = lambda v: np.nan if v == "-" else float(v)  # noqa: E731
+    rows = []
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.startswith("sktrace"):
+            continue
+        m = SKTRACE_LINE.match(line)
+        if not m:
+            raise ValueError(f"{p}:{i}: not a gemm_probe.py sktrace line: {line[:120]!r}")
+        M, N, K, sched, bm, bn, nw, ctas, kw, kp, ew, ep, gap, span = m.groups()
+        rows.append({"M": int(M), "N": int(N), "K": int(K), "schedule": sched, "tile": f"{bm}x{bn} {nw}w",
+                     "CTAs": int(ctas), "ns / k-step, whole tiles": num(kw), "ns / k-step, pieces": num(kp),
+                     "epilogue ns, whole": num(ew), "epilogue ns, partial": num(ep), "unit gap ns": num(gap),
+                     "kernel span us": float(span)})
     return pd.DataFrame(rows)
 
 
