@@ -15,6 +15,8 @@ phases: per-kernel GPU time (torch.profiler, 20 calls) of split-K and stream-K c
 sktrace: the INSTRUMENT build's per-unit %globaltimer stamps of stream-K beside data-parallel: per k-step
         mainloop time of whole tiles and of stream-K pieces, the epilogue of whole tiles (bf16 to C) and of
         partial pieces (fp32 to the workspace), the kernel span.
+skprobe: stream-K configs (128x256 and 128x128 tiles) beside the gluon-ws heuristic and cuBLAS on shapes with a
+        partial last wave, interleaved rounds like 'order' (and per-kernel phases of the 128x256 ones).
 order:  the tile order's GROUP_M (row-tiles per column band) at large square / projection shapes, the default
         gluon-ws tile, timed in interleaved rounds with cuBLAS (ratios per round, medians printed last):
         whether the grouped order is worth retuning, measured above the single-timing noise.
@@ -141,7 +143,11 @@ def kernels():
             print(f"kernel  {M:6d}x{N:<6d}x{K:<6d} {padname(pad):6s} cuBLAS: {' | '.join(names)}"[:400], flush=True)
 
 
-PHASE_CASES = (((128, 6144, 4096), ("128x64 s6", GemmConfig(BN=64, num_warps=4, num_stages=6)),
+PHASE_CASES = (((2500, 1736, 4104), ("128x256 8w s3", GemmConfig()),
+                 ("128x256 8w s3 stream-K 2", GemmConfig(stream_k=2)),
+                 ("128x128 4w s4 stream-K 2", GemmConfig(BN=128, num_warps=4, num_stages=4, stream_k=2))),
+               ((777, 5000, 1000), ("128x256 8w s3", GemmConfig()), ("128x256 8w s3 stream-K 2", GemmConfig(stream_k=2))),
+               ((128, 6144, 4096), ("128x64 s6", GemmConfig(BN=64, num_warps=4, num_stages=6)),
                  ("128x64 s6 stream-K 1", GemmConfig(BN=64, num_warps=4, num_stages=6, stream_k=1)),
                  ("128x128 4w s4 split-K 4", GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=4))),
                ((1024, 1024, 32768), ("128x128 4w s4", GemmConfig(BN=128, num_warps=4, num_stages=4)),
@@ -239,20 +245,39 @@ ORDER_GROUPS = (4, 8, 16, 32)
 ORDER_ROUNDS = 5
 
 
-def order():
+def _rounds(tag, M, N, K, fns, rounds):
+    """Every config of fns timed once per round, cuBLAS first in each round; per config the median us and the
+    per-round cuBLAS / config ratios (a failed timing drops out of its round)."""
     import statistics
-    for (M, N, K) in ORDER_SHAPES:
-        fns = {"cuBLAS": cublas, **{f"ws 128x256 8w s3 group_m {g}": gluon(GemmConfig(group_m=g)) for g in ORDER_GROUPS}}
-        per = {k: [] for k in fns}
-        for r in range(ORDER_ROUNDS):
-            for name, fn in fns.items():
-                us = row("order", M, N, K, False, f"{name} round {r}", fn)
-                per[name].append(us)
-        for name in fns:
-            ratios = [c / u for c, u in zip(per["cuBLAS"], per[name]) if c and u]
-            print(f"ordersum {M:6d}x{N:<6d}x{K:<6d} {name:32s} median {statistics.median([u for u in per[name] if u]):9.1f} us"
+    per = {k: [] for k in fns}
+    for r in range(rounds):
+        for name, fn in fns.items():
+            per[name].append(row(tag, M, N, K, False, f"{name} round {r}", fn))
+    for name in fns:
+        ratios = [c / u for c, u in zip(per["cuBLAS"], per[name]) if c and u]
+        if ratios:
+            print(f"{tag}sum {M:6d}x{N:<6d}x{K:<6d} {name:32s} median {statistics.median([u for u in per[name] if u]):9.1f} us"
                   f"  cuBLAS / it per round: median {statistics.median(ratios):.3f} min {min(ratios):.3f} max {max(ratios):.3f}",
                   flush=True)
+
+
+def order():
+    for (M, N, K) in ORDER_SHAPES:
+        _rounds("order", M, N, K, {"cuBLAS": cublas, **{f"ws 128x256 8w s3 group_m {g}": gluon(GemmConfig(group_m=g))
+                                                          for g in ORDER_GROUPS}}, ORDER_ROUNDS)
+
+
+SKPROBE_SHAPES = ((777, 5000, 1000), (1000, 3000, 2000), (3000, 1000, 2000), (2500, 1736, 4104), (2048, 2048, 2048),
+                  (1024, 4096, 4096), (1024, 6144, 4096), (4096, 4096, 4096))
+SKPROBE_CFGS = {"ws stream-K 1 128x256 8w s3": GemmConfig(stream_k=1), "ws stream-K 2 128x256 8w s3": GemmConfig(stream_k=2),
+                "ws stream-K 1 128x128 4w s4": GemmConfig(BN=128, num_warps=4, num_stages=4, stream_k=1),
+                "ws stream-K 2 128x128 8w s4": GemmConfig(BN=128, num_warps=8, num_stages=4, stream_k=2)}
+
+
+def skprobe():
+    for (M, N, K) in SKPROBE_SHAPES:
+        _rounds("skprobe", M, N, K, {"cuBLAS": cublas, "ws heuristic": gluon(GemmConfig.heuristic(M, N, K=K, ws=True)),
+                                     **{k: gluon(c) for k, c in SKPROBE_CFGS.items()}}, 3)
 
 
 if __name__ == "__main__":
@@ -261,4 +286,5 @@ if __name__ == "__main__":
     parts = sys.argv[1:] or ["align", "decode"]
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     for p in parts:
-        {"align": align, "decode": decode, "split": split, "kernels": kernels, "phases": phases, "order": order, "sktrace": sktrace}[p]()
+        {"align": align, "decode": decode, "split": split, "kernels": kernels, "phases": phases, "order": order, "sktrace": sktrace,
+         "skprobe": skprobe}[p]()

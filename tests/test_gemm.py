@@ -130,3 +130,16 @@ def test_cp_async_rules():
                  config=G.GemmConfig(BN=128, num_warps=4, num_stages=4, cp_async=True, producer_regs=96))
     with pytest.raises(ValueError, match="cooperative"):
         G.GemmConfig(BN=128, num_warps=4, pingpong=True, cp_async=True, producer_regs=96).validate()
+
+
+@pytest.mark.parametrize("cfg", [G.GemmConfig(stream_k=2), G.GemmConfig(BN=64, num_warps=4, num_stages=6, stream_k=1)],
+                         ids=str)
+def test_stream_k_partials_leave_shared_memory_alone(cfg):
+    """Stream-K stores its partial pieces from registers (st.global) and stages only C's bf16 tile: the 128x256
+    tile fits (its fp32 staging would not), and the build has C's TMA store only."""
+    from gluon_lab import codegen
+    from gluon_lab.kernels import warp_specialized as W
+    c = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg.validate())))
+    assert c["spill_bytes"] == 0 and c["tma_store"] == 1 and c["st_global"] == cfg.BM * cfg.BN // (64 * cfg.num_warps)
+    assert cfg.smem_bytes() == G.GemmConfig(BM=cfg.BM, BN=cfg.BN, num_warps=cfg.num_warps,
+                                            num_stages=cfg.num_stages).smem_bytes()

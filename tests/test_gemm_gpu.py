@@ -81,12 +81,12 @@ CP_ASYNC = [dict(cp_async=True, producer_regs=96), dict(BN=128, num_warps=8, num
             dict(BN=128, num_warps=4, num_stages=4, split_k=4, split_last_wave=True, cp_async=True, producer_regs=96),
             dict(BM=16, BN=128, num_warps=4, num_stages=6, swap_ab=True, split_k=2, cp_async=True, producer_regs=96)]
 CP_SHAPES = [(1, 8, 8), (17, 1000, 3000), (1000, 3000, 2000), (300, 264, 1032), (2500, 1736, 4104), (33, 1000, 520)]
-# stream-K: the partial wave alone (1) and with a whole wave before it (2), 8 / 4 warps, a 128x64 tile for M =
+# stream-K: the partial wave alone (1) and with a whole wave before it (2), 8 / 4 warps, the 128x256 tile, a 128x64 tile for M =
 # 128 projections, swap-AB; shapes with fewer tiles than SMs (all stream-K), 133 / 192 / 280 tiles (a partial
 # wave past whole ones), one-element and ragged edges, shares shorter than a tile and longer than one
 STREAMK = [dict(BN=128, num_stages=4, num_warps=4, stream_k=1), dict(BN=128, num_stages=4, num_warps=8, stream_k=2),
            dict(BN=64, num_stages=6, num_warps=4, stream_k=1), dict(BN=128, num_stages=4, num_warps=4, stream_k=2),
-           dict(BM=16, BN=128, num_stages=6, num_warps=4, swap_ab=True, stream_k=1)]
+           dict(BM=16, BN=128, num_stages=6, num_warps=4, swap_ab=True, stream_k=1), dict(stream_k=1), dict(stream_k=2)]
 STREAMK_SHAPES = [(1, 8, 8), (17, 1000, 3000), (1000, 3000, 2000), (128, 128 * 133, 520), (300, 264, 1032),
                   (128, 6144, 4096), (2500, 1736, 4104), (777, 5000, 1000)]
 SCHEDULES = ([(c, s) for c in STREAMK for s in STREAMK_SHAPES] + [(c, s) for c in PINGPONG for s in PINGPONG_SHAPES] + [(c, s) for c in SPLITK for s in SPLITK_SHAPES]

@@ -370,6 +370,8 @@ def test_stream_k_pieces_cover_every_k_step_once(M, N, K, bm, bn, waves):
         if c1 > c0:
             assert all(blocks.get(c + t) == full + t for c in range(c0, c1 + 1))
     assert sum(1 for t in range(sk_tiles) if t not in whole) == len(set(blocks.values()))
+    most = max(_sk_owner(t * k_tiles + k_tiles - 1, S, grid) - _sk_owner(t * k_tiles, S, grid) + 1 for t in range(sk_tiles))
+    assert most <= W.streamk_max_pieces(k_tiles, S, grid)  # the fixup's unrolled loop covers every tile's pieces
     with pytest.raises(ValueError, match="stream_k must be 0"):
         G.GemmConfig(stream_k=3).validate()
     with pytest.raises(ValueError, match="without split-K"):

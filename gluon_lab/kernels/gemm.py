@@ -216,8 +216,8 @@ class GemmConfig:
 
     def smem_bytes(self, dtype: str = "bfloat16") -> int:
         e = ITEMSIZE[dtype]
-        partials = self.split_k > 1 or self.stream_k
-        staging = self.consumers() * self.BM * self.BN * e + (self.BM * self.BN * 4 if partials else 0)
+        # split-K stages its fp32 partials in smem for a TMA store; stream-K stores them from registers
+        staging = self.consumers() * self.BM * self.BN * e + (self.BM * self.BN * 4 if self.split_k > 1 else 0)
         return self.num_stages * (self.BM * self.BK + self.BK * self.BN) * e + staging + 1024  # + fp32 partials
 
     def validate(self, dtype: str = "bfloat16"):

@@ -220,21 +220,52 @@ def _cp_producer(a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars,
 
 
 @gluon.jit
-def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, FULL_TILES,
+def _store_c(c_desc, c_smem, acc, pid_m, pid_n, SWAP_AB: gl.constexpr):
+    """A whole tile's epilogue: accumulator (transposed back under SWAP_AB) -> C's dtype -> smem -> TMA store."""
+    BM: gl.constexpr = c_desc.block_type.shape[0]
+    BN: gl.constexpr = c_desc.block_type.shape[1]
+    if SWAP_AB:
+        out = gl.permute(acc, (1, 0))
+    else:
+        out = acc
+    c_smem.store(out.to(c_desc.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], c_smem)
+
+
+@gluon.jit
+def _sk_store_partial(work, acc, sl, acc_layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                      ACC_M: gl.constexpr, ACC_N: gl.constexpr, SWAP_AB: gl.constexpr):
+    """A stream-K piece's fp32 partial, straight from the accumulator's registers to workspace block sl - 1
+    (row-major BM x BN fp32 at element (sl - 1) * BM * BN): no shared-memory staging, so the 128 x 256 tile
+    fits stream-K (a 128 KB fp32 staging buffer does not), and no TMA store for the next epilogue to wait on.
+    Each thread writes its accumulator pairs as 8-byte stores; SWAP_AB's accumulator is C^T, so its rows are
+    C's columns. The fixup kernel runs after this one (stream order makes the stores visible to it)."""
+    i = gl.expand_dims(gl.arange(0, ACC_M, layout=gl.SliceLayout(1, acc_layout)), 1)
+    j = gl.expand_dims(gl.arange(0, ACC_N, layout=gl.SliceLayout(0, acc_layout)), 0)
+    if SWAP_AB:
+        off = j * BN + i
+    else:
+        off = i * BN + j
+    gl.store(work + (sl - 1).to(gl.int64) * (BM * BN) + off, acc)
+
+
+@gluon.jit
+def _ws_consumer(c_desc, work, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K, FULL_TILES,
                  t_ptr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
                  INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, num_warps: gl.constexpr, CP_ASYNC: gl.constexpr = False,
                  STREAM_K: gl.constexpr = False):
     """SPLIT_K > 1: a whole tile (slice 0) is stored to C; K-slice s >= 1 of split tile t (= tile -
     FULL_TILES) goes as fp32 partials, through w_smem, to rows ((s - 1) * split_tiles + t) * BM of the
-    workspace w_desc [SPLIT_K * split_tiles * BM, BN]: one BM x BN block per (slice, split tile), so the
+    workspace descriptor `work` [SPLIT_K * split_tiles * BM, BN]: one BM x BN block per (slice, split tile), so the
     workspace holds the split tiles only (an edge tile's rows past M are written and never read).
     SWAP_AB: the MMA computes the tile's transpose, C^T = B^T A^T (B's [BK, BN] box and A's [BM, BK] box
     read transposed from the same ring), so BN fills the wgmma M side (64 rows per warpgroup) and a small
     BM (16, 32) is the wgmma N: decode-like M <= 64 does not pad to a 64-row tile. The epilogue
     transposes the accumulator back before its TMA store.
-    STREAM_K: a piece that is not a whole tile (sl >= 1) stores its fp32 partial to workspace block sl - 1 (rows
-    (sl - 1) * BM of w_desc [(nprog + stream-K tiles) * BM, BN]); streamk_reduce_kernel sums each split tile's
-    pieces."""
+    STREAM_K: a piece that is not a whole tile (sl >= 1) stores its fp32 partial to workspace block sl - 1 (`work`
+    is the pointer of the fp32 workspace [(nprog + stream-K tiles) * BM, BN], _sk_store_partial);
+    streamk_reduce_kernel sums each split tile's pieces."""
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1]
     BK: gl.constexpr = a_bufs.shape[2]
@@ -270,39 +301,40 @@ def _ws_consumer(c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, ful
             t1 = globaltimer()
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
-        tma.store_wait(0)  # the previous tile's store has finished reading its staging buffer
-        if SWAP_AB:
-            out = gl.permute(acc, (1, 0))
-        else:
-            out = acc
-        if (SPLIT_K > 1) | STREAM_K:
-            if sl > 0:  # a K-slice / stream-K piece: fp32 partials into its block of the workspace
-                w_smem.store(out)
-                fence_async_shared()
-                if STREAM_K:
-                    wrow = (sl - 1) * BM
-                else:
-                    wrow = ((sl - 1) * split_tiles + tile - FULL_TILES) * BM
-                tma.async_copy_shared_to_global(w_desc, [wrow, 0], w_smem)
+        if STREAM_K:
+            if sl > 0:  # a stream-K piece: its fp32 partial straight from registers to workspace block sl - 1
+                _sk_store_partial(work, acc, sl, acc_layout, BM, BN, ACC_M, ACC_N, SWAP_AB)
             else:
-                c_smem.store(out.to(c_desc.dtype))
-                fence_async_shared()
-                tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], c_smem)
+                tma.store_wait(0)  # the previous tile's store has finished reading its staging buffer
+                _store_c(c_desc, c_smem, acc, pid_m, pid_n, SWAP_AB)
         else:
-            c_smem.store(out.to(c_desc.dtype))
-            fence_async_shared()
-            tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], c_smem)
+            tma.store_wait(0)  # the previous tile's store has finished reading its staging buffer
+            if SPLIT_K > 1:
+                if sl > 0:  # a K-slice: fp32 partials into its slice of the workspace
+                    if SWAP_AB:
+                        out = gl.permute(acc, (1, 0))
+                    else:
+                        out = acc
+                    w_smem.store(out)
+                    fence_async_shared()
+                    tma.async_copy_shared_to_global(work, [((sl - 1) * split_tiles + tile - FULL_TILES) * BM, 0],
+                                                    w_smem)
+                else:
+                    _store_c(c_desc, c_smem, acc, pid_m, pid_n, SWAP_AB)
+            else:
+                _store_c(c_desc, c_smem, acc, pid_m, pid_n, SWAP_AB)
         if INSTRUMENT:
             _gemm_stamps(t_ptr, start, i, 0, t0, t1)
     tma.store_wait(0)
 
 
 @gluon.jit(do_not_specialize=["FULL_TILES"])  # one compile for every split point
-def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, a_ptr, b_ptr, stride_am, stride_bk,
+def ws_gemm_kernel(a_desc, b_desc, c_desc, work, M, N, K, FULL_TILES, t_ptr, a_ptr, b_ptr, stride_am, stride_bk,
                    NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr,
                    INSTRUMENT: gl.constexpr, SWAP_AB: gl.constexpr, CP_ASYNC: gl.constexpr, num_warps: gl.constexpr,
                    STREAM_K: gl.constexpr = False):
-    """SPLIT_K > 1: w_desc is the fp32 workspace of the K-slices (None otherwise); tiles FULL_TILES and
+    """SPLIT_K > 1: `work` is the TMA descriptor of the K-slices' fp32 workspace, STREAM_K its pointer (None
+    otherwise); tiles FULL_TILES and
     later are split (_unit_space). CP_ASYNC: the operands are read by _cp_producer (a warpgroup of cp.async,
     for rows that are not 128-byte aligned) from a_ptr / b_ptr and their row strides; otherwise by the
     1-warp TMA producer from a_desc / b_desc (the pointers are None)."""
@@ -314,8 +346,8 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, a
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BK, BN], b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [BM, BN], c_desc.layout)
-    if (SPLIT_K > 1) | STREAM_K:
-        w_smem = gl.allocate_shared_memory(w_desc.dtype, [BM, BN], w_desc.layout)
+    if SPLIT_K > 1:
+        w_smem = gl.allocate_shared_memory(work.dtype, [BM, BN], work.layout)
     else:
         w_smem = c_smem  # not used
     empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -325,7 +357,7 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, a
         mbarrier.init(full_bars.index(i), count=CP_WARPS * 32 if CP_ASYNC else 1)
     if CP_ASYNC:
         gl.warp_specialize([
-            (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
+            (_ws_consumer, (c_desc, work, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
                             FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps, CP_ASYNC,
                             STREAM_K)),
             (_cp_producer, (a_ptr, b_ptr, stride_am, stride_bk, a_bufs, b_bufs, empty_bars, full_bars, M, N, K,
@@ -333,7 +365,7 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, w_desc, M, N, K, FULL_TILES, t_ptr, a
         ], [CP_WARPS], [PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_ws_consumer, (c_desc, w_desc, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
+            (_ws_consumer, (c_desc, work, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
                             FULL_TILES, t_ptr, NUM_STAGES, GROUP_M, SPLIT_K, INSTRUMENT, SWAP_AB, num_warps, CP_ASYNC,
                             STREAM_K)),
             (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
@@ -475,12 +507,15 @@ def splitk_reduce_kernel(w_ptr, c_ptr, M, N, c_stride, FULL_TILES, TM: gl.conste
 
 @gluon.jit(do_not_specialize=["M", "K", "FULL_TILES", "G"])
 def streamk_reduce_kernel(w_ptr, c_ptr, M, N, K, c_stride, FULL_TILES, G, TM: gl.constexpr, TN: gl.constexpr,
-                          BK: gl.constexpr, GROUP_M: gl.constexpr, BR: gl.constexpr, BC: gl.constexpr,
-                          num_warps: gl.constexpr):
+                          BK: gl.constexpr, GROUP_M: gl.constexpr, MAX_PIECES: gl.constexpr, BR: gl.constexpr,
+                          BC: gl.constexpr, num_warps: gl.constexpr):
     """Stream-K's fixup: C of every stream-K tile (FULL_TILES + t) that more than one CTA's share covers = the
     sum of its pieces, in CTA order (deterministic), read from workspace blocks c + t (_unit) of the fp32
     workspace [(G + stream-K tiles) * TM, TN]; a tile one CTA covered whole was stored to C by the GEMM.
-    Program (t, b): stream-K tile t, its b-th [BR, BC] block."""
+    Program (t, b): stream-K tile t, its b-th [BR, BC] block. The pieces are read in an unrolled loop of
+    MAX_PIECES (the most shares one tile can meet, streamk_max_pieces), masked past the tile's last owner, so
+    the loads are all in flight (a loop over the dynamic piece count issued them one after another: 5-7 us
+    for this kernel in results/h200/gemm-probe-phases.log, against 3-3.5 us for split-K's unrolled reduce)."""
     L: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1], [1, 0])
     num_pid_m = gl.cdiv(M, TM)
     num_pid_n = gl.cdiv(N, TN)
@@ -500,9 +535,9 @@ def streamk_reduce_kernel(w_ptr, c_ptr, M, N, K, c_stride, FULL_TILES, G, TM: gl
         mask = gl.expand_dims(r < M, 1) & gl.expand_dims((n < N) & (cl < TN), 0)
         wcol = gl.expand_dims(cl, 0)
         acc = gl.zeros([BR, BC], gl.float32, L)
-        for c in range(c0, c1 + 1):
-            wrow = gl.expand_dims((c + t).to(gl.int64) * TM + rl, 1)
-            acc += gl.load(w_ptr + wrow * TN + wcol, mask=mask, other=0.0)
+        for p in gl.static_range(MAX_PIECES):
+            wrow = gl.expand_dims((c0 + p + t).to(gl.int64) * TM + rl, 1)
+            acc += gl.load(w_ptr + wrow * TN + wcol, mask=mask & (c0 + p <= c1), other=0.0)
         gl.store(c_ptr + gl.expand_dims(r.to(gl.int64), 1) * c_stride + gl.expand_dims(n, 0),
                  acc.to(c_ptr.dtype.element_ty), mask=mask)
 
@@ -527,6 +562,13 @@ def streamk_plan(cfg: GemmConfig, M: int, N: int, K: int, sms: int) -> tuple[int
     full = max(0, cdiv(tiles, sms) - cfg.stream_k) * sms
     grid = sms if full else min(sms, tiles * cdiv(K, cfg.BK))
     return full, grid, tiles - full
+
+
+def streamk_max_pieces(k_tiles: int, S: int, grid: int) -> int:
+    """The most shares (_sk_range) one tile's k_tiles consecutive k-steps can meet: each share holds >= q = S //
+    grid of them, so at most 1 + ceil((k_tiles - 1) / q); one k-step per share or fewer (q <= 1): k_tiles."""
+    q = S // grid
+    return k_tiles if q <= 1 else min(k_tiles, 1 + cdiv(k_tiles - 1, q))
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
@@ -557,7 +599,7 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
         import torch
         full, g, sk_tiles = streamk_plan(cfg, M, N, K, num_sms(a.device))
         work = torch.empty(((g + sk_tiles) * cfg.BM, cfg.BN), dtype=torch.float32, device=a.device)
-        wdesc = descriptor(work, [cfg.BM, cfg.BN], gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
+        wdesc = work  # the consumer stores the partials from registers: a pointer, not a TMA descriptor
         grid = (g, )
     kernel, extra = _kernel_args(cfg)
     if kernel is ws_gemm_kernel:
@@ -575,8 +617,9 @@ def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
     if cfg.stream_k:
         r = SPLITK_REDUCE
         blocks = (cfg.BM // r["BR"]) * cdiv(cfg.BN, r["BC"])
+        maxp = streamk_max_pieces(cdiv(K, cfg.BK), sk_tiles * cdiv(K, cfg.BK), g)
         streamk_reduce_kernel[(sk_tiles, blocks)](work, c, M, N, K, c.stride(0), full, g, TM=cfg.BM, TN=cfg.BN,
-                                                  BK=cfg.BK, GROUP_M=cfg.group_m, **r)
+                                                  BK=cfg.BK, GROUP_M=cfg.group_m, MAX_PIECES=maxp, **r)
     return c
 
 
@@ -592,9 +635,11 @@ def codegen_spec(cfg: GemmConfig | None = None, dtype: str = "bfloat16", shape: 
     extra = dict(extra, INSTRUMENT=instrument)
     if kernel is ws_gemm_kernel:  # the split-K workspace (None without), FULL_TILES, the cp.async operands
         ptr, stride = (f"*{short_dtype(dtype)}", "i32") if cfg.cp_async else (None, None)
-        args = dict(args, FULL_TILES="i32", w_desc=None, a_ptr=ptr, b_ptr=ptr, stride_am=stride, stride_bk=stride)
-        if cfg.split_k > 1 or cfg.stream_k:
-            args["w_desc"] = desc_type("float32", [cfg.BM, cfg.BN],
+        args = dict(args, FULL_TILES="i32", work=None, a_ptr=ptr, b_ptr=ptr, stride_am=stride, stride_bk=stride)
+        if cfg.stream_k:
+            args["work"] = "*fp32"
+        elif cfg.split_k > 1:
+            args["work"] = desc_type("float32", [cfg.BM, cfg.BN],
                                        gl.NVMMASharedLayout.get_default_for([cfg.BM, cfg.BN], gl.float32))
     return kernel_spec(kernel, args, dict(ce, **extra), num_warps=cfg.num_warps)
 
@@ -605,7 +650,8 @@ gemm.register_matmul(
            "producer_regs": (24, 40, 56, 88), "pingpong": (False, True), "split_k": (1, 2, 3, 4, 8),
            "stream_k": (0, 1, 2)},
     roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, SPLITK_REDUCE, splitk_plan,
-           _cp_producer, _cp_layout, streamk_reduce_kernel, streamk_plan),
+           _cp_producer, _cp_layout, streamk_reduce_kernel, streamk_plan, streamk_max_pieces, _store_c,
+           _sk_store_partial),
     description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring",
     ws=True)
 
