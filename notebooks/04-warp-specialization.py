@@ -374,7 +374,8 @@ print("\n".join(ana.consumer_schedule()))
 # leave SMs idle; M ≤ 64 a 64 × 256 ping-pong tile; M ≤ 256 64 × 128 or 64 × 64 tiles (unless 128 × 256
 # tiles still fill 80% of a wave); larger M the 128 × 256 cooperative tile when it gives ≥ 4 waves or a
 # last wave ≥ 84% full, else split-K (few tiles, long K), a split last wave (ragged waves, ≥ 48 k-steps),
-# or 128 × 128 with two consumer warpgroups when that fills the waves better. gluon-pipelined takes the
+# or 128 × 128 with two consumer warpgroups when that fills the waves better; and stream-K on the 128 × 256
+# tile where those tiles fill more than a wave but leave a last wave of ≤ 10% of the SMs (`SK_TAIL`). gluon-pipelined takes the
 # tile rules only.
 
 # %%
@@ -515,20 +516,26 @@ cm.show(ana.wave_figure(waves))
 # against float64 on the GPU. In the sweep it is **slower than the best data-parallel / split-K config on
 # nearly every shape it ran** (first table, the line above it counts); it only ties the last-wave split at
 # 2500 × 1736 × 4104 (280 tiles of 128 × 128, 65 k-steps each), the shape it suits best. Where the time goes,
-# from two probes: `phases` (second table, torch.profiler per kernel) shows the fixup kernel costing more
-# than split-K's reduce (probably because its loop over a dynamic piece count does not keep the loads in
-# flight); `sktrace` (third table, the INSTRUMENT build's per-unit stamps, medians over all CTAs) shows the
-# rest inside the GEMM kernel. A partial piece's epilogue (fp32 accumulator → smem → TMA store to the
-# workspace) takes about twice a whole tile's bf16 one, and each CTA runs about two of them on top of its
-# tiles; and every k-step runs slower with the stream-K grid than with the data-parallel one. At M = 128
+# from two probes: `phases` (second table, torch.profiler per kernel) shows the fixup kernel moving every
+# partial's bytes once more at about the rate split-K's reduce does, so it costs in proportion to the pieces
+# (7–13 µs where most tiles are cut, more than split-K's 3 µs at 1024 × 1024 × 32768; unrolling its loads
+# changed nothing); `sktrace` (third table, the INSTRUMENT build's per-unit stamps, medians over all CTAs)
+# shows the rest inside the GEMM kernel: a partial piece's epilogue takes longer than a whole tile's bf16 one,
+# each CTA runs about two of them on top of its tiles, and every k-step runs slower with the stream-K grid
+# than with the data-parallel one. At M = 128
 # (128 × 6144 × 4096) the 132 stream-K CTAs each run their k-steps about a third slower than the 96
 # data-parallel CTAs, so the kernel spans come out nearly equal: which says that GEMM is bound by the bandwidth
 # all CTAs share (every CTA streams the whole 128-row A panel), not by idle SMs, and only fewer A re-reads
 # (larger N tiles, or cuBLAS's 2-CTA clusters) would help. Where the span does shrink (2500 × 1736 × 4104,
-# stream-K 2), the fixup kernel takes most of the gain back. Left open: an in-kernel fixup (the CTA that
-# finishes a tile adds its peers' partials, as CUTLASS's stream-K scheduler does), partials written straight from
-# registers (which would also let the 128 × 256 tile use stream-K, whose fp32 staging does not fit in shared
-# memory today). No heuristic picks stream-K.
+# stream-K 2), the fixup kernel takes most of the gain back. The partials go straight from registers
+# (`_sk_store_partial`: no fp32 staging in shared memory, which is what lets the 128 × 256 tile take stream-K)
+# and the fixup's loads are unrolled. The probe's `skprobe` part (fourth table: stream-K configs beside the
+# gluon-ws heuristic of the time and cuBLAS, three interleaved rounds) finds one kind of shape where it pays:
+# more than one wave of 128 × 256 tiles with a thin last wave (2500 × 1736 × 4104 and 777 × 5000 × 1000: 140
+# tiles = 132 + 8), where stream-K spreads the 8 tiles' k-steps over every CTA. That is the heuristic's only
+# stream-K rule (`SK_TAIL` in `gluon_lab/kernels/gemm.py`); on every other shape probed it loses. Left open:
+# an in-kernel fixup (the CTA that finishes a tile adds its peers' partials, as CUTLASS's stream-K scheduler
+# does), which would take the fixup kernel's pass over the partials off the critical path.
 
 # %%
 sk_tab = ana.stream_k_table(shape_rec)
@@ -544,6 +551,10 @@ cm.show(*([sk_tab.fillna("—")] if len(sk_tab) else ["The shape sweep shown has
 sk_trace = ana.sktrace_records()
 if len(sk_trace):
     cm.show("Per-unit stamps, medians over every CTA (results/h200/gemm-probe-sktrace.log):", sk_trace.fillna("—"))
+sk_probe = ana.order_table(ana.probe_records(ana._probe_path(None, "gemm-probe-skprobe.log")), part="skprobe")
+if len(sk_probe):
+    cm.show("Stream-K beside the heuristic of the time, cuBLAS / config per interleaved round "
+            "(results/h200/gemm-probe-skprobe.log):", sk_probe)
 
 # %% [markdown]
 # ### Clusters and TMA multicast on triton 3.6.0

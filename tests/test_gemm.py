@@ -72,10 +72,11 @@ def test_heuristic_branches():
     assert [gemm_config_label(dataclasses.asdict(c)) for c in ws] == [
         "16x128x64 4w s6 swap-AB split-K 2", "32x128x64 4w s6 swap-AB split-K 4", "16x128x64 4w s6 swap-AB",
         "64x256x64 4w s4 ping-pong", "64x64x64 4w s8", "64x128x64 4w s6", "128x256x64 8w s3",
-        "128x128x64 4w s4 split-K 2", "128x128x64 4w s4 split-K 4 (last wave)", "128x128x64 8w s5", "128x256x64 8w s3"]
+        "128x128x64 4w s4 split-K 2", "128x128x64 4w s4 split-K 4 (last wave)", "128x128x64 8w s5", "128x256x64 8w s3",
+        "128x256x64 8w s3 stream-K 1w"]
     for (M, N, K) in HEURISTIC_SHAPES:
         p = G.GemmConfig.heuristic(M, N, K=K).validate()
-        assert not (p.swap_ab or p.pingpong or p.split_k > 1 or p.cp_async), (M, N, K, p)
+        assert not (p.swap_ab or p.pingpong or p.split_k > 1 or p.cp_async or p.stream_k), (M, N, K, p)
     over = G.GemmConfig.heuristic(16, 6144, K=4096, ws=True, BM=64, BN=128, num_warps=4, num_stages=6)
     assert not over.swap_ab and over.split_k == 1
     assert G.GemmConfig.heuristic(16, 6144, K=4096, ws=True, num_stages=4).swap_ab  # a ring-only override keeps the pick

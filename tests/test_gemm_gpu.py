@@ -118,10 +118,10 @@ def test_split_k_needs_a_k_step_per_slice():
 
 # one shape per branch of GemmConfig.heuristic's shape rules (tests/test_gemm.py checks each reaches its own
 # branch): swap-AB with and without split-K, 64-row tiles, the skinny big tile, split-K, last-wave split,
-# 128x128 8w, the default; ragged where the rule allows
+# 128x128 8w, the default, stream-K over a thin last wave; ragged where the rule allows
 HEURISTIC_SHAPES = [(16, 6144, 4096), (32, 4096, 14336), (5, 1000, 520), (64, 3000, 1000), (100, 1000, 2000),
-                    (200, 4096, 1024), (128, 28672, 512), (1000, 1000, 8192), (2500, 1736, 4104), (1024, 6144, 1000),
-                    (4096, 4096, 520)]
+                    (200, 4096, 1024), (128, 28672, 512), (1000, 1000, 8192), (2000, 2600, 4104), (1024, 6144, 1000),
+                    (4096, 4096, 520), (2500, 1736, 4104)]
 
 
 @pytest.mark.parametrize("variant", ["gluon-ws", "gluon-pipelined"])

@@ -1863,7 +1863,7 @@ def bucket_proposal(st):
 
 
 # ---- the GEMM probe (ci/gemm_probe.py's log): misaligned rows and decode swap-AB x split-K ----
-PROBE_LINE = re.compile(r"^(align|decode|split|order)\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad|pad-[abc]+)\s+(.+?)\s+([\d.]+) us\s+"
+PROBE_LINE = re.compile(r"^(align|decode|split|order|skprobe)\s+(\d+)x(\d+)\s*x(\d+)\s+(contig|pad|pad-[abc]+)\s+(.+?)\s+([\d.]+) us\s+"
                         r"(\d+) TF/s (\d+|None) MHz")
 PROMOTION = re.compile(r"^== promotion (\w+)$")
 PHASE_LINE = re.compile(r"^phases\s+(\d+)x(\d+)\s*x(\d+)\s+(.+?)\s+total\s+([\d.]+) us : (.+)$")
@@ -1895,7 +1895,7 @@ def probe_records(path=None) -> pd.DataFrame:
         if pm:
             promotion = pm.group(1)
             continue
-        if not line.startswith(("align ", "decode ", "split ", "order ")):
+        if not line.startswith(("align ", "decode ", "split ", "order ", "skprobe ")):
             continue
         if " FAILED " in line:  # gemm_probe.py prints a config that raised as a line of its own: not a timing
             continue
@@ -1912,11 +1912,12 @@ def probe_records(path=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def order_table(pr) -> pd.DataFrame:
-    """The probe's 'order' part (gemm-probe-order.log): per shape and config, cuBLAS time / config time in each
-    interleaved round (cuBLAS timed in the same round), their median / min / max, and the median us. The
-    ratios are recomputed from the timing lines (the log's own 'ordersum' lines are not read)."""
-    d = pr[pr.part == "order"] if len(pr) else pr
+def order_table(pr, part: str = "order") -> pd.DataFrame:
+    """The probe's interleaved-round parts ('order': gemm-probe-order.log, 'skprobe': gemm-probe-skprobe.log): per
+    shape and config, cuBLAS time / config time in each round (cuBLAS timed in the same round), their median /
+    min / max, and the median us. The ratios are recomputed from the timing lines (the log's own '...sum'
+    lines are not read)."""
+    d = pr[pr.part == part] if len(pr) else pr
     if not len(d):
         return pd.DataFrame()
     parts = d.config.str.extract(r"^(.+) round (\d+)$")

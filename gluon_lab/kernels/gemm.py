@@ -317,6 +317,11 @@ SPLIT_MIN_KSTEPS = 16
 LAST_WAVE_KSTEPS = 48  # split the last wave only with >= 48 k-steps (2500x1736x4104: split 4 of the last wave
                        # 0.56 vs 0.49 whole; 1000x3000x2000, 32 k-steps: 0.64 vs 0.78 for 128x256 whole)
 LAST_WAVE_FILL = 0.75  # ... where 128x128 tiles fill >= 1 wave but leave the LAST wave under 3/4 full (the sweep's rule)
+SK_TAIL = 0.1       # gluon-ws: more than one wave of 128x256 tiles whose last wave holds <= 10% of the SMs: stream-K
+                    # over that thin wave (GemmConfig(stream_k=1): its tiles' k-steps spread over every CTA).
+                    # 2500x1736x4104 and 777x5000x1000 (140 tiles = one wave + 8): 0.720 vs 0.640 and 0.568 vs
+                    # 0.553 for the rules below (three interleaved rounds each, results/h200/gemm-probe-skprobe.log);
+                    # stream-K lost everywhere else it was tried (notebook 04, "Stream-K")
 MID_N_FILL = 0.6    # 64 < M <= 256: 64x128 tiles unless they fill < 60% of the SMs, then 64x64 (128x4096x4096:
                     # 64x64 0.94 vs 64x128 0.82; 128x8192x8192: 64x128 0.96 vs 64x64 0.78)
 SKINNY_BIG_FILL = 0.8  # ... unless 64 < M <= 256 and 128x256 tiles give >= 80% of a wave: then the large-M wave rules
@@ -336,6 +341,8 @@ def shape_pick(M: int, N: int, K: int, ws: bool, sms: int = H200_SMS) -> "GemmCo
     if big >= BIG_WAVES * sms or wave_fill(big, sms) >= BIG_FILL:
         return GemmConfig()
     mid = cdiv(M, 128) * cdiv(N, 128)
+    if ws and big > sms and big % sms <= SK_TAIL * sms:
+        return GemmConfig(stream_k=1)
     if not ws:  # gluon-pipelined: 64x128 s5 when 128x256 tiles fill under half the SMs (1024x1024x32768: 0.86)
         return GemmConfig(BM=64, BN=128, num_warps=4, num_stages=5) if big < SMALL_GRID * sms else GemmConfig()
     if mid < SMALL_GRID * sms and k_steps >= 2 * SPLIT_MIN_KSTEPS:
