@@ -183,7 +183,8 @@ SKTRACE_CASES = (((2048, 2048, 2048), GemmConfig(BN=128, num_warps=4, num_stages
                  ((128, 6144, 4096), GemmConfig(BN=64, num_warps=4, num_stages=6)),
                  ((128, 6144, 4096), GemmConfig(BN=64, num_warps=4, num_stages=6, stream_k=1)),
                  ((2500, 1736, 4104), GemmConfig(BN=128, num_warps=4, num_stages=4)),
-                 ((2500, 1736, 4104), GemmConfig(BN=128, num_warps=4, num_stages=4, stream_k=2)))
+                 ((2500, 1736, 4104), GemmConfig(BN=128, num_warps=4, num_stages=4, stream_k=2)),
+                 ((2500, 1736, 4104), GemmConfig()), ((2500, 1736, 4104), GemmConfig(stream_k=1)))
 
 
 def _units(cfg, M, N, K, grid, full):
