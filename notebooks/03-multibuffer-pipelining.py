@@ -352,6 +352,14 @@ cm.show(ana.other_views(ctx, others, stale=stale))
 gm = ana.gemm_records(use)
 gemm_tab = ana.gemm_table(gm)
 cm.show(ana.about(gm, "GEMM grid") or ana.nodata(ctx, "the GEMM grid", stale), ana.gemm_views(gm, gemm_tab))
+pick_chk = ana.stale_pick_check(gm)  # records vs code: what a STALE Gluon record's shape runs today
+if len(pick_chk):
+    cm.show("Records vs code: the Gluon GEMM records above read STALE (their kernels' or the shared shape heuristic's "
+            "source changed after the run; not re-measured on the current code). "
+            + ("At every shape the current heuristic still launches the config the run timed."
+               if pick_chk["same config today"].all() else
+               "At the shapes marked False the current heuristic launches another config than the one timed."),
+            pick_chk)
 
 # %% [markdown]
 # ### GEMM sweeps: tile × ring depth (`gluon-pipelined`), producer registers × ring depth (`gluon-ws`)

@@ -390,6 +390,12 @@ if len(shape_tab):
 else:
     cm.show("The 'gemm-shapes' study has not run on a GPU yet: the table appears after "
             "`python -m gluon_lab bench 04-warp-specialization --parts gemm-shapes`.")
+pick_chk = P.stale_pick_check(shape_rec)  # records vs code: a STALE heuristic case's shape, run today
+if len(pick_chk):
+    diff = pick_chk[~pick_chk["same config today"]]
+    cm.show(f"Records vs code: {len(pick_chk)} heuristic cases of this run read STALE (not re-measured on the current "
+            f"code); at {len(diff)} of them the current heuristic launches another config than the one timed:",
+            diff if len(diff) else "none.")
 
 # %% [markdown]
 # ### How far to trust one cell: the noise floor, and 8192³ in interleaved rounds

@@ -438,3 +438,24 @@ def test_schedule_study_table_timeline_and_notes(allrec):
     plt.close("all")
     e = allrec.iloc[0:0]
     assert not len(P.schedule_records(e)) and not len(P.schedule_table(P.schedule_records(e)))
+
+
+def test_stale_pick_check_compares_the_stored_config_with_todays_pick():
+    """A STALE grid / heuristic record: True where today's heuristic resolves its shape to the config it ran,
+    False where not; a study's explicit config and current records are left out."""
+    import dataclasses
+    import json
+    import pandas as pd
+    from gluon_lab import registry
+    from gluon_lab.analysis import pipelined as P
+    shape = {"M": 4096, "N": 4096, "K": 4096}
+    now = dataclasses.asdict(registry.get_variant("matmul", "gluon-ws").resolve(shape, "bfloat16", {}))
+    other = dict(now, BN=64)
+    rows = [dict(variant="gluon-ws", config=dict(now, sm_clock_mhz=1500), stale=True),
+            dict(variant="gluon-ws", config=dict(other, study="gemm-shapes", heuristic=True), stale=True),
+            dict(variant="gluon-ws", config=dict(other, study="gemm-shapes"), stale=True),  # explicit: skipped
+            dict(variant="gluon-ws", config=now, stale=False)]                             # current: skipped
+    df = pd.DataFrame([{"op": "matmul", "dtype": "bfloat16", "run_id": "r", **shape, "variant": r["variant"],
+                        "config_key": json.dumps(r["config"]), "stale": r["stale"]} for r in rows])
+    chk = P.stale_pick_check(df)
+    assert list(chk["same config today"]) == [True, False]

@@ -27,6 +27,7 @@ Kernel-facing (the only places this module reaches into kernels / experiments / 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -1690,3 +1691,29 @@ def scoreboard_targets(boards: dict):
                                      f"({big['% of ceiling'].min():.1f}-{big['% of ceiling'].max():.1f}%)",
                          "met": bool((big["% of ceiling"] >= CEILING_TARGET_PCT).all())})
     return pd.concat([t, pd.DataFrame(rows)], ignore_index=True)
+
+
+RECORD_ONLY_KEYS = frozenset({"study", "sm_clock_mhz", "heuristic", "bracket"})  # config keys that are not the kernel's
+
+
+def stale_pick_check(df) -> pd.DataFrame:
+    """For the STALE Gluon matmul records of a grid or a study's heuristic cases (no explicit config asked for:
+    what the heuristic ran),
+    whether today's heuristic resolves each shape to the config the record ran (its stored resolved config):
+    'same config today' True means the run timed the config the current code would launch, though its kernel
+    source has changed since; False means the current code runs something else there."""
+    if not len(df) or "stale" not in df:
+        return pd.DataFrame()
+    from .. import registry
+    st = df[df["stale"].astype(bool) & (df.op == "matmul") & df.variant.str.startswith("gluon")]
+    rows = []
+    for _, r in st.iterrows():
+        full = json.loads(r["config_key"])
+        if "study" in full and not full.get("heuristic"):  # a study's explicit config: not what a default call runs
+            continue
+        cfg = {k: v for k, v in full.items() if k not in RECORD_ONLY_KEYS}
+        shape = {d: int(r[d]) for d in ("M", "N", "K")}
+        now = dataclasses.asdict(registry.get_variant("matmul", r["variant"]).resolve(shape, r["dtype"], {}))
+        rows.append({"variant": r["variant"], **shape, "run": r["run_id"],
+                     "same config today": all(now.get(k) == v for k, v in cfg.items())})
+    return pd.DataFrame(rows)
