@@ -526,8 +526,9 @@ cm.show(ana.wave_figure(waves))
 # partial's bytes once more at about the rate split-K's reduce does, so it costs in proportion to the pieces
 # (7–13 µs where most tiles are cut, more than split-K's 3 µs at 1024 × 1024 × 32768; unrolling its loads
 # changed nothing); `sktrace` (third table, the INSTRUMENT build's per-unit stamps, medians over all CTAs)
-# shows the rest inside the GEMM kernel: a partial piece's epilogue takes longer than a whole tile's bf16 one,
-# each CTA runs about two of them on top of its tiles, and every k-step runs slower with the stream-K grid
+# shows the rest inside the GEMM kernel (traced before the partials moved to registers): a partial piece's
+# epilogue took longer than a whole tile's bf16 one,
+# each CTA ran about two of them on top of its tiles, and every k-step ran slower with the stream-K grid
 # than with the data-parallel one. At M = 128
 # (128 × 6144 × 4096) the 132 stream-K CTAs each run their k-steps about a third slower than the 96
 # data-parallel CTAs, so the kernel spans come out nearly equal: which says that GEMM is bound by the bandwidth
@@ -556,7 +557,9 @@ cm.show(*([sk_tab.fillna("—")] if len(sk_tab) else ["The shape sweep shown has
           if len(phases) else []))
 sk_trace = ana.sktrace_records()
 if len(sk_trace):
-    cm.show("Per-unit stamps, medians over every CTA (results/h200/gemm-probe-sktrace.log):", sk_trace.fillna("—"))
+    cm.show("Per-unit stamps, medians over every CTA (results/h200/gemm-probe-sktrace.log; measured at commit ec46036, "
+            "when the partials were still staged through shared memory for a TMA store; not re-run since they are "
+            "stored from registers):", sk_trace.fillna("—"))
 sk_probe = ana.order_table(ana.probe_records(ana._probe_path(None, "gemm-probe-skprobe.log")), part="skprobe")
 if len(sk_probe):
     cm.show("Stream-K beside the heuristic of the time, cuBLAS / config per interleaved round "
