@@ -1971,20 +1971,24 @@ def operand_split_table(pr) -> pd.DataFrame:
     return t.reset_index()
 
 
+def _log_lines(p, prefix: str, pattern, what: str):
+    """(line number, match groups) of every line of the probe log p that starts with prefix; such a line that
+    does not match pattern is an error naming the file and line."""
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if line.startswith(prefix):
+            m = pattern.match(line)
+            if not m:
+                raise ValueError(f"{p}:{i}: not a gemm_probe.py {what} line: {line[:120]!r}")
+            yield i, m.groups()
+
+
 def cublas_kernels(path=None) -> pd.DataFrame:
     """The probe's 'kernels' part (gemm-probe-split.log): the kernel torch.matmul launched per ragged shape."""
     p = _probe_path(path, "gemm-probe-split.log")
     if not p.exists():
         return pd.DataFrame()
-    rows = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        if line.startswith("kernel"):
-            m = KERNEL_LINE.match(line)
-            if not m:
-                raise ValueError(f"{p}:{i}: not a gemm_probe.py kernel line: {line[:120]!r}")
-            M, N, K, layout, names = m.groups()
-            rows.append({"M": int(M), "N": int(N), "K": int(K), "layout": layout, "cuBLAS kernel": names.strip()})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"M": int(M), "N": int(N), "K": int(K), "layout": layout, "cuBLAS kernel": names.strip()}
+                         for _, (M, N, K, layout, names) in _log_lines(p, "kernel", KERNEL_LINE, "kernel")])
 
 
 def phase_records(path=None) -> pd.DataFrame:
@@ -1995,13 +1999,7 @@ def phase_records(path=None) -> pd.DataFrame:
     if not p.exists():
         return pd.DataFrame()
     rows = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.startswith("phases"):
-            continue
-        m = PHASE_LINE.match(line)
-        if not m:
-            raise ValueError(f"{p}:{i}: not a gemm_probe.py phases line: {line[:120]!r}")
-        M, N, K, cfg, total, parts = m.groups()
+    for i, (M, N, K, cfg, total, parts) in _log_lines(p, "phases", PHASE_LINE, "phases"):
         kern = {}
         for part in parts.split(" | "):
             km = re.match(r"^(.+) ([\d.]+) us$", part.strip())
@@ -2028,13 +2026,8 @@ def sktrace_records(path=None) -> pd.DataFrame:
         return pd.DataFrame()
     num = lambda v: np.nan if v == "-" else float(v)  # noqa: E731
     rows = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.startswith("sktrace"):
-            continue
-        m = SKTRACE_LINE.match(line)
-        if not m:
-            raise ValueError(f"{p}:{i}: not a gemm_probe.py sktrace line: {line[:120]!r}")
-        M, N, K, sched, bm, bn, nw, ctas, kw, kp, ew, ep, gap, span = m.groups()
+    for _, (M, N, K, sched, bm, bn, nw, ctas, kw, kp, ew, ep, gap, span) in _log_lines(p, "sktrace", SKTRACE_LINE,
+                                                                                      "sktrace"):
         rows.append({"M": int(M), "N": int(N), "K": int(K), "schedule": sched, "tile": f"{bm}x{bn} {nw}w",
                      "CTAs": int(ctas), "ns / k-step, whole tiles": num(kw), "ns / k-step, pieces": num(kp),
                      "epilogue ns, whole": num(ew), "epilogue ns, partial": num(ep), "unit gap ns": num(gap),
