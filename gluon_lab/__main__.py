@@ -1,8 +1,9 @@
-"""CLI: python -m gluon_lab {bench,report,compare,adopt,inspect,ceilings,select}"""
+"""CLI: python -m gluon_lab {bench,report,compare,adopt,inspect,ceilings,select,launches,refresh}"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -72,6 +73,21 @@ def main(argv=None) -> int:
     sel = sub.add_parser("select", help="write the variant='auto' selection table from the current records")
     sel.add_argument("--results-dir", default=None, help="default: the repository's results/")
     sel.add_argument("--check", action="store_true", help="exit 1 if the committed table differs (do not write)")
+    ln = sub.add_parser("launches", help="bring results/launch-hashes.json up to date (what each record's case "
+                        "launches, compiled on this CPU): staleness follows the compiled kernel")
+    ln.add_argument("--results-dir", default=None, help="default: the repository's results/")
+    ln.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1), help="worker processes")
+    ln.add_argument("--commits", action="store_true",
+                    help="also recover the launches of records measured at older code (a worktree of each record's commit)")
+    ln.add_argument("--check", action="store_true", help="exit 1 if an entry the records need is missing (do not write)")
+    ln.add_argument("--stale-list", default=None, help="write every stale record (file:line reason) here, e.g. to diff "
+                    "before and after a refactor")
+    rf = sub.add_parser("refresh", help="re-measure (GPU) exactly the stale or missing cases of the notebooks' plans, "
+                        "with their same-run cells; --dry-run (CPU) says what is due")
+    rf.add_argument("notebooks", nargs="*", help="default: every notebook with a plan")
+    rf.add_argument("--results-dir", default="runs/refresh/results", help="where the new records go (then `adopt`)")
+    rf.add_argument("--budget-s", type=float, default=None, help="start no cell that would end past this many seconds")
+    rf.add_argument("--dry-run", action="store_true", help="only say what is due (no GPU needed)")
     a = p.parse_args(argv)
 
     if a.cmd == "bench":
@@ -185,6 +201,18 @@ def main(argv=None) -> int:
             return 0 if same else 1
         print(f"wrote {selection.write(table)} ({sum(len(d) for g in table['entries'].values() for o in g.values() for d in o.values())} buckets)")
         return 0
+    if a.cmd == "refresh":
+        from . import refresh
+        from .experiments import EXPERIMENTS
+        nbs = a.notebooks or sorted(EXPERIMENTS)
+        bad = [n for n in nbs if n not in EXPERIMENTS]
+        if bad:
+            p.error(f"unknown notebook {bad[0]!r}; known: {sorted(EXPERIMENTS)}")
+        return refresh.run(nbs, a.results_dir, budget_s=a.budget_s, dry_run=a.dry_run)
+    if a.cmd == "launches":
+        from . import currency
+        return currency.refresh(a.results_dir, jobs=a.jobs, commits=a.commits, check=a.check,
+                                stale_list=a.stale_list)
     return 2
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import device, registry, results
+from . import currency, device, registry, results
 
 
 def resolve_mode(mode: str) -> str:
@@ -33,7 +33,8 @@ def load(results_dir, slug: str, notebook: str, newest_only: bool = True):
         df = results.load([], on_error="raise")
         df["stale"] = pd.Series([], dtype=bool)
         return df
-    df = results.mark_stale(results.load(path, on_error="raise"), registry.current_hash)
+    df = currency.mark_stale(results.load(path, on_error="raise"), registry.current_hash,
+                             currency.cache(results_dir))
     return results.latest(df) if newest_only else df
 
 
@@ -74,20 +75,58 @@ def missing_note(df, what: str) -> str | None:
 
 def newest_run(df, mask=None, require=()):
     """Records of the newest run (by timestamp) among those selected by mask: one run's numbers
-    are compared side by side, never numbers from different runs.
+    are compared side by side, never numbers from different runs within a cell.
 
     require: variants the run must hold among the selected records (e.g. the kernel a section is
     about plus a baseline); a newer run that re-measured only part of a section is skipped in
-    favour of the newest run that holds all of them. No run holds them all -> the newest run."""
+    favour of the newest run that holds all of them. No run holds them all -> the newest run.
+
+    Cells re-measured later (`python -m gluon_lab refresh` re-measures only the cells whose records
+    went stale, each cell whole: every variant at that shape) replace that cell of the run: a cell
+    (dtype and shape) is taken from the newest run that measured it with every variant the base run
+    holds there, so a page never shows a stale cell where a newer current one exists, and every
+    ratio within a cell stays same-run. Other cells keep the base run's records."""
     sub = df if mask is None else df[mask]
     if not len(sub):
         return sub
     newest_first = sub.groupby("run_id")["timestamp"].max().sort_values(ascending=False, kind="stable").index
     need = set(require)
-    for run in newest_first:
-        if need <= set(sub.loc[sub["run_id"] == run, "variant"]):
-            return sub[sub["run_id"] == run]
-    return sub[sub["run_id"] == newest_first[0]]
+    base = next((r for r in newest_first if need <= set(sub.loc[sub["run_id"] == r, "variant"])), newest_first[0])
+    return _with_newer_cells(sub, base, newest_first)
+
+
+def _with_newer_cells(sub, base, newest_first):
+    """The base run's records, each cell replaced by a newer run's where that run measured the cell with
+    every variant the base holds there (refresh runs)."""
+    import pandas as pd
+    from .results import SHAPE_COLUMNS
+    newer = list(newest_first[:list(newest_first).index(base)])
+    base_rows = sub[sub["run_id"] == base]
+    if not newer:
+        return base_rows
+    cols = [c for c in ("dtype", *SHAPE_COLUMNS) if c in sub.columns]
+
+    def cell(d):
+        return pd.Series(list(zip(*[d[c].astype(object).where(d[c].notna(), None) for c in cols])), index=d.index)
+
+    base_cells = cell(base_rows)
+    want = {c: set(base_rows.loc[base_cells == c, "variant"]) for c in set(base_cells)}
+    take: dict = {}
+    for run in reversed(newer):  # oldest first: a newer run overrides an older one
+        rows = sub[sub["run_id"] == run]
+        cells = cell(rows)
+        for c in set(cells) & set(want):
+            if want[c] <= set(rows.loc[cells == c, "variant"]):
+                take[c] = run
+    if not take:
+        return base_rows
+    keep = base_rows[~base_cells.isin(list(take))]
+    parts = [keep]
+    for run in set(take.values()):
+        rows = sub[sub["run_id"] == run]
+        cells = cell(rows)
+        parts.append(rows[cells.isin([c for c, r in take.items() if r == run])])
+    return pd.concat(parts).sort_index()
 
 
 def copy_reference_table(df, run: str, big_elems: int = 64 * 2**20):
@@ -146,13 +185,18 @@ def section_line(g, what: str, with_files: bool = False) -> str:
 
 
 def stale_table(df):
-    """One row per (run, op, variant) with stale records: how many, the hash they were measured
-    with and the hash of the current source (empty when nothing is stale)."""
+    """One row per (run, op, variant) with stale records: how many, why (what changed in what their case
+    launches, gluon_lab.currency), the source hash they were measured with and today's (empty when
+    nothing is stale)."""
     import pandas as pd
     if not len(df) or "stale" not in df or not df["stale"].any():
         return pd.DataFrame()
     s = df[df["stale"].astype(bool)]
-    t = s.groupby(["run_id", "op", "variant", "kernel_source_hash"]).size().rename("stale records").reset_index()
+    if "stale_why" not in s:
+        s = s.assign(stale_why="source changed")
+    t = s.groupby(["run_id", "op", "variant", "kernel_source_hash"]).agg(
+        **{"stale records": ("stale", "size"),
+           "why": ("stale_why", lambda w: "; ".join(sorted({str(x) for x in w.dropna()})[:3]))}).reset_index()
 
     def now(op, variant):
         try:
@@ -172,8 +216,9 @@ def stale_note(df, what: str) -> str | None:
         return None
     s = df[df["stale"].astype(bool)]
     vs = ", ".join(sorted({f"{o}/{v}" for o, v in zip(s["op"], s["variant"])}))
-    return (f"**STALE:** {len(s)} of the {len(df)} records of {what} ({vs}) were measured with a kernel source that "
-            "has changed since (kernel_source_hash differs from the current source). They show the code as it was "
+    return (f"**STALE:** {len(s)} of the {len(df)} records of {what} ({vs}) were measured with code whose launch has "
+            "changed since (what their case compiles and launches today differs, or the source changed and "
+            "no launch was recorded). They show the code as it was "
             f"at commit {', '.join(sorted(s['git_commit'].dropna().unique())) or '?'}, not as it is now; re-measure "
             "before drawing conclusions about the current kernel.")
 

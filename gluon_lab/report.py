@@ -43,8 +43,9 @@ NOTEBOOKS = REPO / "notebooks"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 RUNS = REPO / "runs"
 HEADLINE_MIME = "application/vnd.gluonlab.headline+json"
-STALE_LEGEND = ("a case is stale when its newest record was measured with kernel code that has changed since (the "
-                "hash of the code the variant compiles and launches differs): the page shows it flagged STALE, "
+STALE_LEGEND = ("a case is stale when what its newest record launched has changed since (the kernels its case "
+                "compiles for sm_90 today, their grids and launch parameters differ; a refactor that compiles to the "
+                "same code is not stale): the page shows it flagged STALE, "
                 "and a re-measure replaces it. Older runs kept as history are not counted, nor retired cases "
                 "(stale cases a newer current run of the same study no longer measures)")
 #: outputs longer than this many text lines / table rows are folded on the page
@@ -316,7 +317,8 @@ def data_summary(results_dir: Path, notebook: str) -> dict:
         return {"gpus": "no records", "date": "", "n": 0, "stale": 0, "cases": 0, "retired": 0, "runs": 0,
                 "where": where}
     df = results.load(files, on_error="raise")  # validates every record, physics recomputed (PhysicsError)
-    df = results.mark_stale(df, registry.current_hash)
+    from . import currency
+    df = currency.mark_stale(df, registry.current_hash, currency.cache(results_dir))
     gpus = ", ".join(sorted(df["gpu_name"].dropna().unique())) or "?"
     date = str(df["timestamp"].dropna().max())[:10] if len(df) else ""
     newest = results.latest(df)  # the record of each case a page shows; older runs are history

@@ -44,7 +44,8 @@ def _votes(df):
     from . import registry, results, specs
     df = df[df["passed"].fillna(False).astype(bool) & df["ms_median"].notna() & df["op"].isin(specs.names())
             & (df["pattern"] != "ceiling") & (df["timer"] != "host-loop")]
-    df = results.mark_stale(results.latest(df), registry.current_hash)
+    from . import currency
+    df = currency.mark_stale(results.latest(df), registry.current_hash)
     df = df[~df["stale"]]
     keep = []
     for i, r in df.iterrows():

@@ -1,0 +1,213 @@
+"""`python -m gluon_lab refresh [NOTEBOOK...] [--budget-s S]`: re-measure what the pages show stale or
+missing, and nothing else.
+
+A notebook's plan (``experiments``) lists its cases; a case is *due* when no current record of it exists
+(no record at all, or its newest record is stale by ``currency``: what its case launches changed). Due
+cases are re-measured together with their **cell** — every plan case at the same dtype, shape and
+study (every op and variant there, the per-shape copy too) (the peers a page divides by, so a ratio stays same-run) — in one measurement session per
+notebook (ceilings first, as every run). Order: the plan's grid cells (no study: the cells the headline
+numbers and targets are computed from) before its studies, each in plan order. Records are appended per
+case, so a call cut at its time limit keeps what it measured and the next call starts where it stopped:
+the records already in the output folder count (``--results-dir``, read beside the repository's
+``results/``). ``--budget-s`` starts no cell whose estimate would end past the budget.
+
+Pages compose cells across runs (``notebook.newest_run``): a refreshed cell replaces the stale one, the
+other cells keep their run. What the plan functions capture besides cases (timelines, Inductor code,
+00's dispatch study and decoder block) is not a case: ``refresh`` says when such records are stale and
+names the ``bench --parts`` that re-measures them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+# per-notebook: (plan cases of the full plan, parts measured by functions other than case sweeps)
+SPECIAL_PARTS = {"00-ceilings": {"dispatch": '"study": "dispatch"', "block": '"study": "inductor-rewrite"'}}
+#: seconds one case takes on the H200 (check, capture, >= 100 ms of replays) and a first compile on top
+SECONDS_PER_CASE = 0.6
+SECONDS_PER_COMPILE = 2.0
+
+
+def plan_cases(notebook: str) -> list[dict]:
+    """Every case of the notebook's full plan (what `bench NOTEBOOK` measures as cases)."""
+    from . import experiments as ex
+    if notebook == "00-ceilings":
+        p = ex.CeilingsPlan()
+        return ex.plan_cases(p) + ex.fastpath_grid_cases(p)
+    if notebook == "01-tma-caching":
+        return ex.tma_caching_cases(ex.TmaCachingPlan(), ("rms", "others", "sweep"))
+    if notebook == "02-chunked-reductions":
+        return ex.chunked_cases(ex.ChunkedPlan(), ("bf16", "fp32", "others", "chunk", "stream", "groupnorm"))
+    if notebook == "03-multibuffer-pipelining":
+        return ex.pipelined_cases(ex.PipelinedPlan(), ("norms", "stages", "others", "gemm", "gemm-sweep"))
+    if notebook == "04-warp-specialization":
+        return ex.ws_cases(ex.WarpSpecializedPlan(), ("norms", "gemm", "gemm-shapes", "norm-sweep", "ws-sweep"))
+    if notebook == "05-fused-qk-norm-rope":
+        return ex.qk_norm_rope_cases(ex.QkNormRopePlan())
+    if notebook == "06-convolution":
+        return ex.conv_cases(ex.ConvPlan(), tuple(p for p in ex.CONV_PARTS if p != "timeline"))
+    raise ValueError(f"unknown notebook {notebook!r}; known: {sorted(ex.EXPERIMENTS)}")
+
+
+def _shape_key(shape: dict) -> str:
+    return json.dumps(shape, sort_keys=True)
+
+
+def predicted_config(case: dict) -> dict:
+    """The config a record of this case will carry (bench.Session.measure: the case's config, the
+    resolved config's fields on top)."""
+    from . import registry
+    cfg = dict(case.get("config") or {})
+    if case.get("op") == "copy":
+        return cfg
+    v = registry.get_variant(case["op"], case["variant"])
+    if v.configure is not None:
+        try:
+            obj = v.resolve(case["shape"], case["dtype"], cfg)
+            if obj is not None:
+                cfg = {**cfg, **dataclasses.asdict(obj)}
+        except (ValueError, TypeError):
+            pass  # the record will be a failed one; its case is still this
+    if case.get("call") == "api":
+        cfg["call"] = "api"
+    return cfg
+
+
+def identities(case: dict) -> set:
+    """The record identities (op, variant, dtype, shape, results.case_key) a case's record can have:
+    a case timed by "auto" lands under either timer."""
+    from . import results
+    ck = json.dumps(predicted_config(case), sort_keys=True)
+    timers = [case["timer"]] if case.get("timer") not in (None, "auto") else ["cudagraph", "do_bench-l2flush"]
+    return {(case["op"], case.get("variant", "torch"), case["dtype"], _shape_key(case["shape"]), results.case_key(ck, t))
+            for t in timers}
+
+
+def cell_of(case: dict) -> tuple:
+    """(dtype, shape, study): every op and variant a page compares at one shape, the per-shape copy too."""
+    study = (case.get("config") or {}).get("study")
+    return (case["dtype"], _shape_key({k: v for k, v in case["shape"].items() if k != "bytes"}), study)
+
+
+def _record_ids(df) -> dict:
+    """identity -> stale flag of the newest record of each case in df (stale-marked)."""
+    from . import results
+    if not len(df):
+        return {}
+    d = df.sort_values(["timestamp", "run_id"], kind="stable")
+    out = {}
+    for r in d[["op", "variant", "dtype", "shape", "config_key", "timer", "stale"]].itertuples(index=False):
+        out[(r.op, r.variant, r.dtype, _shape_key(r.shape), results.case_key(r.config_key, r.timer))] = bool(r.stale)
+    return out
+
+
+def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
+    """(cells to measure, in order, each a list of cases; counts). df: the notebook's records, stale-marked."""
+    ids = _record_ids(df[df["pattern"] != "ceiling"] if len(df) else df)
+    cases = plan_cases(notebook)
+    cells: dict = {}
+    for c in cases:
+        cells.setdefault(cell_of(c), []).append(c)
+    n_missing = n_stale = 0
+    todo = []
+    for key, cs in cells.items():
+        hit = False
+        for c in cs:
+            if c.get("op") == "copy":
+                continue
+            state = [ids.get(i) for i in identities(c)]
+            if all(s is None for s in state):
+                n_missing += 1
+                hit = True
+            elif not any(s is False for s in state):
+                n_stale += 1
+                hit = True
+        if hit:
+            todo.append((key[2] is not None, len(todo), cs))
+    todo.sort(key=lambda t: (t[0], t[1]))  # grid cells (no study) first, then the studies, plan order
+    cells_out = [cs for _, _, cs in todo]
+    return cells_out, {"cases": len(cases), "cells": len(cells), "missing": n_missing, "stale": n_stale,
+                       "cells_due": len(cells_out), "cases_due": sum(len(c) for c in cells_out)}
+
+
+def special_stale(notebook: str, df) -> list[str]:
+    """The non-case parts of a notebook whose newest records are stale (re-measured by bench --parts)."""
+    out = []
+    for part, marker in SPECIAL_PARTS.get(notebook, {}).items():
+        d = df[df["config_key"].str.contains(marker, regex=False)] if len(df) else df
+        if len(d):
+            newest = d[d["run_id"] == d.sort_values("timestamp")["run_id"].iloc[-1]]
+            if newest["stale"].any():
+                out.append(part)
+    return out
+
+
+def estimate_s(cells: list[list[dict]]) -> float:
+    variants = {(c["op"], c.get("variant")) for cs in cells for c in cs}
+    return sum(len(cs) for cs in cells) * SECONDS_PER_CASE + len(variants) * SECONDS_PER_COMPILE
+
+
+def load_marked(notebook: str, results_dirs: list, gpu: str = "h200"):
+    """The notebook's records from every folder given (repository results/ and the refresh's output),
+    stale-marked by today's code."""
+    from . import currency, registry, results
+    paths = [Path(d) / gpu / f"{notebook}.jsonl" for d in results_dirs]
+    paths = [p for p in paths if p.exists()]
+    df = results.load(paths, on_error="raise") if paths else results.load([], on_error="raise")
+    return currency.mark_stale(df, registry.current_hash, currency.cache(results_dirs[0]))
+
+
+def plan(notebooks: list, results_dirs: list, gpu: str = "h200", log=print) -> dict:
+    """{notebook: (cells, counts, special parts)} without measuring (the CPU can say what a refresh would do)."""
+    out = {}
+    for nb in notebooks:
+        df = load_marked(nb, results_dirs, gpu)
+        cells, counts = due(nb, df)
+        sp = special_stale(nb, df)
+        out[nb] = (cells, counts, sp)
+        log(f"{nb}: {counts['cases']} plan cases in {counts['cells']} cells; due: {counts['missing']} missing, "
+            f"{counts['stale']} stale -> {counts['cases_due']} cases in {counts['cells_due']} cells "
+            f"(~{estimate_s(cells):.0f} s)" + (f"; stale non-case parts: {sp} (bench {nb} --parts {','.join(sp)})"
+                                                if sp else ""))
+    return out
+
+
+def run(notebooks: list, results_dir: str, budget_s: float | None = None, dry_run: bool = False,
+        repo_results: str | None = None, log=print) -> int:
+    """Measure what is due (GPU). Returns 0 when everything due was measured and passed, 1 otherwise."""
+    from . import device
+    from .bench import Session
+    from .currency import default_results_dir
+    dirs = [str(repo_results or default_results_dir()), results_dir]
+    gpu = device.gpu_info()["gpu_slug"] if not dry_run and device.cuda_available() else "h200"
+    plans = plan(notebooks, dirs, gpu, log=log)
+    if dry_run:
+        return 0
+    t0 = time.time()
+    rc = 0
+    for nb, (cells, counts, _sp) in plans.items():
+        if not cells:
+            continue
+        left = None if budget_s is None else budget_s - (time.time() - t0)
+        if left is not None and left < 20:
+            log(f"{nb}: budget spent; {counts['cells_due']} cells left for the next call")
+            rc = 1
+            continue
+        s = Session(nb, results_dir)
+        s.save()
+        done = 0
+        for i, cs in enumerate(cells, 1):
+            est = estimate_s([cs])
+            if budget_s is not None and time.time() - t0 + est > budget_s:
+                log(f"{nb}: stopping before cell {i}/{len(cells)} (budget {budget_s:.0f} s; {len(cells) - i + 1} cells "
+                    "left: the next refresh resumes there)")
+                rc = 1
+                break
+            recs = s.sweep([c for c in cs], desc=f"{nb} cell {i}/{len(cells)}")
+            done += len(recs)
+            if any(r.passed is False for r in recs):
+                rc = 1
+        log(f"{nb}: {done} cases measured in {time.time() - t0:.0f} s -> {s.save()}")
+    return rc
