@@ -211,7 +211,7 @@ def _current_hashes(pairs) -> dict:
     return out
 
 
-def needed(df, lc: LaunchCache, now: dict) -> tuple[dict, list]:
+def needed(df, lc: LaunchCache, now: dict, retry_errors: bool = False) -> tuple[dict, list]:
     """(requests to compute under today's code {(op, variant, key): request}, records with an unknown
     own launch: [(git_commit, src, request)]). Today's launch is needed for every record whose source is
     current (so a later change can be judged) or whose own launch is known."""
@@ -228,7 +228,8 @@ def needed(df, lc: LaunchCache, now: dict) -> tuple[dict, list]:
         if src != cur and lc.get(r.op, r.variant, src, rk) is None:
             unknown.append((r.git_commit, src, req))
             continue
-        if lc.get(r.op, r.variant, cur, rk) is None:
+        have = lc.get(r.op, r.variant, cur, rk)
+        if have is None or (retry_errors and "e" in have and "ModuleNotFoundError" not in have["e"]):
             todo[(r.op, r.variant, rk)] = req
     return todo, unknown
 
@@ -333,7 +334,7 @@ def refresh(results_dir=None, jobs: int = 2, commits: bool = False, check: bool 
         log(f"launches: {len(unknown)} newest-per-case records measured at older code without a recorded launch; "
             "trying their commits")
         from_commits(unknown, lc, results_dir.parent, log=log)
-    todo, unknown = needed(df, lc, now)
+    todo, unknown = needed(df, lc, now, retry_errors=not check)
     if check:
         if todo:
             ex = next(iter(todo.values()))

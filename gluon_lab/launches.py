@@ -232,13 +232,38 @@ def emulate(sms: int = H200_SMS):
     for n, f in patched.items():
         setattr(tc, n, f)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _CudaAsMeta():
             yield seen
     finally:
         for n, f in saved.items():
             setattr(tc, n, f)
         JITFunction.run = orig_run
         driver._active = prev_driver
+
+
+def _cuda_as_meta_mode():
+    import torch
+
+    class CudaAsMeta(torch.overrides.TorchFunctionMode):
+        """Tensors a launcher allocates on "cuda" itself (a scheduler's block counter) come out on meta."""
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            d = kwargs.get("device")
+            if d is not None and str(d).startswith("cuda"):
+                kwargs = {**kwargs, "device": "meta"}
+            return func(*args, **kwargs)
+
+    return CudaAsMeta()
+
+
+class _CudaAsMeta:
+    def __enter__(self):
+        self.mode = _cuda_as_meta_mode()
+        return self.mode.__enter__()
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
 
 
 def _plain(v):
