@@ -308,6 +308,7 @@ def from_commits(unknown: list, lc: LaunchCache, repo: Path, log=print, limit: i
                         lc.put(op, variant, src, rk, ans)
                         ok += "error" not in a
                     got += ok
+                    lc.save()  # per commit: a run cut short keeps what it recovered
                     log(f"  {commit[:10]}: {ok} of {len(items)} launches recovered"
                         + (f" (worker rc {res.returncode}: {res.stderr.strip().splitlines()[-1][:200]})"
                            if res.returncode and res.stderr.strip() else ""))

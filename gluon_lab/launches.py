@@ -331,7 +331,8 @@ def evaluate(req: dict) -> dict:
     A case that launches nothing through Triton gets hash None (its record keeps the source rule)."""
     try:
         from gluon_lab import registry
-        if registry.get_variant(req["op"], req["variant"]).differentiable:
+        v = registry.get_variant(req["op"], req["variant"])
+        if getattr(v, "differentiable", False) or v.name == "torch" or v.name.startswith("inductor"):
             return {"hash": None, "summary": "-"}  # eager torch / torch.compile formulas: no Triton launch of ours
         seen = capture(req["op"], req["variant"], req["shape"], req["dtype"], req.get("overrides") or {},
                        req.get("call", "fn"), req.get("sms") or H200_SMS)

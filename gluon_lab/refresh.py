@@ -91,21 +91,45 @@ def cell_of(case: dict) -> tuple:
     return (case["dtype"], _shape_key({k: v for k, v in case["shape"].items() if k != "bytes"}), study)
 
 
-def _record_ids(df) -> dict:
-    """identity -> stale flag of the newest record of each case in df (stale-marked)."""
-    from . import results
+def _record_index(df) -> dict:
+    """(op, variant, dtype, shape, study) -> [(config, timer, stale)] of df's records, newest first."""
     if not len(df):
         return {}
-    d = df.sort_values(["timestamp", "run_id"], kind="stable")
-    out = {}
-    for r in d[["op", "variant", "dtype", "shape", "config_key", "timer", "stale"]].itertuples(index=False):
-        out[(r.op, r.variant, r.dtype, _shape_key(r.shape), results.case_key(r.config_key, r.timer))] = bool(r.stale)
+    d = df.sort_values(["timestamp", "run_id"], kind="stable", ascending=False)
+    out: dict = {}
+    for r in d[["op", "variant", "dtype", "shape", "config", "timer", "stale"]].itertuples(index=False):
+        cfg = {k: v for k, v in (r.config or {}).items() if k != "sm_clock_mhz"}
+        out.setdefault((r.op, r.variant, r.dtype, _shape_key(r.shape), cfg.get("study")), []).append(
+            (cfg, r.timer, bool(r.stale)))
     return out
+
+
+def newest_state(case: dict, index: dict) -> bool | None:
+    """The newest record of a case: True stale, False current, None no record. A record is the case's
+    when the knobs the case sets agree, its timer fits, and every config field both have agrees (a config
+    field added since, e.g. a new knob at its default, does not make an older record another case)."""
+    cfg = case.get("config") or {}
+    key = (case["op"], case.get("variant", "torch"), case["dtype"], _shape_key(case["shape"]), cfg.get("study"))
+    cands = index.get(key)
+    if not cands:
+        return None
+    pred = predicted_config(case)
+    timers = None if case.get("timer") in (None, "auto") else {case["timer"]}
+    grid = "study" not in cfg
+    for rc, timer, stale in cands:
+        if timers is not None and timer not in timers:
+            continue
+        if any(rc.get(k) != v for k, v in cfg.items()):
+            continue
+        if not grid and any(pred[k] != v for k, v in rc.items() if k in pred):
+            continue
+        return stale
+    return None
 
 
 def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
     """(cells to measure, in order, each a list of cases; counts). df: the notebook's records, stale-marked."""
-    ids = _record_ids(df[df["pattern"] != "ceiling"] if len(df) else df)
+    index = _record_index(df[df["pattern"] != "ceiling"] if len(df) else df)
     cases = plan_cases(notebook)
     cells: dict = {}
     for c in cases:
@@ -117,11 +141,11 @@ def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
         for c in cs:
             if c.get("op") == "copy":
                 continue
-            state = [ids.get(i) for i in identities(c)]
-            if all(s is None for s in state):
+            state = newest_state(c, index)
+            if state is None:
                 n_missing += 1
                 hit = True
-            elif not any(s is False for s in state):
+            elif state:
                 n_stale += 1
                 hit = True
         if hit:

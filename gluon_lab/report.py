@@ -321,10 +321,29 @@ def data_summary(results_dir: Path, notebook: str) -> dict:
     df = currency.mark_stale(df, registry.current_hash, currency.cache(results_dir))
     gpus = ", ".join(sorted(df["gpu_name"].dropna().unique())) or "?"
     date = str(df["timestamp"].dropna().max())[:10] if len(df) else ""
-    newest = results.latest(df)  # the record of each case a page shows; older runs are history
-    stale, retired = _stale_and_retired(newest)
-    return {"gpus": gpus, "date": date, "n": len(df), "cases": len(newest) - retired, "stale": stale,
+    shown, stale, retired = shown_cases(df)
+    return {"gpus": gpus, "date": date, "n": len(df), "cases": shown, "stale": stale,
             "retired": retired, "runs": int(df["run_id"].nunique()), "where": where}
+
+
+def shown_cases(df) -> tuple[int, int, int]:
+    """(cases a reader sees, of them stale, stale cases only in history). A page's sections each show the
+    newest run of their study (the grid: records without a study), with cells re-measured later composed
+    in (notebook.newest_run); the count is over exactly those records, newest per case. A stale case of an
+    older run that no section shows any more is history ("retired"), not counted as shown."""
+    from . import notebook, results
+    if not len(df):
+        return 0, 0, 0
+    d = df[df["pattern"] != "ceiling"]
+    study = d["config_key"].map(lambda c: json.loads(c).get("study", "") if c else "")
+    shown = []
+    for _, g in d.groupby(study, sort=True):
+        shown.append(results.latest(notebook.newest_run(g)))
+    import pandas as pd
+    seen = pd.concat(shown) if shown else d.iloc[:0]
+    everything = results.latest(d)
+    hist = int(everything["stale"].sum()) - int(everything.merge(seen[["source", "line"]], on=["source", "line"])["stale"].sum())
+    return len(seen), int(seen["stale"].sum()), max(0, hist)
 
 
 def _stale_and_retired(newest) -> tuple[int, int]:
