@@ -12,11 +12,13 @@ A record names its case (op, variant, shape, dtype, config) and the source hash 
 3. a record whose case launches no Triton kernel of ours (eager torch, torch.compile, CuTe-DSL, cuBLAS
    / cuDNN), or whose launch was never recorded, keeps the source rule: stale when the source changed.
 
-The case a record asks for is the lab's own notion of a case (``results.case_key``): a grid record
-(no ``study`` in its config) asked for the heuristic (plus the knobs a plan sets there, ``tma_store``),
-as did a study's ``heuristic``-marked cases and ``call='api'`` cases; any other study record asked for
-its whole config. So a heuristic change stales exactly the heuristic records whose launched config
-changes at their shape, and a sweep's explicit configs stay current while they compile the same.
+The case a record asks for: a grid record (no ``study`` in its config) asked for the heuristic (plus
+the knobs a plan sets there, ``tma_store``), as did a study's ``heuristic``-marked cases and
+``call='api'`` cases; any other study record asked for the knobs its study's plan cases set (its
+``num_stages`` in a stages study, every tile knob in a GEMM sweep) and the heuristic for the rest; a
+study no plan measures any more, for its whole config. So a heuristic change stales exactly the
+records whose launched config changes at their shape, and a sweep's explicit configs stay current
+while they compile the same.
 
 Launch hashes live in a committed cache, ``results/launch-hashes.json``: (op, variant, source hash,
 request) -> launch hash and a one-line summary of the launches, refreshed by
@@ -28,6 +30,7 @@ launch hashes of records measured at older code by evaluating them in a worktree
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -47,13 +50,32 @@ def default_results_dir() -> Path:
 # ----------------------------------------------------------------------------------------------
 # the request a record's case makes
 
+STUDY_META = ("study", "repeat", "bracket", "heuristic", "call", "cudnn_benchmark", "what")
+
+
+@functools.lru_cache(maxsize=1)
+def study_knobs() -> dict:
+    """study -> the knobs its plan cases set (experiments' plans, every notebook): a study record pins
+    those and takes the heuristic for the rest, as its case does."""
+    from .refresh import NOTEBOOKS, plan_cases
+    out: dict = {}
+    for nb in NOTEBOOKS:
+        for c in plan_cases(nb):
+            cfg = c.get("config") or {}
+            if "study" in cfg:
+                out.setdefault(cfg["study"], set()).update(k for k in cfg if k not in STUDY_META)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
 def request_of(op: str, variant: str, shape: dict, dtype: str, config: dict | None, sms=None) -> dict:
     """What a record's case asks the variant for: shape, dtype, the overrides its configure gets
     (empty: the heuristic), how it is called (fn | api) and the SM count (grids follow it)."""
     c = {k: v for k, v in (config or {}).items() if k not in MEASUREMENT_KEYS}
     call = "api" if c.get("call") == "api" else "fn"
     if "study" in c and not c.get("heuristic") and call != "api":
-        overrides = c  # a study's explicit config: the whole config is the case
+        knobs = study_knobs().get(c["study"])
+        # a study of today's plans pins the knobs it sets; a study no plan measures any more pins its whole config
+        overrides = c if knobs is None else {k: v for k, v in c.items() if k in knobs or k == "study"}
     else:
         overrides = {k: c[k] for k in EXPLICIT_GRID_KNOBS if k in c}
     shape = {k: v for k, v in (shape or {}).items()}
@@ -96,13 +118,20 @@ class LaunchCache:
     def __len__(self):
         return sum(len(g) for g in self.groups.values())
 
-    def prune(self, keep_srcs: set) -> int:
-        """Drop groups whose (op, variant, source) no record and no current source refers to."""
-        drop = [g for g in self.groups if tuple(g.split("|")) not in keep_srcs]
-        for g in drop:
-            del self.groups[g]
-        self.dirty = self.dirty or bool(drop)
-        return len(drop)
+    def prune(self, keep: set) -> int:
+        """Keep only the entries {(op, variant, source, request key)} some record refers to (its own launch,
+        or its case under today's code); returns how many were dropped."""
+        dropped = 0
+        for g in list(self.groups):
+            op, variant, src = g.split("|")
+            entries = self.groups[g]
+            for rk in [rk for rk in entries if (op, variant, src, rk) not in keep]:
+                del entries[rk]
+                dropped += 1
+            if not entries:
+                del self.groups[g]
+        self.dirty = self.dirty or bool(dropped)
+        return dropped
 
     def save(self) -> None:
         from .results import atomic_write_text
@@ -357,13 +386,17 @@ def refresh(results_dir=None, jobs: int = 2, commits: bool = False, check: bool 
     for (op, variant, rk), ans in zip(todo, compute(reqs, jobs, progress)):
         lc.put(op, variant, now[(op, variant)], rk,
                {"e": ans["error"]} if "error" in ans else {"h": ans["hash"], "s": ans["summary"]})
-    keep = {(o, v, s) for o, v, s in zip(df["op"], df["variant"], df["kernel_source_hash"])}
-    keep |= {(o, v, s) for (o, v), s in now.items() if s}
+    keep = set()
+    for r in df[["op", "variant", "shape", "dtype", "config", "kernel_source_hash", "sm_count"]].itertuples(index=False):
+        rk = request_key(request_of(r.op, r.variant, r.shape, r.dtype, r.config, r.sm_count))
+        keep.add((r.op, r.variant, r.kernel_source_hash, rk))
+        if now.get((r.op, r.variant)):
+            keep.add((r.op, r.variant, now[(r.op, r.variant)], rk))
     dropped = lc.prune(keep)
     lc.save()
     errors = sum(1 for g in lc.groups.values() for a in g.values() if "e" in a)
-    log(f"launches: {lc.path}: {len(lc)} entries ({errors} cases the emulation could not run), {dropped} groups "
-        f"pruned, {len(unknown)} records at older code without a recorded launch, {time.time() - t0:.0f} s")
+    log(f"launches: {lc.path}: {len(lc)} entries ({errors} cases the emulation could not run), {dropped} entries "
+        f"no record needs pruned, {len(unknown)} records at older code without a recorded launch, {time.time() - t0:.0f} s")
     _CACHES.pop(str(lc.path), None)
     stale_summary(df, lc, log=log, write=stale_list)
     return 0

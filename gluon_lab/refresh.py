@@ -23,6 +23,8 @@ import json
 import time
 from pathlib import Path
 
+NOTEBOOKS = ("00-ceilings", "01-tma-caching", "02-chunked-reductions", "03-multibuffer-pipelining",
+             "04-warp-specialization", "05-fused-qk-norm-rope", "06-convolution")
 # per-notebook: (plan cases of the full plan, parts measured by functions other than case sweeps)
 SPECIAL_PARTS = {"00-ceilings": {"dispatch": '"study": "dispatch"', "block": '"study": "inductor-rewrite"'}}
 #: seconds one case takes on the H200 (check, capture, >= 100 ms of replays) and a first compile on top

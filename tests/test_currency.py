@@ -88,7 +88,8 @@ def test_cache_round_trip_prune_and_deterministic_bytes(lc):
     again.save()
     assert lc.path.read_bytes() == first
     assert json.loads(first)["format"] == 1
-    assert again.prune({("matmul", "gluon-ws", "s1")}) == 1 and len(again) == 1
+    assert again.prune({("matmul", "gluon-ws", "s1", "k1")}) == 1 and len(again) == 1
+    assert again.get("matmul", "gluon-ws", "s1", "k1") and not again.get("matmul", "gluon-ws", "s2", "k2")
 
 
 def test_needed_lists_current_and_known_records(lc):
