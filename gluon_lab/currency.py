@@ -297,52 +297,79 @@ def compute(reqs: list, jobs: int = 1, progress=None) -> list:
     return out
 
 
-def from_commits(unknown: list, lc: LaunchCache, repo: Path, log=print, limit: int | None = None) -> int:
-    """Recover the launch hashes of records measured at older code: for each git commit, a detached
-    worktree, and this module's worker run against that checkout, which answers only where the
-    commit's source hash of the variant equals the record's. Returns how many were recovered."""
-    by_commit: dict = {}
+def _eval_at(repo: Path, commit: str, reqs: dict) -> tuple[list, str]:
+    """Run this module's worker against a detached worktree of `commit`: [(key, answer)], a note."""
+    worker = Path(__file__).resolve().parent / "launches.py"
+    with tempfile.TemporaryDirectory(prefix="gl-wt-") as tmp:
+        wt = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(wt), commit], check=True,
+                       capture_output=True)
+        try:
+            script = Path(tmp) / "launches_worker.py"
+            script.write_text(worker.read_text())
+            items = list(reqs.items())
+            inp = "".join(json.dumps({**req, "id": i}) + "\n" for i, (_, req) in enumerate(items))
+            res = subprocess.run([sys.executable, str(script), "worker"], input=inp, capture_output=True, text=True,
+                                 env={**os.environ, "PYTHONPATH": str(wt)}, cwd=str(wt), timeout=3600)
+            answers = [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+            note = (f" (worker rc {res.returncode}: {res.stderr.strip().splitlines()[-1][:200]})"
+                    if res.returncode and res.stderr.strip() else "")
+            return [(items[a["id"]][0], a) for a in answers], note
+        finally:
+            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(wt)], capture_output=True)
+
+
+def _successors(repo: Path, commit: str, n: int = 3) -> list[str]:
+    """The next n commits after `commit` on the current branch's first-parent line (a record's code was
+    often committed just after its run: the device names the last landed commit)."""
+    out = subprocess.run(["git", "-C", str(repo), "rev-list", "--first-parent", "--reverse", f"{commit}..HEAD"],
+                         capture_output=True, text=True).stdout.split()
+    return out[:n]
+
+
+def from_commits(unknown: list, lc: LaunchCache, repo: Path, log=print, jobs: int = 2, successors: int = 3) -> int:
+    """Recover the launch hashes of records measured at older code: for each record's git commit (then,
+    for what did not match there, the few commits after it), a detached worktree and this module's worker
+    run against that checkout, which answers only where the checkout's source hash of the variant equals
+    the record's. Commits run `jobs` at a time; the cache is saved after each. Returns how many were recovered."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+    todo: dict = {}
     for commit, src, req in unknown:
         if isinstance(commit, str) and len(commit) == 40:
-            by_commit.setdefault(commit, {})[(req["op"], req["variant"], src, request_key(req))] = {**req, "src": src}
-    worker = Path(__file__).resolve().parent / "launches.py"
-    got = 0
-    for n, (commit, reqs) in enumerate(sorted(by_commit.items(), key=lambda kv: -len(kv[1]))):
-        if limit is not None and n >= limit:
+            todo.setdefault(commit, {})[(req["op"], req["variant"], src, request_key(req))] = {**req, "src": src}
+    got, tried = 0, set()
+    for round_ in range(1 + successors):
+        todo = {c: r for c, r in todo.items() if c not in tried}
+        if not todo:
             break
-        if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"],
-                          capture_output=True).returncode != 0:
-            log(f"  {commit[:10]}: not in this clone's history ({len(reqs)} requests)")
-            continue
-        with tempfile.TemporaryDirectory(prefix="gl-wt-") as tmp:
-            wt = Path(tmp) / "tree"
-            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "-q", str(wt), commit], check=True,
-                           capture_output=True)
-            try:
-                with tempfile.TemporaryDirectory() as wdir:
-                    script = Path(wdir) / "launches_worker.py"
-                    script.write_text(worker.read_text())
-                    env = {**os.environ, "PYTHONPATH": str(wt)}
-                    items = list(reqs.items())
-                    inp = "".join(json.dumps({**req, "id": i}) + "\n" for i, (_, req) in enumerate(items))
-                    res = subprocess.run([sys.executable, str(script), "worker"], input=inp, capture_output=True,
-                                         text=True, env=env, cwd=str(wt), timeout=3600)
-                    answers = [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
-                    ok = 0
-                    for a in answers:
-                        (op, variant, src, rk), _ = items[a["id"]]
-                        if "error" in a and a["error"].startswith("source hash here"):
-                            continue  # this commit's code is not what the record ran (uncommitted edits)
-                        ans = {"e": a["error"]} if "error" in a else {"h": a["hash"], "s": a["summary"]}
-                        lc.put(op, variant, src, rk, ans)
-                        ok += "error" not in a
-                    got += ok
-                    lc.save()  # per commit: a run cut short keeps what it recovered
-                    log(f"  {commit[:10]}: {ok} of {len(items)} launches recovered"
-                        + (f" (worker rc {res.returncode}: {res.stderr.strip().splitlines()[-1][:200]})"
-                           if res.returncode and res.stderr.strip() else ""))
-            finally:
-                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(wt)], capture_output=True)
+        retry: dict = {}
+        with ThreadPoolExecutor(max_workers=jobs) as ex:
+            futs = {}
+            for commit, reqs in sorted(todo.items(), key=lambda kv: -len(kv[1])):
+                if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"],
+                                  capture_output=True).returncode != 0:
+                    log(f"  {commit[:10]}: not in this clone's history ({len(reqs)} requests)")
+                    continue
+                tried.add(commit)
+                futs[ex.submit(_eval_at, repo, commit, reqs)] = (commit, reqs)
+            for f in as_completed(futs):
+                commit, reqs = futs[f]
+                answers, note = f.result()
+                ok, missed = 0, {}
+                for key, a in answers:
+                    if "error" in a and a["error"].startswith("source hash here"):
+                        missed[key] = reqs[key]  # this commit's code is not what the record ran
+                        continue
+                    lc.put(*key, {"e": a["error"]} if "error" in a else {"h": a["hash"], "s": a["summary"]})
+                    ok += "error" not in a
+                got += ok
+                lc.save()  # per commit: a run cut short keeps what it recovered
+                log(f"  {commit[:10]}: {ok} of {len(reqs)} launches recovered"
+                    + (f", {len(missed)} at other code" if missed else "") + note)
+                if missed and round_ < successors:
+                    for c in _successors(repo, commit, 1):  # the next commit after the one just tried
+                        retry.setdefault(c, {}).update(missed)
+        todo = retry
     return got
 
 

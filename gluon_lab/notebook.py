@@ -89,25 +89,35 @@ def newest_run(df, mask=None, require=()):
     sub = df if mask is None else df[mask]
     if not len(sub):
         return sub
-    newest_first = sub.groupby("run_id")["timestamp"].max().sort_values(ascending=False, kind="stable").index
+    newest_first = list(sub.groupby("run_id")["timestamp"].max().sort_values(ascending=False, kind="stable").index)
     need = set(require)
-    base = next((r for r in newest_first if need <= set(sub.loc[sub["run_id"] == r, "variant"])), newest_first[0])
+    ok = [r for r in newest_first if need <= set(sub.loc[sub["run_id"] == r, "variant"])]
+    if not ok:
+        return sub[sub["run_id"] == newest_first[0]]
+    cells = {r: set(_cells(sub[sub["run_id"] == r])) for r in ok}
+    # the base: the newest run that is not a patch (a run whose cells are a strict subset of an older run's:
+    # what refresh measures) of an older one
+    base = next((r for i, r in enumerate(ok) if not any(cells[r] < cells[o] for o in ok[i + 1:])), ok[0])
     return _with_newer_cells(sub, base, newest_first)
+
+
+def _cells(d):
+    """(dtype, shape...) of each record: the cell a page compares variants in."""
+    import pandas as pd
+    from .results import SHAPE_COLUMNS
+    cols = [c for c in ("dtype", *SHAPE_COLUMNS) if c in d.columns]
+    return pd.Series(list(zip(*[d[c].astype(object).where(d[c].notna(), None) for c in cols])), index=d.index)
 
 
 def _with_newer_cells(sub, base, newest_first):
     """The base run's records, each cell replaced by a newer run's where that run measured the cell with
     every variant the base holds there (refresh runs)."""
     import pandas as pd
-    from .results import SHAPE_COLUMNS
     newer = list(newest_first[:list(newest_first).index(base)])
     base_rows = sub[sub["run_id"] == base]
     if not newer:
         return base_rows
-    cols = [c for c in ("dtype", *SHAPE_COLUMNS) if c in sub.columns]
-
-    def cell(d):
-        return pd.Series(list(zip(*[d[c].astype(object).where(d[c].notna(), None) for c in cols])), index=d.index)
+    cell = _cells
 
     base_cells = cell(base_rows)
     want = {c: set(base_rows.loc[base_cells == c, "variant"]) for c in set(base_cells)}
