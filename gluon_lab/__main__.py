@@ -1,4 +1,4 @@
-"""CLI: python -m gluon_lab {bench,report,compare,adopt,inspect,ceilings,select,launches,refresh}"""
+"""CLI: python -m gluon_lab {bench,report,compare,adopt,archive,inspect,ceilings,select,launches,refresh}"""
 from __future__ import annotations
 
 import argparse
@@ -53,6 +53,12 @@ def main(argv=None) -> int:
     ad.add_argument("--results-dir", default=None)
     ad.add_argument("--replace-artifacts", action="store_true",
                     help="also replace existing timeline / Inductor-code JSON files (default: keep them)")
+    ar = sub.add_parser("archive", help="move the superseded runs of results/ to <notebook>.history.jsonl.gz",
+                        description="Move every superseded run of each record store to the compressed history "
+                                    "beside it (results/<gpu>/<notebook>.history.jsonl.gz); the runs the pages "
+                                    "show stay live (gluon_lab.results.live_runs says which). Idempotent.")
+    ar.add_argument("--results-dir", default=None, help="default: the repository's results/")
+    ar.add_argument("--check", action="store_true", help="exit 1 if a run should move (write nothing)")
     i = sub.add_parser("inspect", help="compile a variant for sm_90 (no GPU needed) and print its census",
                        description="Compile a registered variant for sm_90 on this CPU exactly as it would launch "
                                    "(its checks, configure and codegen hooks) and print the kernel, its config and "
@@ -122,8 +128,9 @@ def main(argv=None) -> int:
     if a.cmd == "adopt":
         from .report import adopt
         try:
-            skipped = []
-            done = adopt(a.run_folder, a.results_dir, replace_artifacts=a.replace_artifacts, skipped=skipped)
+            skipped, archived = [], []
+            done = adopt(a.run_folder, a.results_dir, replace_artifacts=a.replace_artifacts, skipped=skipped,
+                         archived=archived)
         except (FileNotFoundError, ValueError) as e:
             print(f"adopt: {e}", file=sys.stderr)
             return 2
@@ -131,7 +138,26 @@ def main(argv=None) -> int:
             print(f"{path}: " + (f"+{n} lines" if path.suffix == ".jsonl" else "artifact copied"))
         for path in skipped:
             print(f"{path}: kept (exists; --replace-artifacts to replace it)")
+        for plan in archived:
+            if plan.changes:
+                print(plan.describe())
         print("now review `git diff --stat results/`, run `python -m gluon_lab select`, and commit")
+        return 0
+    if a.cmd == "archive":
+        from pathlib import Path
+        from . import results
+        res = Path(a.results_dir) if a.results_dir else Path(__file__).resolve().parent.parent / "results"
+        try:
+            plans = results.archive(res, check=a.check)
+        except (results.RecordError, FileNotFoundError) as e:
+            print(f"archive: {e}", file=sys.stderr)
+            return 2
+        for plan in plans:
+            print(plan.describe(check=a.check))
+        pending = [plan for plan in plans if plan.changes]
+        if a.check and pending:
+            print(f"{len(pending)} store(s) hold superseded runs: run `python -m gluon_lab archive` and commit")
+            return 1
         return 0
     if a.cmd == "inspect":
         from . import codegen

@@ -6,7 +6,9 @@
 
 A run is named by its id, a unique prefix of it, ``newest`` or ``previous`` (as run A: the earlier
 run sharing the most cases with B, the newest of those on a tie; as run B: the run before the newest).
-Runs that hold only ceilings are not runs of the notebook's cases and are not named.
+Runs that hold only ceilings are not runs of the notebook's cases and are not named. The command
+reads the superseded runs archived in <notebook>.history.jsonl.gz too (results.archive_store), so
+--list, `previous` and explicit run ids see every run ever adopted.
 
 A case is what `results.latest` calls a case (op, variant, dtype, shape, the knobs a plan sets)
 plus the timer (a do_bench and a graph-timed record of a cell are not compared); each run
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 from . import results
 
-CASE_COLS = ("op", "variant", "dtype") + results.SHAPE_COLUMNS + ("timer",)  # another timer is another case
+CASE_COLS = results.CASE_COLUMNS  # op, variant, dtype, the shape columns, timer: another timer is another case
 
 
 class RunNotFoundError(ValueError):
@@ -223,7 +225,7 @@ def main(notebook: str, run_a: str | None, run_b: str | None, results_dir=None, 
 
     from .notebook import load
     root = Path(results_dir).resolve() if results_dir else Path(__file__).resolve().parent.parent / "results"
-    df = load(root, gpu, notebook, newest_only=False)
+    df = load(root, gpu, notebook, newest_only=False, history=True)  # archived runs are runs too
     if not len(df):
         print(f"no records for {notebook} on {gpu} in {root}")
         return 2

@@ -25,21 +25,33 @@ def gpu_slug(gpu: str | None, run_mode: str, default: str = "h200") -> str:
     return device.gpu_slug(gpu) if gpu else default
 
 
-def load(results_dir, slug: str, notebook: str, newest_only: bool = True):
-    """Records of one notebook on one GPU, stale-marked; newest record per case by default."""
+def no_records():
+    """An empty frame with the columns of a stale-marked load."""
+    import pandas as pd
+    df = results.load([], on_error="raise")
+    df["stale"] = pd.Series([], dtype=bool)
+    return df
+
+
+def load(results_dir, slug: str, notebook: str, newest_only: bool = True, history: bool = False):
+    """Records of one notebook on one GPU, stale-marked; newest record per case by default.
+    history: also its superseded runs (<notebook>.history.jsonl.gz, results.load(history=True));
+    the pages read the live store only, which holds every run they show (results.live_runs)."""
     path = results.store_path(results_dir, slug, notebook)
-    if not Path(path).exists():
-        import pandas as pd
-        df = results.load([], on_error="raise")
-        df["stale"] = pd.Series([], dtype=bool)
-        return df
-    df = currency.mark_stale(results.load(path, on_error="raise"), registry.current_hash,
+    if not Path(path).exists() and not (history and results.history_path(path).exists()):
+        return no_records()
+    df = currency.mark_stale(results.load(path, on_error="raise", history=history), registry.current_hash,
                              currency.cache(results_dir))
     return results.latest(df) if newest_only else df
 
 
-def provenance_table(df):
+def provenance_table(df, archived=None):
+    """One row per run: GPU, versions, commit, records, stale records, first and last timestamp.
+    archived: records of the superseded runs (notebook.archived_records), listed too, with a column
+    "archived" saying which runs are in the history file and which in the live store."""
     import pandas as pd
+    if archived is not None and len(archived):
+        df = pd.concat([df, archived], ignore_index=True) if len(df) else archived
     if not len(df):
         return pd.DataFrame()
     cols = ["run_id", "gpu_name", "driver", "cuda", "torch", "triton", "python", "git_commit"]
@@ -49,7 +61,18 @@ def provenance_table(df):
     t["stale"] = g["stale"].sum()
     t["first"] = g["timestamp"].min()
     t["last"] = g["timestamp"].max()
+    if archived is not None and len(archived):
+        t["archived"] = t.index.isin(set(archived["run_id"]))
     return t.reset_index()
+
+
+def archived_records(results_dir, slug: str, notebook: str):
+    """The records of the notebook's superseded runs (<notebook>.history.jsonl.gz), checked like the
+    store's and stale-marked; an empty frame when nothing is archived."""
+    path = results.history_path(results.store_path(results_dir, slug, notebook))
+    if not path.exists():
+        return no_records()
+    return currency.mark_stale(results.load(path, on_error="raise"), registry.current_hash, currency.cache(results_dir))
 
 
 def ceilings(df) -> dict | None:

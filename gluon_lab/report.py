@@ -316,12 +316,14 @@ def data_summary(results_dir: Path, notebook: str) -> dict:
     if not files:
         return {"gpus": "no records", "date": "", "n": 0, "stale": 0, "cases": 0, "retired": 0, "runs": 0,
                 "where": where}
-    df = results.load(files, on_error="raise")  # validates every record, physics recomputed (PhysicsError)
+    # validates every record, physics recomputed (PhysicsError); the archived runs count as runs
+    df = results.load(files, on_error="raise", history=True)
     from . import currency
     df = currency.mark_stale(df, registry.current_hash, currency.cache(results_dir))
     gpus = ", ".join(sorted(df["gpu_name"].dropna().unique())) or "?"
     date = str(df["timestamp"].dropna().max())[:10] if len(df) else ""
-    shown, stale, retired = shown_cases(df)
+    live = df[~df["source"].astype(str).str.endswith(".gz")]  # what the pages read
+    shown, stale, retired = shown_cases(live)
     return {"gpus": gpus, "date": date, "n": len(df), "cases": shown, "stale": stale,
             "retired": retired, "runs": int(df["run_id"].nunique()), "where": where}
 
@@ -671,7 +673,8 @@ def _render_page(nb: Path, executed: Path, stage: Path, res: Path, order: list[s
 
 
 def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None = None,
-          replace_artifacts: bool = False, skipped: list | None = None) -> list[tuple[Path, int]]:
+          replace_artifacts: bool = False, skipped: list | None = None,
+          archived: list | None = None) -> list[tuple[Path, int]]:
     """Append the records of a measure build (`runs/<run>/results`, or the run folder itself) to the
     committed results/; returns [(store, records appended)].
 
@@ -679,7 +682,10 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
     its target store is refused (adopting twice would duplicate it), and so is a source that is the
     target. Non-record stores (`results.NON_RECORD_STORES`, e.g. sanitizer.jsonl) are appended line
     by line under the store's lock. Artifacts (`*.json`: timelines, Inductor code) are copied only
-    where results/ has none, unless replace_artifacts; the ones left alone go to `skipped`."""
+    where results/ has none, unless replace_artifacts; the ones left alone go to `skipped`.
+    The run ids already there include the archived ones (<notebook>.history.jsonl.gz). Last, each
+    store appended to is archived (results.archive_store: the runs the new records supersede move
+    to its history file); the plans go to `archived`."""
     import fcntl
 
     from . import results
@@ -698,8 +704,8 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
             plan.append((f, target, None))
             continue
         recs, _ = results.read_records(f, on_error="raise")
-        if target.exists():
-            have = {r.run_id for r in results.read_records(target, on_error="raise")[0]}
+        if target.exists() or results.history_path(target).exists():
+            have = {r.run_id for r in results.read_records(target, on_error="raise", history=True)[0]}
             again = sorted({r.run_id for r in recs} & have)
             if again:
                 raise ValueError(f"{target} already holds run(s) {', '.join(again)}: adopting {f} again would "
@@ -731,4 +737,9 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
         done.append((target, 0))
     if not done and not skipped:
         raise FileNotFoundError(f"{src}: no records (*.jsonl) to adopt")
+    for f, target, recs in plan:  # last, so that the artifacts just copied pin the runs they name
+        if recs is not None:
+            plan_ = results.archive_store(target)
+            if archived is not None:
+                archived.append(plan_)
     return done

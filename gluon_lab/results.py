@@ -1,4 +1,4 @@
-"""Record schema, append-only JSONL store, provenance, kernel-source hashes and staleness.
+"""Record schema, append-only JSONL store + compressed history, provenance, kernel-source hashes and staleness.
 
 One measured case = one Record = one JSON line in results/<gpu-slug>/<notebook>.jsonl.
 
@@ -31,6 +31,17 @@ line a writer is still writing, decodes the file line by line and checks every l
   must be null. A gbps above the datasheet bandwidth, a tflops above the datasheet peak or a SOL
   above 100% is a PhysicsError: the measurement is wrong, not the GPU.
 
+History. Superseded runs do not stay in the live store: archive() / archive_store() (`python -m
+gluon_lab archive`, run by adopt) moves every run live_runs() does not keep, whole, to
+<notebook>.history.jsonl.gz beside it (gzip of the same JSON lines; mtime 0, so the same records
+give the same bytes) and back if the rule keeps it again. load() and read_records() read the live
+store only unless history=True: then the history's lines come first, checked by the same rules,
+errors naming <notebook>.history.jsonl.gz:LINE (LINE of the decompressed lines; a damaged or cut
+gzip stream is an error at the line where it breaks). Both files are read under the store's shared
+lock; archive holds the exclusive lock and replaces them by rename, history first, so a reader sees
+each record once (a record a crash left in both is read from the store) and a writer or reader that
+waited for the lock of the replaced file opens the new one (_lock_open).
+
 Every error names file:line and the rule: MalformedRecordError (or PhysicsError) with on_error=
 "raise"; with on_error="warn" a warning per bad line, the line left out and the message listed in
 ``df.attrs["malformed"]``; never silently dropped. Two cases are not errors:
@@ -60,6 +71,8 @@ import platform
 import subprocess
 import uuid
 import warnings
+import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -73,6 +86,7 @@ HOST_TIMERS = ("host-loop",)  # ms_median is host time per call: no bandwidth / 
 REL_TOL = 0.01  # a stored gbps / tflops / sol_datasheet_pct may differ from the recomputed one by 1%
 SHAPE_STRING_ENTRIES = ("layout",)  # shape entries that are strings ("nchw" | "channels_last"); others: ints
 # Stores in results/<gpu>/ that hold other lines than Records: load() of a folder skips them.
+HISTORY_SUFFIX = ".history.jsonl.gz"  # <notebook>.history.jsonl.gz: the superseded runs of <notebook>.jsonl
 NON_RECORD_STORES = {
     "sanitizer.jsonl": "compute-sanitizer runs written by ci/sanitize.py; read them with "
                        "gluon_lab.notebook.load_sanitizer",
@@ -467,13 +481,38 @@ def _warn_quarantined(path: Path, q: tuple[int, Path], stacklevel: int) -> None:
                   f"died mid-line) moved to {q[1]}; the rest of the file is kept", stacklevel=stacklevel + 1)
 
 
+def _lock_open(path: Path, flags: int, op: int) -> int:
+    """os.open(path, flags) with flock(op) held on the file the path names NOW. archive() replaces a
+    store by rename while it holds LOCK_EX on the old file, so a process that opened the old file
+    and waited for its lock would read (or append to) a file no path names any more: after the
+    lock is granted the inode is compared with the path's, and on a mismatch the path is opened
+    again. Returns the locked fd (the caller unlocks and closes it)."""
+    while True:
+        fd = os.open(path, flags, 0o644)
+        try:
+            fcntl.flock(fd, op)
+            st = os.fstat(fd)
+            try:
+                now = os.stat(path)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_ino, now.st_dev) == (st.st_ino, st.st_dev):
+                return fd
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        if now is None and not flags & os.O_CREAT:
+            raise FileNotFoundError(f"{path}: removed while waiting for its lock")
+
+
 def quarantine_torn_tail(path: str | os.PathLike) -> tuple[int, Path] | None:
     """Take the exclusive lock and quarantine a torn last line of path (see the module docstring).
     Returns (line number, .rejected path) when one was moved, else None."""
     path = Path(path)
-    fd = os.open(path, os.O_RDWR)
+    fd = _lock_open(path, os.O_RDWR, fcntl.LOCK_EX)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             return _quarantine_locked(fd, path)
         finally:
@@ -496,9 +535,8 @@ def append_records(path: str | os.PathLike, records: Iterable[Record | dict]) ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = "".join(lines).encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = _lock_open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, fcntl.LOCK_EX)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             q = _quarantine_locked(fd, path)
             if q:
@@ -519,21 +557,56 @@ def append_records(path: str | os.PathLike, records: Iterable[Record | dict]) ->
     return len(lines)
 
 
-def _read_shared(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_SH)  # writers hold LOCK_EX while they write
-        try:
+def history_path(path: str | os.PathLike) -> Path:
+    """The history file beside a live store: results/<gpu>/<notebook>.jsonl ->
+    results/<gpu>/<notebook>.history.jsonl.gz (gzip of JSON lines; see archive())."""
+    path = Path(path)
+    if path.name.endswith(HISTORY_SUFFIX):
+        return path
+    if not path.name.endswith(".jsonl"):
+        raise ValueError(f"{path}: a record store is named <notebook>.jsonl")
+    return path.with_name(path.name[: -len(".jsonl")] + HISTORY_SUFFIX)
+
+
+def live_path(path: str | os.PathLike) -> Path:
+    """The live store a history file belongs to (the inverse of history_path)."""
+    path = Path(path)
+    if not path.name.endswith(HISTORY_SUFFIX):
+        return path
+    return path.with_name(path.name[: -len(HISTORY_SUFFIX)] + ".jsonl")
+
+
+def _read_file(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
             return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def _read_shared(path: Path, with_history: bool = False) -> tuple[bytes, bytes | None]:
+    """(the store's bytes, its history file's bytes or None), both read under one shared lock on
+    the store: archive() moves records between the two under the exclusive lock, so a reader sees
+    each record in exactly one of them. The history is read only when asked for (with_history)."""
+    fd = _lock_open(path, os.O_RDONLY, fcntl.LOCK_SH)  # writers hold LOCK_EX while they write
+    try:
+        try:
+            data = _pread_all(fd)
+            hist = _read_file(history_path(path)) if with_history and path.name.endswith(".jsonl") else None
+            return data, hist
         finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
-def _read_store(path: Path) -> bytes:
-    """The store's bytes under a shared lock, after quarantining a torn last line (warning)."""
+def _read_store(path: Path, with_history: bool = False) -> tuple[bytes, bytes | None]:
+    """The store's bytes (and its history's, see _read_shared) under a shared lock, after
+    quarantining a torn last line (warning)."""
     for _ in range(3):  # another writer may die between our read and our quarantine: look again
-        data = _read_shared(path)
+        data, hist = _read_shared(path, with_history)
         if not data or data.endswith(b"\n") or not _is_torn(data[data.rfind(b"\n") + 1:]):
-            return data
+            return data, hist
         start = data.rfind(b"\n") + 1
         try:
             q = quarantine_torn_tail(path)
@@ -542,10 +615,29 @@ def _read_store(path: Path) -> bytes:
             warnings.warn(f"{path}:{lineno}: torn trailing line (no newline at the end of "
                           f"the file, not valid JSON) could not be quarantined ({e}); skipped in this load",
                           stacklevel=4)
-            return data[:start]
+            return data[:start], hist
         if q:
             _warn_quarantined(path, q, stacklevel=4)
-    return _read_shared(path)
+    return _read_shared(path, with_history)
+
+
+def _gunzip(raw: bytes) -> tuple[bytes, str | None]:
+    """The decompressed bytes of a gzip file of one or more members, and None; or, for a damaged
+    or cut stream, the bytes decoded before the damage and what is wrong."""
+    out, buf = [], raw
+    while buf:
+        d = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer
+        try:
+            out.append(d.decompress(buf))
+            out.append(d.flush())
+        except zlib.error as e:
+            return b"".join(out), f"not a valid gzip stream ({e})"
+        if not d.eof:
+            return b"".join(out), "the gzip stream is cut short (no end of stream)"
+        buf = d.unused_data
+        if buf and not buf.lstrip(b"\0"):  # zero padding after the last member
+            break
+    return b"".join(out), None
 
 
 def _check_store_name(path: Path) -> None:
@@ -554,13 +646,18 @@ def _check_store_name(path: Path) -> None:
                                    "load() of a folder skips it")
 
 
-def _read(path: Path, on_error: str) -> tuple[list[tuple[int, Record, dict]], list[str]]:
-    """[(line number, Record as stored, recomputed values to fill)], bad-line messages."""
-    if on_error not in ("raise", "warn"):
-        raise ValueError(f"on_error must be 'raise' or 'warn', got {on_error!r}")
-    _check_store_name(path)
+def _bad(e: RecordError, on_error: str, bad: list, stacklevel: int) -> None:
+    if on_error == "raise":
+        raise e
+    warnings.warn(str(e), stacklevel=stacklevel + 1)
+    bad.append(str(e))
+
+
+def _parse(path: Path, data: bytes, on_error: str):
+    """Check every line of data (the bytes of path): [(line number, raw line, Record as stored,
+    recomputed values to fill)], bad-line messages."""
     out, bad = [], []
-    for lineno, raw in enumerate(_read_store(path).split(b"\n"), 1):
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
         if not raw.strip():
             continue
         try:
@@ -581,22 +678,76 @@ def _read(path: Path, on_error: str) -> tuple[list[tuple[int, Record, dict]], li
             except (ValueError, TypeError) as e:
                 raise MalformedRecordError(f"{path}:{lineno}: {e}") from None
         except RecordError as e:
-            if on_error == "raise":
-                raise
-            warnings.warn(str(e), stacklevel=3)
-            bad.append(str(e))
+            _bad(e, on_error, bad, stacklevel=4)
             continue
-        out.append((lineno, rec, fill))
+        out.append((lineno, raw, rec, fill))
     return out, bad
 
 
-def read_records(path: str | os.PathLike, on_error: str = "raise") -> tuple[list[Record], list[str]]:
+def _parse_history(path: Path, raw: bytes, on_error: str):
+    """_parse of a history file's bytes (gzip): errors name <file>.history.jsonl.gz:LINE, LINE
+    counted in the decompressed lines; a damaged gzip stream is an error at the line it cuts."""
+    data, damage = _gunzip(raw)
+    bad = []
+    if damage:
+        whole = data[: data.rfind(b"\n") + 1]
+        at = whole.count(b"\n") + 1
+        e = MalformedRecordError(f"{path}:{at}: {damage}" + ("; the lines before it are kept" if on_error == "warn" else ""))
+        if on_error == "raise":  # name the first bad line if one comes before the damage
+            _parse(path, whole, "raise")
+        _bad(e, on_error, bad, stacklevel=3)
+        data = whole
+    out, bad2 = _parse(path, data, on_error)
+    return out, bad + bad2
+
+
+def _read_lines(path: Path, on_error: str, history: bool) -> tuple[list, list[str]]:
+    """[(source, line number, raw, Record, fill)] of one store (path: a live *.jsonl or a
+    *.history.jsonl.gz), bad-line messages. history: also the live store's history file, read
+    under the same shared lock, its lines first (they are older). A history line that is also in
+    the live store (an archive() that died between its two renames) is read once, from the store."""
+    if on_error not in ("raise", "warn"):
+        raise ValueError(f"on_error must be 'raise' or 'warn', got {on_error!r}")
+    _check_store_name(path)
+    if path.name.endswith(HISTORY_SUFFIX):  # a history file named explicitly: it alone
+        live, hpath = live_path(path), path
+        raw = _read_shared(live, True)[1] if live.exists() else _read_file(path)
+        if raw is None:
+            raise FileNotFoundError(f"{path}: no such history file")
+        rows, bad = _parse_history(hpath, raw, on_error)
+        return [(hpath, *r) for r in rows], bad
+    history = history and path.name.endswith(".jsonl")  # a store of another name has no history file
+    if path.exists():
+        data, hist = _read_store(path, with_history=history)
+    else:  # only the history is left (read for history=True); no lock to take on a missing store
+        data, hist = b"", _read_file(history_path(path)) if history else None
+        if hist is None:
+            raise FileNotFoundError(f"{path}: no such record store")
+    rows, bad = [], []
+    if hist is not None:
+        hpath = history_path(path)
+        live_lines = frozenset(x for x in data.split(b"\n") if x.strip())
+        hrows, hbad = _parse_history(hpath, hist, on_error)
+        dup = [r for r in hrows if r[1] in live_lines]
+        if dup:
+            warnings.warn(f"{hpath}: {len(dup)} line(s) are also in {path.name} (an archive was interrupted); "
+                          "read once, from the store: `python -m gluon_lab archive` finishes the move", stacklevel=3)
+        rows += [(hpath, *r) for r in hrows if r[1] not in live_lines]
+        bad += hbad
+    lrows, lbad = _parse(path, data, on_error)
+    return rows + [(path, *r) for r in lrows], bad + lbad
+
+
+def read_records(path: str | os.PathLike, on_error: str = "raise",
+                 history: bool = False) -> tuple[list[Record], list[str]]:
     """Parse a JSONL store (every rule of the module docstring). on_error: "raise" (the first bad
     line raises MalformedRecordError / PhysicsError naming file:line) or "warn" (a warning per bad
     line, which is left out; the messages are returned). The Records are as stored: the recomputed
-    values that fill missing gbps / tflops / sol_datasheet_pct are load()'s."""
-    rows, bad = _read(Path(path), on_error)
-    return [r for _, r, _ in rows], bad
+    values that fill missing gbps / tflops / sol_datasheet_pct are load()'s. history: also the
+    records archived beside it (<notebook>.history.jsonl.gz), first; a history file given as path
+    is read alone."""
+    rows, bad = _read_lines(Path(path), on_error, history)
+    return [r for _, _, _, r, _ in rows], bad
 
 
 # shape entries load() turns into columns: (M, N[, K]) of row ops and matmul; (B, C, [D,] H, W[, G])
@@ -607,9 +758,49 @@ def _shape_columns() -> tuple:
 
 
 SHAPE_COLUMNS = _shape_columns()
+# A case as compare and archive() see it: results.latest's case (op, variant, dtype, shape, case_key
+# of the config) plus the timer: a do_bench and a graph-timed record of one cell are two cases.
+CASE_COLUMNS = ("op", "variant", "dtype") + SHAPE_COLUMNS + ("timer",)
 
 
-def load(paths, on_error: str = "raise"):
+def _store_files(paths, history: bool) -> list[Path]:
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            stores = [f for f in sorted(p.rglob("*.jsonl")) if f.name not in NON_RECORD_STORES]
+            files.extend(stores)
+            if history:  # a history whose live store is gone is still history
+                have = set(stores)
+                files.extend(h for h in sorted(p.rglob("*" + HISTORY_SUFFIX)) if live_path(h) not in have)
+        elif p.exists():
+            files.append(p)
+        elif history and p.name.endswith(".jsonl") and history_path(p).exists():
+            files.append(p)  # every record of it archived (or the store removed): its history
+    return files
+
+
+def _frame(rows, malformed):
+    import pandas as pd
+    out = []
+    for src, lineno, _, r, fill in rows:
+        d = dataclasses.asdict(r)
+        d.update(fill)
+        for k in SHAPE_COLUMNS:
+            d[k] = r.shape.get(k)
+        d["config_key"] = json.dumps(r.config, sort_keys=True)
+        d["source"] = str(src)
+        d["line"] = lineno
+        out.append(d)
+    cols = [f.name for f in dataclasses.fields(Record)] + list(SHAPE_COLUMNS) + ["config_key", "source", "line"]
+    df = pd.DataFrame(out, columns=cols)
+    for k in SHAPE_COLUMNS:
+        if k != "layout":
+            df[k] = df[k].astype("Int64")  # integers with <NA> where a record has no such dimension
+    df.attrs["malformed"] = malformed
+    return df
+
+
+def load(paths, on_error: str = "raise", history: bool = False):
     """Load one or more JSONL stores (files or folders) into a pandas DataFrame.
 
     A folder is searched recursively for *.jsonl; files named in NON_RECORD_STORES
@@ -618,40 +809,26 @@ def load(paths, on_error: str = "raise"):
     sol_datasheet_pct are filled with the values recomputed from bytes, flops, ms_median and the
     datasheet (a stored one was checked to agree within REL_TOL).
 
+    history=False (the default, what the pages read): the live stores only. history=True: each
+    store's superseded runs too (<notebook>.history.jsonl.gz beside it, see archive()), read under
+    the store's shared lock and checked line by line like the store (errors name
+    <notebook>.history.jsonl.gz:LINE), their rows first. A *.history.jsonl.gz named explicitly is
+    read whatever history says.
+
     Adds columns M, N, K (from shape; row ops and matmul), B, C, D, H, W, G, layout (from shape;
-    group_norm / instance_norm), config_key (stable string of config), source (the file) and
-    line (its line number). A dimension a record's shape lacks is <NA>; "extra" holds the fields
+    group_norm / instance_norm), config_key (stable string of config), source (the file: the
+    history file for an archived record) and line (its line number; in a history file, of the
+    decompressed lines). A dimension a record's shape lacks is <NA>; "extra" holds the fields
     Record does not know (a dict, usually empty).
     ``df.attrs["malformed"]`` lists file:line messages for bad lines (on_error="warn")."""
-    import pandas as pd
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    files: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            files.extend(f for f in sorted(p.rglob("*.jsonl")) if f.name not in NON_RECORD_STORES)
-        elif p.exists():
-            files.append(p)
     rows, malformed = [], []
-    for f in files:
-        recs, bad = _read(f, on_error)
+    for f in _store_files(paths, history):
+        got, bad = _read_lines(f, on_error, history)
+        rows.extend(got)
         malformed.extend(bad)
-        for lineno, r, fill in recs:
-            d = dataclasses.asdict(r)
-            d.update(fill)
-            for k in SHAPE_COLUMNS:
-                d[k] = r.shape.get(k)
-            d["config_key"] = json.dumps(r.config, sort_keys=True)
-            d["source"] = str(f)
-            d["line"] = lineno
-            rows.append(d)
-    cols = [f.name for f in dataclasses.fields(Record)] + list(SHAPE_COLUMNS) + ["config_key", "source", "line"]
-    df = pd.DataFrame(rows, columns=cols)
-    for k in SHAPE_COLUMNS:
-        if k != "layout":
-            df[k] = df[k].astype("Int64")  # integers with <NA> where a record has no such dimension
-    df.attrs["malformed"] = malformed
-    return df
+    return _frame(rows, malformed)
 
 
 def mark_stale(df, current_hash: Callable[[str, str], str | None]):
@@ -716,3 +893,231 @@ def atomic_write_text(path, text: str) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+# ----------------------------------------------------------------------------------------------
+# history: the superseded runs of a store, compressed beside it
+
+def artifact_runs(store: str | os.PathLike) -> set[str]:
+    """Run ids named by the store's artifacts, results/<gpu>/<notebook>.*.json (a timeline's
+    top-level "run_id"): the pages show those runs' records beside the artifact."""
+    store = live_path(store)
+    stem = store.name[: -len(".jsonl")]
+    out = set()
+    for a in sorted(store.parent.glob(stem + ".*.json")):
+        try:
+            d = json.loads(a.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and isinstance(d.get("run_id"), str):
+            out.add(d["run_id"])
+    return out
+
+
+def live_runs(df, pinned: Iterable[str] = ()) -> set[str]:
+    """The runs of one store (a load() DataFrame of ALL its records, live and history) that stay in
+    the live file; every other run is superseded history, which archive() moves to
+    <notebook>.history.jsonl.gz. A run stays live while
+
+    1. it holds the newest record of a case, or the newest record of a case that passed its
+       check. A case is compare's: op, variant, dtype, the shape columns, the timer and
+       case_key(config) (the config minus what a record only measured, e.g. sm_clock_mhz; grid
+       records by the knobs a plan sets). results.latest's cases are these without the timer, so
+       every record a page takes per case (latest(), newest_only) is live, and so is the newest
+       passing one a page that drops failures takes;
+    2. within some (op, dtype, study) group (study: the config's "study", else "grid") no later run
+       holds every variant it holds there: notebook.newest_run(mask, require=...) takes the newest
+       run holding the variants a section needs, so such a run can still be the one a section
+       shows even when each of its cases was re-measured by some later, partial run;
+    3. it is the newest run (ceilings aside), or the run compare's `previous` picks for it (the
+       pair a page's "Compare runs" section shows by default), or it is in `pinned` (the runs a
+       store's artifacts name, artifact_runs()).
+
+    Records without a run_id are always live. Whole runs move, never single records: a page shows
+    one run's records side by side (newest_run), takes that run's ceilings and copies by run_id,
+    and compare pairs whole runs; a run cut in two would show a section half of itself, or make
+    `previous` pick another run. Everything else that names older runs (compare --list, previous,
+    explicit run ids, run= / compare_to= on a page, the provenance table, adopt's
+    already-adopted check, the selection table) reads the history too (load(history=True))."""
+    live = {str(r) for r in pinned}
+    d = df[df["run_id"].notna()] if len(df) else df
+    if not len(d):
+        return live
+    d = d.assign(_case=[case_key(c, t) for c, t in zip(d["config_key"], d["timer"])])
+    d = d.sort_values(["timestamp", "run_id"], kind="stable")
+    keys = [k for k in CASE_COLUMNS if k in d.columns] + ["_case"]
+    live |= set(d.groupby(keys, dropna=False, sort=False).tail(1)["run_id"])
+    ok = d[d["passed"].eq(True)]
+    if len(ok):
+        live |= set(ok.groupby(keys, dropna=False, sort=False).tail(1)["run_id"])
+    study = d["config_key"].map(lambda c: json.loads(c).get("study", "grid") if c else "grid")
+    for _, g in d.assign(_study=study).groupby(["op", "dtype", "_study"], dropna=False, sort=False):
+        last = g.groupby("run_id")["timestamp"].max()
+        held = g.groupby("run_id")["variant"].agg(frozenset)
+        order = sorted(held.index, key=lambda r: (str(last[r]), r))
+        for i, r in enumerate(order):
+            if not any(held[r] <= held[o] for o in order[i + 1:]):
+                live.add(r)
+    from . import compare  # compare imports this module
+    runs = compare.runs_table(d[d["pattern"] != "ceiling"])
+    if len(runs):
+        live.add(runs["run_id"].iloc[-1])
+        pair = compare.default_pair(d)
+        if pair:
+            live.update(pair)
+    return live
+
+
+@dataclass
+class ArchivePlan:
+    """What archive_store() moved (or, with check, would move) between a store and its history."""
+    store: Path
+    history: Path
+    moved: dict  # run_id -> records moved from the store to the history
+    restored: dict  # run_id -> records moved back to the store (the rule keeps them live again)
+    dropped: int  # history lines that were also in the store (an interrupted archive): removed
+    live_runs: int
+    live_records: int
+    history_runs: int
+    history_records: int
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.moved or self.restored or self.dropped)
+
+    def describe(self, check: bool = False) -> str:
+        where = (f"live: {self.live_runs} run(s), {self.live_records} records; " +
+                 (f"history {self.history.name}: {self.history_runs} run(s), {self.history_records} records"
+                  if self.history_records else "no history"))
+        if not self.changes:
+            return f"{self.store}: nothing to move ({where})"
+        verb = "would move" if check else "moved"
+        parts = []
+        if self.moved:
+            parts.append(f"{verb} {len(self.moved)} superseded run(s), {sum(self.moved.values())} records, to "
+                         f"{self.history.name} ({', '.join(sorted(self.moved))})")
+        if self.restored:
+            parts.append(f"{verb} {len(self.restored)} run(s), {sum(self.restored.values())} records, back from "
+                         f"{self.history.name} ({', '.join(sorted(self.restored))})")
+        if self.dropped:
+            parts.append(f"{'would drop' if check else 'dropped'} {self.dropped} history line(s) also in the store")
+        return f"{self.store}: " + "; ".join(parts) + f" ({'after' if not check else 'then'} {where})"
+
+
+def _replace_file(path: Path, data: bytes | None, mode: int = 0o644) -> None:
+    """Replace path by data atomically (a temp file in its folder, fsync, rename); None removes it."""
+    import tempfile
+    if data is None:
+        if path.exists():
+            os.remove(path)
+    else:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+            os.close(fd)
+            fd = -1
+            os.replace(tmp, path)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _gzip_lines(lines: list[bytes]) -> bytes | None:
+    """The bytes of a history file holding lines; the same lines give the same bytes (mtime 0, no
+    file name, level 9). None for no lines (no file)."""
+    import gzip
+    return gzip.compress(b"".join(x + b"\n" for x in lines), compresslevel=9, mtime=0) if lines else None
+
+
+def archive_store(path: str | os.PathLike, check: bool = False) -> ArchivePlan:
+    """Move the superseded runs of one store (live_runs() of all its records, live and history) to
+    <notebook>.history.jsonl.gz, and runs the rule keeps live back to the store. Idempotent: the
+    split is a function of the records and the store's artifacts, so a second call moves nothing
+    and writes nothing. check: only say what would move (nothing is written).
+
+    Under the store's exclusive lock (appenders wait; readers of store + history hold the shared
+    lock, so they see each record in one of the two): a torn last line is quarantined first
+    (as append_records does), every line of both files is checked (a bad line raises, naming
+    file:line, and nothing moves), then the files are replaced by rename, history first: every
+    record is in at least one of them at every moment, and a record that a crash left in both is
+    read once (from the store) until the next archive removes the copy. Waiting writers and
+    readers notice the rename and open the new store (_lock_open)."""
+    store = live_path(path)
+    hpath = history_path(store)
+    _check_store_name(store)
+    if not store.exists() and not hpath.exists():
+        raise FileNotFoundError(f"{store}: no such record store")
+    if check and not store.exists():
+        fd = None
+    else:
+        fd = _lock_open(store, os.O_RDONLY if check else os.O_RDWR | os.O_CREAT,
+                        fcntl.LOCK_SH if check else fcntl.LOCK_EX)
+    try:
+        if fd is None:
+            data, mode = b"", 0o644
+        else:
+            if not check:
+                q = _quarantine_locked(fd, store)
+                if q:
+                    _warn_quarantined(store, q, stacklevel=2)
+            data, mode = _pread_all(fd), os.fstat(fd).st_mode & 0o777
+            if data and not data.endswith(b"\n") and _is_torn(data[data.rfind(b"\n") + 1:]):
+                data = data[: data.rfind(b"\n") + 1]  # check: a torn tail moves nowhere
+        hist = _read_file(hpath)
+        lrows, _ = _parse(store, data, "raise")
+        hrows, _ = _parse_history(hpath, hist, "raise") if hist is not None else ([], [])
+        in_store = frozenset(raw for _, raw, _, _ in lrows)
+        dropped = sum(raw in in_store for _, raw, _, _ in hrows)
+        hrows = [r for r in hrows if r[1] not in in_store]
+        keep = live_runs(_frame([(hpath, *r) for r in hrows] + [(store, *r) for r in lrows], []),
+                         pinned=artifact_runs(store))
+
+        def live(rec):
+            return rec.run_id is None or rec.run_id in keep
+
+        restored = [(raw, rec) for _, raw, rec, _ in hrows if live(rec)]
+        kept_hist = [(raw, rec) for _, raw, rec, _ in hrows if not live(rec)]
+        moved = [(raw, rec) for _, raw, rec, _ in lrows if not live(rec)]
+        new_live = restored + [(raw, rec) for _, raw, rec, _ in lrows if live(rec)]
+        new_hist = kept_hist + moved
+        def count(rs) -> dict:
+            return dict(sorted(Counter(r.run_id for _, r in rs).items()))
+
+        plan = ArchivePlan(store, hpath, count(moved), count(restored), dropped,
+                           len({r.run_id for _, r in new_live}), len(new_live),
+                           len({r.run_id for _, r in new_hist}), len(new_hist))
+        if check or not plan.changes:
+            return plan
+        # history first, holding every line the store may still hold, then the store, then the
+        # history without the lines that went back: no moment without a record
+        _replace_file(hpath, _gzip_lines([raw for raw, _ in kept_hist + restored + moved]), mode)
+        _replace_file(store, b"".join(raw + b"\n" for raw, _ in new_live), mode)
+        if restored:
+            _replace_file(hpath, _gzip_lines([raw for raw, _ in new_hist]), mode)
+        return plan
+    finally:
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def archive(results_dir: str | os.PathLike, check: bool = False) -> list[ArchivePlan]:
+    """archive_store() every record store under results_dir (*.jsonl but NON_RECORD_STORES, and
+    history files whose store is gone). Returns the plans, one per store."""
+    root = Path(results_dir)
+    stores = [f for f in sorted(root.rglob("*.jsonl")) if f.name not in NON_RECORD_STORES]
+    have = set(stores)
+    stores += [live_path(h) for h in sorted(root.rglob("*" + HISTORY_SUFFIX)) if live_path(h) not in have]
+    return [archive_store(s, check=check) for s in sorted(stores)]

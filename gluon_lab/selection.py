@@ -72,7 +72,7 @@ def _votes(df):
 def build(results_dir) -> dict:
     from . import device, results, specs
     stores = sorted(p for p in Path(results_dir).glob("*/*.jsonl") if p.name != "sanitizer.jsonl")  # not Records
-    df = results.load(stores, on_error="raise")
+    df = results.load(stores, on_error="raise", history=True)  # the newest passing current record may be archived
     entries: dict = {}
     runs: dict = {}
     if len(df):

@@ -220,7 +220,7 @@ cm.show(ana.sweep_table(allrec, "wgrad-sweep"))
 # ## 7. Takeaways (computed from the records above)
 
 # %% tags=["takeaways"]
-cm.show(cm.takeaways(ana.takeaways(allrec, spec)))
+cm.show(cm.takeaways(ana.takeaways(allrec, spec, history=cm.archived(ctx))))  # cuDNN's run-to-run spread: archived runs too
 
 # %% [markdown]
 # ## Compare runs

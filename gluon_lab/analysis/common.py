@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import device, plots
-from ..notebook import (ceilings, config_value, copy_reference_table, graph_output_caveat,  # noqa: F401
-                        inductor_kernels, load_sanitizer, missing_note, newest_run, provenance_table,
-                        resolve_mode, section_line, stale_note, stale_table)
+from ..notebook import (archived_records, ceilings, config_value, copy_reference_table,  # noqa: F401
+                        graph_output_caveat, inductor_kernels, load_sanitizer, missing_note, newest_run,
+                        no_records, provenance_table, resolve_mode, section_line, stale_note, stale_table)
 from ..notebook import gpu_slug as _gpu_slug
 from ..notebook import load as _load
 
@@ -93,25 +93,39 @@ def setup(notebook: str, mode: str = "auto", gpu: str | None = None, results_dir
     ctx = Context(notebook, run_mode, slug, device.DATASHEET.get(slug), root)
     if run is not None:  # resolve now: a run that does not exist fails in the setup cell, naming the runs there are
         from ..compare import resolve_run
-        ctx = Context(notebook, run_mode, slug, ctx.spec, root, resolve_run(_load(root, slug, notebook, newest_only=False), run))
+        ctx = Context(notebook, run_mode, slug, ctx.spec, root, resolve_run(_load(root, slug, notebook, newest_only=False, history=True), run))
     return ctx
 
 
 def load(ctx: Context, newest_only: bool = False):
     """Every record of ctx.notebook on ctx.slug (stale-marked), only ctx.run's when the notebook shows
-    one run; newest per case with newest_only."""
+    one run; newest per case with newest_only. The live store holds every run a page shows by
+    default (results.live_runs); a run named by ctx.run may be archived, so then the history is
+    read too."""
     from .. import results
-    df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False)
+    df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False, history=ctx.run is not None)
     if ctx.run is not None and len(df):
         df = df[df["run_id"] == ctx.run].reset_index(drop=True)
     return results.latest(df) if newest_only and len(df) else df
 
 
+def archived(ctx: Context):
+    """The records of ctx.notebook's superseded runs (<notebook>.history.jsonl.gz, stale-marked), for
+    what a page says about every run (a spread between runs, the provenance table); empty when the
+    page shows one run (ctx.run) or nothing is archived."""
+    if ctx.run is not None:
+        return no_records()
+    return archived_records(ctx.results_dir, ctx.slug, ctx.notebook)
+
+
 def compare_runs(ctx: Context, compare_to: str | None = None) -> list:
     """The outputs of the "Compare runs" section: run B = ctx.run (default the newest run), run A =
-    compare_to (default: the newest earlier run that shares cases with B). See gluon_lab.compare."""
+    compare_to (default: the newest earlier run that shares cases with B). See gluon_lab.compare.
+    The default pair is always in the live store (results.live_runs); a run named by ctx.run or
+    compare_to may be archived, so then the history is read too."""
     from .. import compare
-    df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False)
+    df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False,
+               history=ctx.run is not None or compare_to is not None)
     if not len(df):
         return [missing_note(df, f"{ctx.notebook} on {ctx.slug}")]
     runs = compare.runs_table(df[df["pattern"] != "ceiling"])
@@ -129,11 +143,12 @@ def current(df):
 
 
 def overview(ctx: Context, df) -> list:
-    """The outputs of a notebook's "measure or replay" cell: the provenance table (one row per run),
+    """The outputs of a notebook's "measure or replay" cell: the provenance table (one row per run,
+    the superseded runs archived in <notebook>.history.jsonl.gz too unless the page shows one run),
     and a missing note when there is no record at all (then no empty table)."""
     if not len(df):
         return [None, missing_note(df, f"{ctx.notebook} on {ctx.slug}")]
-    return [provenance_table(df), None]
+    return [provenance_table(df, archived(ctx)), None]
 
 
 def passed(df):

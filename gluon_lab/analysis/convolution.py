@@ -334,7 +334,10 @@ def _grad_headline(df, op: str, name: str, base_range: bool = False) -> list:
     return [(key, f"{plots.geomean(r):.2f}× geomean over {len(r)} shapes (min {r.min():.2f}×, max {r.max():.2f}×{extra})")]
 
 
-def takeaways(df, spec) -> list[str]:
+def takeaways(df, spec, history=None) -> list[str]:
+    """The computed takeaways of the page. history: the archived runs' records (cm.archived), which
+    the run-to-run spread of cuDNN counts too."""
+    import pandas as pd
     lines = []
     t = _tflops(df)
     col = f"{OURS} vs cuDNN (x)"
@@ -393,7 +396,8 @@ def takeaways(df, spec) -> list[str]:
                 f"{k}: {cfgs.loc[k].idxmax()} ({cfgs.loc[k].max():.0f} TFLOP/s"
                 + (f" vs heuristic {sw.loc[k, 'heuristic']:.0f}" if "heuristic" in sw else "") + ")" for k in cfgs.index) + ".")
     if len(df):
-        tc = cm.passed(df[(df["op"] == OP) & (df["variant"] == BASE)]).copy()
+        runs = pd.concat([df, history], ignore_index=True) if history is not None and len(history) else df
+        tc = cm.passed(runs[(runs["op"] == OP) & (runs["variant"] == BASE)]).copy()  # a spread over every run
         if len(tc) and tc["run_id"].nunique() > 1:
             tc["shape"] = labels(tc)
             g = tc.groupby("shape")["tflops"].agg(["min", "max", "count"])
