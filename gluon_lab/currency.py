@@ -224,8 +224,7 @@ def _records(results_dir: Path, gpus=None):
     from . import results
     files = sorted(p for p in Path(results_dir).glob("*/*.jsonl")
                    if (gpus is None or p.parent.name in gpus) and p.name not in results.NON_RECORD_STORES)
-    hist = sorted(p for p in Path(results_dir).glob("*/*.history.jsonl.gz") if gpus is None or p.parent.name in gpus)
-    df = results.load(files + hist, on_error="raise") if (files or hist) else results.load([], on_error="raise")
+    df = results.load(files, on_error="raise", history=True) if files else results.load([], on_error="raise")
     return df[df["kernel_source_hash"].notna()]
 
 
