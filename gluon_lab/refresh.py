@@ -5,8 +5,9 @@ A notebook's plan (``experiments``) lists its cases; a case is *due* when no cur
 (no record at all, or its newest record is stale by ``currency``: what its case launches changed). Due
 cases are re-measured together with their **cell** — every plan case at the same dtype, shape and
 study (every op and variant there, the per-shape copy too) (the peers a page divides by, so a ratio stays same-run) — in one measurement session per
-notebook (ceilings first, as every run). Order: the plan's grid cells (no study: the cells the headline
-numbers and targets are computed from) before its studies, each in plan order. Records are appended per
+notebook (ceilings first, as every run). Order: cells a page shows stale before cells never measured; within each, the
+plan's grid cells (no study: the cells the headline numbers and targets are computed from) before its
+studies, each in plan order. Records are appended per
 case, so a call cut at its time limit keeps what it measured and the next call starts where it stopped:
 the records already in the output folder count (``--results-dir``, read beside the repository's
 ``results/``). ``--budget-s`` starts no cell whose estimate would end past the budget.
@@ -33,21 +34,23 @@ SECONDS_PER_COMPILE = 2.0
 
 
 def plan_cases(notebook: str) -> list[dict]:
-    """Every case of the notebook's full plan (what `bench NOTEBOOK` measures as cases)."""
+    """Every case of the notebook's plan, every part the pages show included (`bench NOTEBOOK --parts ...`
+    measures the optional ones); timelines and Inductor code are captures, not cases."""
     from . import experiments as ex
     if notebook == "00-ceilings":
         p = ex.CeilingsPlan()
         return ex.plan_cases(p) + ex.fastpath_grid_cases(p)
     if notebook == "01-tma-caching":
-        return ex.tma_caching_cases(ex.TmaCachingPlan(), ("rms", "others", "sweep"))
+        return ex.tma_caching_cases(ex.TmaCachingPlan(), ("rms", "others", "ln-sweep", "small-m", "regs", "sweep"))
     if notebook == "02-chunked-reductions":
-        return ex.chunked_cases(ex.ChunkedPlan(), ("bf16", "fp32", "others", "chunk", "stream", "groupnorm"))
+        return ex.chunked_cases(ex.ChunkedPlan(), ("bf16", "fp32", "others", "mid-n", "chunk", "stream", "groupnorm"))
     if notebook == "03-multibuffer-pipelining":
-        return ex.pipelined_cases(ex.PipelinedPlan(), ("norms", "stages", "others", "gemm", "gemm-sweep"))
+        return ex.pipelined_cases(ex.PipelinedPlan(), ("norms", "stages", "others", "gemm", "gemm-sweep", "pipe-sweep",
+                                                    "schedule", "fence", "ws-sweep"))
     if notebook == "04-warp-specialization":
         return ex.ws_cases(ex.WarpSpecializedPlan(), ("norms", "gemm", "gemm-shapes", "norm-sweep", "ws-sweep"))
     if notebook == "05-fused-qk-norm-rope":
-        return ex.qk_norm_rope_cases(ex.QkNormRopePlan())
+        return ex.qk_norm_rope_cases(ex.QkNormRopePlan(), ("sweep", "dims", "tma-sweep", "fused-sweep", "persistent-sweep"))
     if notebook == "06-convolution":
         return ex.conv_cases(ex.ConvPlan(), tuple(p for p in ex.CONV_PARTS if p != "timeline"))
     raise ValueError(f"unknown notebook {notebook!r}; known: {sorted(ex.EXPERIMENTS)}")
@@ -139,7 +142,7 @@ def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
     n_missing = n_stale = 0
     todo = []
     for key, cs in cells.items():
-        hit = False
+        hit = has_stale = False
         for c in cs:
             if c.get("op") == "copy":
                 continue
@@ -149,11 +152,12 @@ def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
                 hit = True
             elif state:
                 n_stale += 1
-                hit = True
+                hit = has_stale = True
         if hit:
-            todo.append((key[2] is not None, len(todo), cs))
-    todo.sort(key=lambda t: (t[0], t[1]))  # grid cells (no study) first, then the studies, plan order
-    cells_out = [cs for _, _, cs in todo]
+            todo.append((not has_stale, key[2] is not None, len(todo), cs))
+    # cells a page shows stale before cells never measured; the grid (no study) before the studies; plan order
+    todo.sort(key=lambda t: t[:3])
+    cells_out = [cs for *_, cs in todo]
     return cells_out, {"cases": len(cases), "cells": len(cells), "missing": n_missing, "stale": n_stale,
                        "cells_due": len(cells_out), "cases_due": sum(len(c) for c in cells_out)}
 
