@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# One batch on the lent H200 (device tool): GPU tests, then a notebook's measurement plan.
-# Usage (on the device, repo root as cwd):  bash ci/h200_batch.sh NOTEBOOK [NOTEBOOK...]
-# Writes under $OUT: gpu.txt, gpu-tests.log, bench.log (every notebook's, appended: one file however
-# many notebooks), results/<gpu-slug>/<nb>.jsonl (+ the timeline JSON of 03/04 when PARTS has 'timeline')
+# One batch on the lent H200 (device tool): the whole GPU test suite, then a notebook's measurement plan.
+# Usage (on the device, repo root as cwd):  bash ci/h200_batch.sh [NOTEBOOK...]
+# The GPU suite is a record: every `pytest -m gpu` test, `-n 8` (pytest-xdist), never a subset (SKIP_GPU_TESTS=1
+# runs none); its result goes to results/<gpu-slug>/gpu-tests.json (ci/gpu_tests_record.py, from pytest's
+# JUnit XML): commit, time, GPU, torch / triton, counts, failed and skipped ids. Commit that file:
+# tests/test_gpu_tests_record.py (CPU) fails when it is older than the kernels or records a failure.
+# Writes under $OUT: gpu.txt, gpu-tests.log, results/<gpu-slug>/gpu-tests.json, bench.log (every notebook's,
+# appended: one file however many notebooks), results/<gpu-slug>/<nb>.jsonl (+ the timeline JSON of 03/04 when
+# PARTS has 'timeline')
 # and, with SANITIZE="kernel ...", results/<gpu-slug>/sanitizer.jsonl. The device tool brings back at most 8 files and the
 # rest is lost with the call: count them before a call (LOGS=0 writes no gpu.txt / bench.log / gpu-tests.log,
 # the logs still print).
@@ -18,16 +23,31 @@ if [ -z "${GLUON_LAB_GIT_COMMIT:-}" ]; then
   echo "h200_batch.sh: set GLUON_LAB_GIT_COMMIT to the full sha of the committed tree being measured" >&2
   exit 2
 fi
-case " ${PYTEST_ARGS:-} " in  # the call below passes -q itself: -qq drops pytest's "N passed" line the check reads
-  *" -q "*|*" -qq "*) echo "h200_batch.sh: PYTEST_ARGS must not repeat -q (pytest -qq prints no summary line)" >&2; exit 2;;
-esac
+if [ -n "${GPU_TESTS:-}${PYTEST_ARGS:-}" ]; then  # a subset (or -x) would make a record of part of the suite
+  echo "h200_batch.sh: GPU_TESTS / PYTEST_ARGS are gone: the batch runs the whole GPU suite (pytest -m gpu -n 8) and" \
+       "records it in results/<gpu>/gpu-tests.json; SKIP_GPU_TESTS=1 runs none" >&2
+  exit 2
+fi
 mkdir -p "$OUT/results"
 LOGDIR="$OUT"; [ "${LOGS:-1}" = 0 ] && LOGDIR=$(mktemp -d)  # LOGS=0: logs off $OUT (they still print)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv | tee "$LOGDIR/gpu.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$LOGDIR/gpu.txt"
 rc=0
 if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
-  timeout "${GPU_TEST_TIMEOUT:-900}" python3 -m pytest -q -m gpu ${GPU_TESTS:-tests} -p no:cacheprovider ${PYTEST_ARGS:--x} 2>&1 | tail -n 60 | tee "$LOGDIR/gpu-tests.log" || rc=1
+  SLUG=$(python3 -c "import torch; from gluon_lab.device import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))") \
+    || { echo "h200_batch.sh: no GPU name from torch (see above)" >&2; exit 2; }
+  mkdir -p "$OUT/results/$SLUG"
+  JUNIT=$(mktemp -d)/gpu-tests.xml  # off $OUT: the device tool brings back only a few files
+  GPU_PYTEST=(python3 -m pytest -q -m gpu tests -n 8 -p no:cacheprovider)  # -q once: -qq prints no "N passed" line
+  t0=$(date +%s)
+  timeout "${GPU_TEST_TIMEOUT:-900}" "${GPU_PYTEST[@]}" -o junit_family=xunit1 --junitxml "$JUNIT" 2>&1 \
+    | tail -n 60 | tee "$LOGDIR/gpu-tests.log"
+  pst=${PIPESTATUS[0]}
+  [ "$pst" = 0 ] || rc=1
+  echo "GPU tests: pytest exit $pst after $(( $(date +%s) - t0 )) s"
+  # the record, from pytest's own XML (none when pytest did not finish, e.g. killed by the timeout: exit 124)
+  python3 ci/gpu_tests_record.py "$JUNIT" "$OUT/results/$SLUG/gpu-tests.json" --commit "$GLUON_LAB_GIT_COMMIT" \
+    --exit-code "$pst" --command "${GPU_PYTEST[*]}" || rc=1
   # a GPU run passes only if GPU tests really ran: pytest's summary must count passed tests (a few
   # documented skips, e.g. configs that do not fit in shared memory, are expected; tests/conftest.py
   # makes "-m gpu" without a usable GPU an error of its own)
@@ -46,7 +66,7 @@ for nb in "$@"; do
 done
 if [ -n "${SANITIZE:-}" ]; then  # e.g. SANITIZE="pipelined-norm ws-gemm" (names: ci/sanitize.py CASES)
   # under the GPU's slug (results/h200/sanitizer.jsonl), where `gluon_lab adopt` and the 03/04 pages look
-  SLUG=$(python3 -c "import torch; from gluon_lab.device import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
+  SLUG=${SLUG:-$(python3 -c "import torch; from gluon_lab.device import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")}
   mkdir -p "$OUT/results/$SLUG"
   python3 ci/sanitize.py "$OUT/results/$SLUG/sanitizer.jsonl" $SANITIZE > /dev/null 2>&1 || rc=1
   cut -c1-200 "$OUT/results/$SLUG/sanitizer.jsonl"

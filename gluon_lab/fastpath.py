@@ -10,7 +10,8 @@ plus the scalars' values — and kept as a plan:
 
 * ``launches``: the slow path ran under a recorder that saw every Triton launch it made (the
   compiled kernel, its grid, every argument) and every torch op (only allocations and views are
-  allowed). Each launch is kept as the compiled kernel's own C launcher, its CUfunction, grid and
+  allowed; so are the ops that only make a `pin`ned workspace, e.g. the dynamic schedule's block
+  counter zeroed by the first call on a stream, which a replay resolves instead). Each launch is kept as the compiled kernel's own C launcher, its CUfunction, grid and
   packed metadata, with every argument either a constant, an operand's pointer (inputs then
   outputs, plus a byte offset) or a TMA descriptor over an operand (shape, strides, block and
   swizzle fixed; the CUtensorMap is encoded by Triton's own `make_tensordesc_arg` once per base
@@ -42,6 +43,7 @@ from __future__ import annotations
 import os
 import threading
 import types
+import weakref
 
 import torch
 
@@ -214,6 +216,7 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         super().__init__()
         self.launches: list = []
         self.impure: list = []  # torch ops that read or write data
+        self._impure_outs: list = []  # per impure op, weak references to the tensors it returned
         self.allocated: list = []  # tensors the call allocated (candidates for scratch operands)
 
     def __enter__(self):
@@ -227,12 +230,23 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+        out = func(*args, **(kwargs or {}))
         if name not in _ALLOWED_OPS:
             self.impure.append(name)
-        out = func(*args, **(kwargs or {}))
+            outs = out if isinstance(out, (tuple, list)) else (out, )
+            self._impure_outs.append([weakref.ref(t) for t in outs if isinstance(t, torch.Tensor)])
         if name in _ALLOCATING_OPS and isinstance(out, torch.Tensor):
             self.allocated.append(out)
         return out
+
+    def unpinned_impure(self) -> list:
+        """The impure ops that make the call unreplayable: all but those that only made a pinned workspace
+        (a dynamic schedule's block counter zeroed on the first call on its stream: `pin`ned, so a plan
+        resolves it per replay instead of replaying its allocation)."""
+        def pinned(refs):
+            ts = [r() for r in refs]
+            return bool(ts) and all(t is not None and _pinned.by_ptr.get(t.data_ptr(), (None, ))[0] is t for t in ts)
+        return [n for n, refs in zip(self.impure, self._impure_outs) if not pinned(refs)]
 
 
 _hook_lock = threading.Lock()
@@ -299,7 +313,10 @@ def _build(rec, v, scalars, inputs, out):
     operands; else a direct plan (peer libraries with workspaces, torch ops)."""
     outs = out if isinstance(out, tuple) else (out, )
     plan = None
-    if not rec.impure and rec.launches and all(isinstance(o, torch.Tensor) for o in outs):
+    impure = rec.unpinned_impure()
+    if impure and rec.launches:
+        _stats["last_unplannable"] = f"{v.op}/{v.name}: torch ops that read or write data: {sorted(set(impure))}"
+    if not impure and rec.launches and all(isinstance(o, torch.Tensor) for o in outs):
         try:
             plan = _build_launches(rec, inputs, outs, isinstance(out, tuple))
         except _Unplannable as e:

@@ -144,6 +144,28 @@ def test_recorder_sees_only_allocations_and_views_as_pure():
     assert fastpath._tls.recorder is None
 
 
+def test_making_a_pinned_workspace_does_not_make_the_call_impure():
+    """The dynamic schedule's block counter is zeroed by the first call on a stream, inside that call's
+    recording: a torch op, but of a pinned workspace a replay resolves (fastpath.pin), so the call still
+    gets a launches plan (it used to get a direct plan, kept for the signature's lifetime). A zeroed tensor
+    that is not pinned stays impure."""
+    rec = fastpath._Recorder()
+    with rec:
+        counter = torch.zeros(1, dtype=torch.int32)
+        other = torch.zeros(2)
+        torch.empty(3)
+    assert rec.impure == ["zeros", "zeros"]
+    try:
+        fastpath.pin(counter, resolve=lambda: counter)
+        assert rec.unpinned_impure() == ["zeros"]  # `other` is not pinned
+        fastpath.pin(other, resolve=lambda: other)
+        assert rec.unpinned_impure() == []
+    finally:
+        for t in (counter, other):
+            fastpath._pinned.by_ptr.pop(t.data_ptr(), None)
+    assert rec.unpinned_impure() == ["zeros", "zeros"]
+
+
 def test_operand_location_and_aliasing():
     a, b = torch.randn(4, 8), torch.randn(16)
     ops = fastpath._Operands([a, None, b])

@@ -66,17 +66,33 @@ def test_leading_dims_and_strided_rows():
 
 def test_add_rms_norm_with_its_own_strides_and_out():
     """x, residual and the caller's (y, s) with four different row strides: each is read or written
-    through its own stride (a mix-up between them would put rows in the wrong place)."""
+    through its own stride (a mix-up between them would put rows in the wrong place). The public
+    add_rms_norm takes no out= (it allocates its outputs): the strided inputs go through it, and the
+    caller's strided (y, s) through the registered variant's own function, which takes out=
+    (supports_out; what bench.check_correctness and the timers call)."""
     import torch
     import gluon_lab as gll
+    from gluon_lab import registry
     N = 2880
     mk = lambda pitch: torch.randn(257, pitch, device="cuda", dtype=torch.bfloat16)[:, :N]  # noqa: E731
     x, r = mk(3072), mk(4096)
     w = torch.randn(N, device="cuda", dtype=torch.bfloat16)
-    y, s = torch.full((257, 3200), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :N], \
-        torch.full((257, 3456), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :N]
-    gy, gs = gll.add_rms_norm(x, r, w, variant="gluon-regs", out=(y, s))
     ry, rs = gll.add_rms_norm(x.contiguous(), r.contiguous(), w, variant="torch")
+    # the public API: x and residual read through their own strides
+    ay, as_ = gll.add_rms_norm(x, r, w, variant="gluon-regs")
+    torch.testing.assert_close(as_, rs, atol=0, rtol=0)
+    torch.testing.assert_close(ay, ry, atol=2e-2, rtol=2e-2)
+    # the variant with the caller's outputs: y and s written through their own strides, nothing past N
+    v = registry.get_variant("add_rms_norm", "gluon-regs")
+    assert v.supports_out
+    registry.check_runnable(v, (x, r, w))  # the rules the public call checks before it runs the variant
+    y_buf = torch.full((257, 3200), float("nan"), device="cuda", dtype=torch.bfloat16)
+    s_buf = torch.full((257, 3456), float("nan"), device="cuda", dtype=torch.bfloat16)
+    y, s = y_buf[:, :N], s_buf[:, :N]
+    gy, gs = v.fn(x, r, w, **v.spec.default_scalars(), out=(y, s))  # eps as the public call defaults it
+    torch.cuda.synchronize()
     assert gy.data_ptr() == y.data_ptr() and gs.data_ptr() == s.data_ptr()
+    assert gy.stride() == (3200, 1) and gs.stride() == (3456, 1)
     torch.testing.assert_close(gs, rs, atol=0, rtol=0)
     torch.testing.assert_close(gy, ry, atol=2e-2, rtol=2e-2)
+    assert torch.isnan(y_buf[:, N:]).all() and torch.isnan(s_buf[:, N:]).all()  # the pitch padding untouched
