@@ -97,13 +97,10 @@ def _pack(o1, o2, dt: gl.constexpr):
 
 
 @gluon.jit
-def _weights(qw_ptr, kw_ptr, dt: gl.constexpr, D: gl.constexpr, R: gl.constexpr, NEOX: gl.constexpr,
-             L: gl.constexpr, TAILP: gl.constexpr):
-    """(qw1, qw2, kw1, kw2, qwt, kwt): fp32 in layout L matching _tile_load's pieces — [1, R/2] for the
-    rotary halves (NeoX) / the even and odd elements of the pairs (GPT-J); the tail's [1, TAILP] (NeoX:
-    qwt / kwt its elements; GPT-J: words, split by _halves at use). Without a tail qwt = qw1."""
-    W: gl.constexpr = R // 2
-    j = gl.arange(0, W, layout=gl.SliceLayout(0, L))
+def _weight_halves(qw_ptr, kw_ptr, dt: gl.constexpr, W: gl.constexpr, NEOX: gl.constexpr, LW: gl.constexpr):
+    """(q1, q2, k1, k2): the q / k norm weights of the W rotary pairs as fp32 [W] in layout LW — the two
+    rotary halves (NeoX) or the even / odd elements of the pairs (GPT-J, loaded as 32-bit words)."""
+    j = gl.arange(0, W, layout=LW)
     if NEOX:
         qa = gl.load(qw_ptr + j)
         qb = gl.load(qw_ptr + W + j)
@@ -116,6 +113,17 @@ def _weights(qw_ptr, kw_ptr, dt: gl.constexpr, D: gl.constexpr, R: gl.constexpr,
         kb = ka
     q1, q2 = _halves(qa, qb, dt, NEOX)
     k1, k2 = _halves(ka, kb, dt, NEOX)
+    return q1, q2, k1, k2
+
+
+@gluon.jit
+def _weights(qw_ptr, kw_ptr, dt: gl.constexpr, D: gl.constexpr, R: gl.constexpr, NEOX: gl.constexpr,
+             L: gl.constexpr, TAILP: gl.constexpr):
+    """(qw1, qw2, kw1, kw2, qwt, kwt): fp32 in layout L matching _tile_load's pieces — [1, R/2] for the
+    rotary halves (NeoX) / the even and odd elements of the pairs (GPT-J); the tail's [1, TAILP] (NeoX:
+    qwt / kwt its elements; GPT-J: words, split by _halves at use). Without a tail qwt = qw1."""
+    W: gl.constexpr = R // 2
+    q1, q2, k1, k2 = _weight_halves(qw_ptr, kw_ptr, dt, W, NEOX, gl.SliceLayout(0, L))
     qt = gl.expand_dims(q1, 0)
     kt = gl.expand_dims(k1, 0)
     if TAILP > 0:
@@ -448,19 +456,8 @@ def qk_norm_rope_tma_kernel(qkv_desc, qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_pt
         obufs = gl.allocate_shared_memory(sdt, [2 * NCOPY, BT, BH, W], qkv_desc.layout)
 
     # weights [1, 1, W] (NeoX: each half; GPT-J: even / odd elements of the pairs)
+    q1, q2, k1, k2 = _weight_halves(qw_ptr, kw_ptr, dt, W, NEOX, LW)
     j = gl.arange(0, W, layout=LW)
-    if NEOX:
-        qa = gl.load(qw_ptr + j)
-        qb = gl.load(qw_ptr + W + j)
-        ka = gl.load(kw_ptr + j)
-        kb = gl.load(kw_ptr + W + j)
-    else:
-        qa = gl.load(qw_ptr.to(gl.pointer_type(gl.int32)) + j)
-        qb = qa
-        ka = gl.load(kw_ptr.to(gl.pointer_type(gl.int32)) + j)
-        kb = ka
-    q1, q2 = _halves(qa, qb, dt, NEOX)
-    k1, k2 = _halves(ka, kb, dt, NEOX)
     qw1 = gl.expand_dims(gl.expand_dims(q1, 0), 1)
     qw2 = gl.expand_dims(gl.expand_dims(q2, 0), 1)
     kw1 = gl.expand_dims(gl.expand_dims(k1, 0), 1)
