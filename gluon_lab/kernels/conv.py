@@ -49,12 +49,9 @@ from .pipelined import TRACE_CTAS, TRACE_ITERS, globaltimer
 
 
 @gluon.jit
-def _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow0, co0, Ci, pred, RW: gl.constexpr,
-                STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr):
-    """Issue k-step (tap rs = r·RW + s, channels c0..) of the tile at (image b, patch origin oh0, ow0; output
-    channels co0): the x box shifted by (r − PAD_H, s − PAD_W) and the weight box [BN, 1, BK] of that tap."""
-    r = rs // RW
-    s = rs % RW
+def _tap_shift(r, s, STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr):
+    """Filter tap (r, s) as a box shift of the parity-split x view [B, H/st, st, W/st, st·Ci]: (dh, ph, dw, pw)
+    with r − PAD_H = STRIDE·dh + ph and s − PAD_W = STRIDE·dw + pw (stride 1: ph = pw = 0)."""
     if STRIDE == 1:
         dh = r - PAD_H
         ph = 0
@@ -65,6 +62,17 @@ def _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow0,
         ph = (r - PAD_H) & 1
         dw = (s - PAD_W) >> 1
         pw = (s - PAD_W) & 1
+    return dh, ph, dw, pw
+
+
+@gluon.jit
+def _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow0, co0, Ci, pred, RW: gl.constexpr,
+                STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr):
+    """Issue k-step (tap rs = r·RW + s, channels c0..) of the tile at (image b, patch origin oh0, ow0; output
+    channels co0): the x box shifted by (r − PAD_H, s − PAD_W) and the weight box [BN, 1, BK] of that tap."""
+    r = rs // RW
+    s = rs % RW
+    dh, ph, dw, pw = _tap_shift(r, s, STRIDE, PAD_H, PAD_W)
     bar = bars.index(slot)
     mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(x_desc, [b, oh0 + dh, ph, ow0 + dw, pw * Ci + c0], bar, a_bufs.index(slot),
@@ -1089,16 +1097,7 @@ def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_
     rs = rest // n_ci_blocks
     r = rs // R
     s = rs % R
-    if STRIDE == 1:
-        dh = r - PAD
-        ph = 0
-        dw = s - PAD
-        pw = 0
-    else:
-        dh = (r - PAD) >> 1
-        ph = (r - PAD) & 1
-        dw = (s - PAD) >> 1
-        pw = (s - PAD) & 1
+    dh, ph, dw, pw = _tap_shift(r, s, STRIDE, PAD, PAD)
     k0 = gl.program_id(1) * k_per_split
     nk = gl.minimum(n_patches - k0, k_per_split)
 
