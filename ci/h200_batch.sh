@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batch on the lent H200 (device tool): the whole GPU test suite, then a notebook's measurement plan.
-# Usage (on the device, repo root as cwd):  bash ci/h200_batch.sh [NOTEBOOK...]
+# Usage (on the device, repo root as cwd):  [REFRESH=all|"NB ..."] bash ci/h200_batch.sh [NOTEBOOK...]
 # The GPU suite is a record: every `pytest -m gpu` test, `-n 8` (pytest-xdist), never a subset (SKIP_GPU_TESTS=1
 # runs none); its result goes to results/<gpu-slug>/gpu-tests.json (ci/gpu_tests_record.py, from pytest's
 # JUnit XML): commit, time, GPU, torch / triton, counts, failed and skipped ids. Commit that file:
@@ -58,6 +58,11 @@ fi
 if [ "${COMPARE:-0}" = 1 ]; then
   PYTHONPATH=".old:${PYTHONPATH:-}" python3 ci/compare_old.py "$OUT/results" ${QUICK:+--quick} > "$OUT/compare.log" 2>&1 || rc=1
   tail -n 60 "$OUT/compare.log"
+fi
+if [ -n "${REFRESH:-}" ]; then  # REFRESH="NOTEBOOK ..." or "all": re-measure what is stale or missing (ci/h200_refresh.sh,
+  # resumable on a warm machine; BUDGET_S caps it); its records and refresh.log land under $OUT like the plans'
+  [ "$REFRESH" = all ] && REFRESH=""
+  bash ci/h200_refresh.sh $REFRESH || rc=1
 fi
 for nb in "$@"; do
   python3 -m gluon_lab bench "$nb" --results-dir "$OUT/results" ${QUICK:+--quick} ${PARTS:+--parts $PARTS} > "$LOGDIR/bench-$nb.log" 2>&1 || rc=1
