@@ -3,7 +3,8 @@
 Kernel-facing (the only places this module reaches into kernels / experiments / codegen):
     measure()        gluon_lab.experiments.run_conv(results_dir=, quick=, parts=)
     plan_shapes()    gluon_lab.experiments.CONV_SHAPES
-    kernel_source()  gluon_lab.kernels.conv: _conv_issue, _conv_tile, _conv_next, conv_fprop_kernel (.fn sources)
+    kernel_source()  gluon_lab.kernels.conv: _tap_shift, _conv_issue, _conv_tile, _conv_next, conv_fprop_kernel
+                     (.fn sources)
     census_table()   gluon_lab.kernels.conv.{fprop,fprop_ws,gather,dgrad,wgrad,triton,wgrad_triton}_codegen
                      -> codegen.compile_sm90 / census
     a_paths()        gluon_lab.kernels.conv.a_path, ConvConfig / GatherConfig.heuristic
@@ -45,8 +46,8 @@ def plan_shapes(gather: bool = False) -> list[dict]:
 def kernel_source() -> str:
     import inspect
     from ..kernels import conv
-    return "\n\n".join(inspect.getsource(k.fn) for k in (conv._conv_issue, conv._conv_tile, conv._conv_next,
-                                                          conv.conv_fprop_kernel))
+    return "\n\n".join(inspect.getsource(k.fn) for k in (conv._tap_shift, conv._conv_issue, conv._conv_tile,
+                                                          conv._conv_next, conv.conv_fprop_kernel))
 
 
 def label(s: dict) -> str:

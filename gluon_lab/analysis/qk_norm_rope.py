@@ -37,15 +37,16 @@ def kernel_source() -> str:
     """The one-tile-per-CTA kernel and the helpers it shares with the persistent one."""
     import inspect
     from ..kernels import qk_norm_rope as q
-    return "\n\n".join(inspect.getsource(k.fn) for k in (q._tile_load, q._halves, q._pack, q._weights, q._tile_finish,
-                                                             q.qk_norm_rope_kernel, q.qk_norm_rope_persistent_kernel))
+    return "\n\n".join(inspect.getsource(k.fn) for k in (q._tile_load, q._halves, q._pack, q._weight_halves, q._weights,
+                                                             q._tile_finish, q.qk_norm_rope_kernel,
+                                                             q.qk_norm_rope_persistent_kernel))
 
 
 def tma_kernel_source() -> str:
     import inspect
     from ..kernels import qk_norm_rope as q
     return "\n\n".join(inspect.getsource(k.fn) for k in (q._tma_issue, q._tma_positions, q._tma_cos_sin,
-                                                             q.qk_norm_rope_tma_kernel))
+                                                             q._weight_halves, q.qk_norm_rope_tma_kernel))
 
 
 def census_table(Ds=(64, 128, 256)):
