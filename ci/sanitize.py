@@ -53,17 +53,16 @@ sys.path.insert(0, ROOT)  # run as a script from anywhere: gluon_lab is the repo
 
 
 def ws_gemm_without_invalidate():
-    """ws_gemm_kernel's source minus its trailing invalidate loop, as a new @gluon.jit kernel (the
-    JIT needs a real file to read the source from)."""
+    """ws_gemm_kernel's source minus its trailing invalidate (ws_ring_invalidate), as a new @gluon.jit
+    kernel (the JIT needs a real file to read the source from)."""
     import importlib.util
     import inspect
     import tempfile
     from gluon_lab.kernels import warp_specialized as W
     src = inspect.getsource(W.ws_gemm_kernel.fn)
-    cut = src.index("    for i in gl.static_range(NUM_STAGES):\n        mbarrier.invalidate")
+    cut = src.index("    ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES)")
     head = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
-            "from triton.experimental.gluon.language.nvidia.hopper import mbarrier\n"
-            "from gluon_lab.kernels.warp_specialized import _ws_consumer, _ws_producer\n\n\n")
+            "from gluon_lab.kernels.warp_specialized import _ws_consumer, _ws_producer, ws_ring_barriers\n\n\n")
     path = os.path.join(tempfile.mkdtemp(), "ws_gemm_noinval.py")
     with open(path, "w") as f:
         f.write(head + src[:cut])

@@ -122,8 +122,8 @@ print(ana.kernel_source("WsNormConfig"))
 # the previous slot. Epilogue: accumulator → shared memory → **TMA store**; the store of tile t is waited for
 # only when tile t+1's epilogue needs the buffer, so it overlaps the next main loop.
 
-# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/warp_specialized.py (_ws_producer, _ws_consumer, ws_gemm_kernel)"
-print(ana.kernel_source("_ws_producer", "_ws_consumer", "ws_gemm_kernel"))
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/warp_specialized.py (_ws_producer, _ws_consumer, ws_ring_barriers, ws_gemm_kernel)"
+print(ana.kernel_source("_ws_producer", "_ws_consumer", "ws_ring_barriers", "ws_gemm_kernel"))
 
 # %% [markdown]
 # ### The protocol, lap by lap (computed from the formulas in the source, NUM_STAGES = 3)

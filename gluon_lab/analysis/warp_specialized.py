@@ -12,7 +12,7 @@ Kernel-facing (the only places this module reaches into kernels / experiments / 
     ws_plan()             gluon_lab.experiments.WarpSpecializedPlan() (ws_sweep_shapes, ws_sweep_tiles, ws_sweep_regs)
     kernel_source()       inspect.getsource of gluon_lab.kernels.warp_specialized._wsn_producer.fn,
                           ._wsn_consumer.fn, .ws_norm_kernel.fn, .WsNormConfig, ._ws_producer.fn,
-                          ._ws_consumer.fn, .ws_gemm_kernel.fn
+                          ._ws_consumer.fn, .ws_gemm_kernel.fn, .ws_ring_barriers.fn
     ws_norm_heuristic()   gluon_lab.kernels.warp_specialized.WsNormConfig.heuristic(op, N, dtype, M)
                           (fields num_warps, rows, num_stages, ctas_per_sm, producer_regs)
     ws_norm_spec()        gluon_lab.kernels.warp_specialized.norm_codegen_spec(op, N, dtype, cfg) (with its
@@ -73,8 +73,8 @@ def _source_objects() -> dict:
     from ..kernels import warp_specialized as W
     return {"_wsn_producer": W._wsn_producer.fn, "_wsn_consumer": W._wsn_consumer.fn, "ws_norm_kernel": W.ws_norm_kernel.fn,
             "WsNormConfig": W.WsNormConfig, "_ws_producer": W._ws_producer.fn, "_ws_consumer": W._ws_consumer.fn,
-            "ws_gemm_kernel": W.ws_gemm_kernel.fn, "_pp_consumer": W._pp_consumer.fn,
-            "ws_pingpong_gemm_kernel": W.ws_pingpong_gemm_kernel.fn}
+            "ws_gemm_kernel": W.ws_gemm_kernel.fn, "ws_ring_barriers": W.ws_ring_barriers.fn,
+            "_pp_consumer": W._pp_consumer.fn, "ws_pingpong_gemm_kernel": W.ws_pingpong_gemm_kernel.fn}
 
 
 def kernel_source(*names: str) -> str:

@@ -37,6 +37,27 @@ from .pipelined import (TRACE_CTAS, TRACE_ITERS, PipeConfig, _load_block, _load_
                         block_counter)
 
 
+@gluon.jit
+def ws_ring_barriers(NUM_STAGES: gl.constexpr, FULL_COUNT: gl.constexpr):
+    """The EMPTY / FULL barrier pair of every slot of a producer / consumer ring, allocated before the fork
+    and initialized (EMPTY: one consumer arrival; FULL: FULL_COUNT arrivals, 1 for a TMA producer's expect):
+    (empty_bars, full_bars), each [NUM_STAGES, 1]."""
+    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(empty_bars.index(i), count=1)
+        mbarrier.init(full_bars.index(i), count=FULL_COUNT)
+    return empty_bars, full_bars
+
+
+@gluon.jit
+def ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES: gl.constexpr):
+    """After the partitions joined: invalidate the ring's barriers (ws_ring_barriers)."""
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(empty_bars.index(i))
+        mbarrier.invalidate(full_bars.index(i))
+
+
 GEMM_TRACE_FIELDS: gl.constexpr = gl.constexpr(4)  # INSTRUMENT stamps per tile: consumer warpgroup, mainloop
 #                   start (before the first FULL wait), last MMA issued, epilogue's TMA store issued
 
@@ -350,11 +371,8 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, work, M, N, K, FULL_TILES, t_ptr, a_p
         w_smem = gl.allocate_shared_memory(work.dtype, [BM, BN], work.layout)
     else:
         w_smem = c_smem  # not used
-    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(empty_bars.index(i), count=1)
-        mbarrier.init(full_bars.index(i), count=CP_WARPS * 32 if CP_ASYNC else 1)
+    FULL_COUNT: gl.constexpr = CP_WARPS * 32 if CP_ASYNC else 1  # cp.async: every producer thread arrives
+    empty_bars, full_bars = ws_ring_barriers(NUM_STAGES, FULL_COUNT)
     if CP_ASYNC:
         gl.warp_specialize([
             (_ws_consumer, (c_desc, work, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_bars, M, N, K,
@@ -371,9 +389,7 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, work, M, N, K, FULL_TILES, t_ptr, a_p
             (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M,
                             SPLIT_K, FULL_TILES, STREAM_K)),
         ], [1], [PRODUCER_REGS])
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(empty_bars.index(i))
-        mbarrier.invalidate(full_bars.index(i))
+    ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,9 +476,7 @@ def ws_pingpong_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, t_ptr, NUM_STAGES: 
                         NUM_STAGES, GROUP_M, 1, INSTRUMENT)),
         (_ws_producer, (a_desc, b_desc, a_bufs, b_bufs, empty_bars, full_bars, M, N, K, NUM_STAGES, GROUP_M)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(empty_bars.index(i))
-        mbarrier.invalidate(full_bars.index(i))
+    ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES)
     for i in gl.static_range(2):
         mbarrier.invalidate(order_bars.index(i))
 
@@ -829,9 +843,7 @@ def ws_norm_kernel(x_desc, r_desc, w_desc, b_desc, y_ptr, s_ptr, M, y_stride_v, 
         (_wsn_producer, (x_desc, r_desc, xbufs, rbufs, empty_bars, full_bars, idx_smem, M, t_ptr, c_ptr, HAS_RESIDUAL,
                          NUM_CHUNKS, NUM_STAGES, INSTRUMENT, DYNAMIC)),
     ], [1], [PRODUCER_REGS])
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(empty_bars.index(i))
-        mbarrier.invalidate(full_bars.index(i))
+    ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES)
     mbarrier.invalidate(wbar)
 
 
