@@ -46,6 +46,7 @@ from .gemm import _tile_coords
 from .hopper import (CTA_SMEM_OVERHEAD, GL_DTYPE, H200_SMS, ITEMSIZE, SM_SMEM, SMEM_LIMIT, cdiv, desc_type, descriptor, dtype_name, kernel_spec,
                      short_dtype)
 from .pipelined import TRACE_CTAS, TRACE_ITERS, globaltimer
+from .warp_specialized import ws_ring_barriers, ws_ring_invalidate
 
 
 @gluon.jit
@@ -358,9 +359,15 @@ class Launch:
         w = self.w.view(-1)[self.tap0 * Ci:] if self.tap0 else self.w
         w_desc = descriptor(w, [cfg.BN, 1, cfg.BK], lw, shape=[Co, self.RH * self.RW, Ci], strides=[taps * Ci, Ci, 1])
         OH, OW = self.OH, self.OW
-        y_desc = descriptor(self.y, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly, shape=[B, OH, P, OW, P * Co],
+        y, y_co = self.y_view()
+        y_desc = descriptor(y, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly, shape=[B, OH, P, OW, y_co],
                             strides=[OH * P * OW * P * Co, P * OW * P * Co, OW * P * Co, P * Co, 1])
         return x_desc, w_desc, y_desc
+
+    def y_view(self):
+        """(base, channels) of the output view the y descriptor covers, [B, OH', P, OW', channels] with the
+        strides of the parity-split y: y itself and all P·Co channels (the column parity in the channel dim)."""
+        return self.y, self.P * self.Co
 
     def grid_args(self, cfg: ConvConfig, device):
         from .hopper import num_sms
@@ -513,20 +520,14 @@ def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, 
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, TH, 1, TW, BK], x_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BN, 1, BK], w_desc.layout)
     c_smem = gl.allocate_shared_memory(dtype, [TH * TW, BN], c_lay)
-    empty_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    full_bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(empty_bars.index(i), count=1)
-        mbarrier.init(full_bars.index(i), count=1)
+    empty_bars, full_bars = ws_ring_barriers(NUM_STAGES, 1)
     gl.warp_specialize([
         (_conv_ws_consumer, (y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m,
                              OPH, OPW, RH * RW, NUM_STAGES, GROUP_M, num_warps)),
         (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
                              RH, RW, STRIDE, PAD_H, PAD_W, NUM_STAGES, GROUP_M)),
     ], [1], [PRODUCER_REGS])
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.invalidate(empty_bars.index(i))
-        mbarrier.invalidate(full_bars.index(i))
+    ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -919,14 +920,10 @@ class ParityLaunch(Launch):
     launches are independent (oph is the row-parity coordinate; the kernel's OPW stays 0)."""
     col: int = 0
 
-    def descriptors(self, cfg: ConvConfig, dtype: str):
-        x_desc, w_desc, _ = Launch.descriptors(self, cfg, dtype)
-        _, _, ly = _layouts(cfg, dtype)
-        P, Co, OH, OW = self.P, self.Co, self.OH, self.OW
-        base = self.y.permute(0, 2, 3, 1).view(-1)[self.col * Co:] if self.col else self.y  # NHWC memory, a view
-        y_desc = descriptor(base, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly, shape=[self.B, OH, P, OW, Co],
-                            strides=[OH * P * OW * P * Co, P * OW * P * Co, OW * P * Co, P * Co, 1])
-        return x_desc, w_desc, y_desc
+    def y_view(self):
+        """dx + col·Ci elements (NHWC memory, a view) and Ci channels: the boxes clip at this parity's channels."""
+        Co = self.Co
+        return (self.y.permute(0, 2, 3, 1).view(-1)[self.col * Co:] if self.col else self.y), Co
 
 
 def dgrad_launches(grad_output, weight, dx, stride: int, padding: int) -> list[Launch]:
