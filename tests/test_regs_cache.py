@@ -123,6 +123,17 @@ def test_heuristic_takes_every_row_up_to_32768(op, dtype):
 
 
 def test_outputs_take_the_operand_rules():
+    """The caller's out= buffers take the inputs' rules (hopper.row_outputs, which every row-norm launcher
+    allocates or checks its outputs with): gluon-regs' (any alignment) or TMA's."""
+    from gluon_lab.kernels.hopper import row_outputs
+    x = cpu(4, 2048)
     y = torch.empty(2048, 4, dtype=torch.bfloat16).t()  # last dimension strided
-    with pytest.raises(ValueError, match=r"out \(y\) must be contiguous in its last dimension"):
-        R._check_operands({"out (y)": y}, 2048)
+    with pytest.raises(ValueError, match=r"out \(y\) must be contiguous in its last dimension .* for gluon-regs"):
+        row_outputs(x, y, False, "gluon-regs")
+    unaligned = cpu(4 * 2048 + 1)[1:].view(4, 2048)
+    assert row_outputs(x, unaligned, False, "gluon-regs")[0] is unaligned  # gluon-regs takes any alignment
+    with pytest.raises(ValueError, match=r"out \(y\)'s data pointer must be 16-byte aligned for TMA"):
+        row_outputs(x, unaligned, False)
+    s = cpu(64, 2052)[:4, :2048]
+    with pytest.raises(ValueError, match=r"out \(s\)'s row stride must be a multiple of 16 bytes"):
+        row_outputs(x, (cpu(4, 2048), s), True)

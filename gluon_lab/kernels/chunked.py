@@ -28,8 +28,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from . import norm_math, rowio
 from .hopper import (CTA_SMEM_OVERHEAD, H200_SMS, ITEMSIZE, MAX_WARPS_PER_SM, SM_SMEM, SMEM_LIMIT, SMEM_RESERVE,
-                     cdiv, check_tma_operands, check_tma_rows, desc_type, descriptor, dtype_name, kernel_spec, num_sms,
-                     row_layout, row_outputs, short_dtype, vec)
+                     cdiv, check_row_operands, check_tma_rows, desc_type, descriptor, dtype_name, kernel_spec, num_sms,
+                     out_like, row_layout, row_outputs, short_dtype, vec)
 
 # Cache the row while it takes <= 100 KB (two CTAs per SM, as gluon-tma's heuristic); longer rows
 # stream. The H200 stream study (M = 4096, run 20261201T194000Z) puts the crossover there in both
@@ -322,7 +322,7 @@ def check(op, x, *rest) -> ChunkPlan:
     N = x.shape[-1]
     check_tma_rows("gluon-chunked", N, dt)
     plan = ChunkPlan.for_row(row, N, dt)
-    check_tma_operands(rowio.named_operands(row, (x, ) + rest), N)
+    check_row_operands(rowio.named_operands(row, (x, ) + rest), N)
     return plan
 
 
@@ -729,14 +729,11 @@ def _group_constexprs(plan: GroupPlan, has_w: bool, has_b: bool) -> dict:
 
 
 def launch_group(x, num_groups, weight, bias, eps: float, out=None, config: GroupPlan | None = None):
-    import torch
     plan = check_group(x, num_groups, weight, bias)
     plan = config or plan
     B, C = x.shape[0], x.shape[1]
     S = x.numel() // (B * C)
-    y = torch.empty_like(x) if out is None else out
-    if y.shape != x.shape or y.stride() != x.stride() or y.dtype != x.dtype:
-        raise ValueError(f"out must have x's shape, dtype and strides {tuple(x.stride())}")
+    y = out_like(x, out)
     if plan.packed:
         args, ce = _packed_args(plan, B, C, S, num_groups, weight is not None, bias is not None)
         tensors = {"x_ptr": x, "y_ptr": y, "w_ptr": weight, "b_ptr": bias, "eps": eps}
@@ -1203,9 +1200,7 @@ def launch_split(x, num_groups, weight, bias, eps: float, out=None, config: Spli
     B, C = x.shape[0], x.shape[1]
     S = x.numel() // (B * C)
     G = num_groups
-    y = torch.empty_like(x) if out is None else out
-    if y.shape != x.shape or y.stride() != x.stride() or y.dtype != x.dtype:
-        raise ValueError(f"out must have x's shape, dtype and strides {tuple(x.stride())}")
+    y = out_like(x, out)
     if x.numel() == 0:
         return y
     launches, ncol = _split_launches(plan, B, C, S, G, weight is not None, bias is not None)

@@ -66,7 +66,8 @@ def num_sms(device) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# the rules TMA puts on operands (checked before launch, errors name the argument and the rule)
+# the rules TMA (and the row kernels without it) put on operands and out= buffers (checked before launch,
+# errors name the argument and the rule)
 
 def check_tma_rows(variant: str, N: int, dtype: str) -> None:
     """Rows of N elements can be TMA boxes and row strides: N * itemsize a multiple of 16 bytes."""
@@ -76,16 +77,19 @@ def check_tma_rows(variant: str, N: int, dtype: str) -> None:
                          f"and box rule): N={N} {dtype} is {N * e} bytes; use variant='torch' or 'triton'")
 
 
-def check_tma_operands(named: dict, N: int) -> None:
-    """Every operand ({name: tensor or None}): unit last stride, 16-byte aligned base, rows
-    flattenable to (-1, N) with a 16-byte-multiple stride."""
+def check_row_operands(named: dict, N: int, rule: str = "TMA") -> None:
+    """Every operand ({name: tensor or None}) of a row kernel: unit last stride and rows flattenable
+    to (-1, N) without a copy; for TMA (rule "TMA") also a 16-byte aligned base and a 16-byte-multiple
+    row stride. A kernel that reads rows without TMA passes its name as the rule (gluon-regs: any
+    alignment, any row stride); the errors name it."""
+    tma = rule == "TMA"
     for name, t in named.items():
         if t is None:
             continue
         if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last dimension (stride(-1) == 1) for TMA; got strides "
-                             f"{tuple(t.stride())}")
-        if t.data_ptr() % 16:
+            raise ValueError(f"{name} must be contiguous in its last dimension (stride(-1) == 1) for {rule}; got "
+                             f"strides {tuple(t.stride())}")
+        if tma and t.data_ptr() % 16:
             raise ValueError(f"{name}'s data pointer must be 16-byte aligned for TMA (got address % 16 = "
                              f"{t.data_ptr() % 16})")
         if t.dim() > 1:
@@ -94,14 +98,15 @@ def check_tma_operands(named: dict, N: int) -> None:
             except RuntimeError:
                 raise ValueError(f"{name}'s leading dimensions cannot be flattened without a copy (strides "
                                  f"{tuple(t.stride())}); call .contiguous() first") from None
-            if v.shape[0] > 1 and (v.stride(0) * t.element_size()) % 16:
+            if tma and v.shape[0] > 1 and (v.stride(0) * t.element_size()) % 16:
                 raise ValueError(f"{name}'s row stride must be a multiple of 16 bytes for TMA; got "
                                  f"{v.stride(0)} elements = {v.stride(0) * t.element_size()} bytes")
 
 
-def row_outputs(x, out, residual: bool):
+def row_outputs(x, out, residual: bool, rule: str = "TMA"):
     """(y, s, y2, s2): y shaped like x, s (= x + residual) only when the op has a residual, else
-    None; y2 / s2 their (M, N) views. out: y, or (y, s) for residual ops (pre-allocated)."""
+    None; y2 / s2 their (M, N) views. out: y, or (y, s) for residual ops (pre-allocated): the
+    caller's buffers, which take the operands' rules (check_row_operands under `rule`)."""
     import torch
     N = x.shape[-1]
     if out is None:
@@ -109,7 +114,18 @@ def row_outputs(x, out, residual: bool):
         s = torch.empty(x.shape, dtype=x.dtype, device=x.device) if residual else None
     else:
         y, s = out if residual else (out, None)
+        check_row_operands({"out (y)": y, "out (s)": s}, N, rule)
     return y, s, y.view(-1, N), (s.view(-1, N) if s is not None else None)
+
+
+def out_like(x, out):
+    """The output of a kernel that writes y with x's own indexing: out (the caller's buffer, which must have
+    x's shape, dtype and strides) or a new torch.empty_like(x)."""
+    import torch
+    y = torch.empty_like(x) if out is None else out
+    if y.shape != x.shape or y.stride() != x.stride() or y.dtype != x.dtype:
+        raise ValueError(f"out must have x's shape, dtype and strides {tuple(x.stride())}")
+    return y
 
 
 # ----------------------------------------------------------------------------------------------

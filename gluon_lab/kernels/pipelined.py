@@ -30,7 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from . import norm_math, rowio
 from .chunked import ROWS_HEURISTIC, ChunkPlan, load_chunks
 from .hopper import (CTA_SMEM_OVERHEAD, H200_SMS, ITEMSIZE, MAX_WARPS_PER_SM, SM_SMEM, SMEM_LIMIT, SMEM_RESERVE, cdiv,
-                     check_tma_operands, check_tma_rows, desc_type, descriptor, dtype_name, kernel_spec, num_sms,
+                     check_row_operands, check_tma_rows, desc_type, descriptor, dtype_name, kernel_spec, num_sms,
                      row_layout, row_outputs, short_dtype, vec)
 
 FEW_BLOCKS_PER_SM = 8
@@ -333,7 +333,7 @@ def check_ring(variant: str, config_of, op, x, *rest):
     dt = dtype_name(x)
     N = x.shape[-1]
     check_tma_rows(variant, N, dt)
-    check_tma_operands(rowio.named_operands(row, (x, ) + rest), N)
+    check_row_operands(rowio.named_operands(row, (x, ) + rest), N)
     try:
         return config_of(row, N, dt, x.numel() // N)
     except ValueError:

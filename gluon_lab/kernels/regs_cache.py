@@ -25,7 +25,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from . import norm_math, rowio
-from .hopper import ITEMSIZE, REGS_PER_SM, cdiv, dtype_name, kernel_spec, row_outputs, short_dtype, vec
+from .hopper import (ITEMSIZE, REGS_PER_SM, cdiv, check_row_operands, dtype_name, kernel_spec, row_outputs,
+                     short_dtype, vec)
 
 MAX_BLOCK = 32768  # elements of one row tile (next_power_of_2(N)); longer rows are gluon-chunked's (streaming)
 TARGET_ELEMS_PER_THREAD = 16  # heuristic: ~16 of the row's *real* N values per thread (01 'regs' study, below)
@@ -191,21 +192,6 @@ class RegsConfig:
 # ----------------------------------------------------------------------------------------------
 # validation (before launch, clear errors), launch, codegen
 
-def _check_operands(named: dict, N: int) -> None:
-    for name, t in named.items():
-        if t is None:
-            continue
-        if t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last dimension (stride(-1) == 1) for gluon-regs; "
-                             f"got strides {tuple(t.stride())}")
-        if t.dim() > 1:
-            try:
-                t.view(-1, N)
-            except RuntimeError:
-                raise ValueError(f"{name}'s leading dimensions cannot be flattened without a copy (strides "
-                                 f"{tuple(t.stride())}); call .contiguous() first") from None
-
-
 def check(op, x, *rest, config: RegsConfig | None = None) -> RegsConfig:
     """Raise ValueError naming the argument and the rule if gluon-regs cannot take the op's inputs."""
     row, _ = rowio.resolve(op)
@@ -216,7 +202,7 @@ def check(op, x, *rest, config: RegsConfig | None = None) -> RegsConfig:
     if N < 1:
         raise ValueError(f"gluon-regs needs N >= 1; x has shape {tuple(x.shape)}")
     cfg = (config or RegsConfig.heuristic(op, N, dt, x.numel() // N)).validate(op, N, dt)
-    _check_operands(rowio.named_operands(row, (x, ) + rest), N)
+    check_row_operands(rowio.named_operands(row, (x, ) + rest), N, "gluon-regs")
     return cfg
 
 
@@ -239,9 +225,7 @@ def launch(op, x, residual, weight, bias, eps: float, out=None, config: RegsConf
     N = x.shape[-1]
     x2 = x.view(-1, N)
     M = x2.shape[0]
-    y, s, y2, s2 = row_outputs(x, out, row.residual)
-    if out is not None:  # the caller's buffers take the same rules as the inputs
-        _check_operands({"out (y)": y, "out (s)": s}, N)
+    y, s, y2, s2 = row_outputs(x, out, row.residual, "gluon-regs")  # the caller's buffers: the inputs' rules
     r2 = residual.view(-1, N) if row.residual else None
     w = weight if row.weight else None
     b = bias if row.bias else None

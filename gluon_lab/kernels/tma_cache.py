@@ -31,7 +31,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from . import norm_math, rowio
-from .hopper import (ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, cdiv, check_tma_operands, desc_type, descriptor, dtype_name,
+from .hopper import (ITEMSIZE, SMEM_LIMIT, SMEM_RESERVE, cdiv, check_row_operands, desc_type, descriptor, dtype_name,
                      kernel_spec, row_layout, row_outputs, short_dtype, vec)
 
 SMEM_PER_CTA_TARGET = 100 * 1024  # heuristic: <= this so two CTAs fit on an SM (see heuristic())
@@ -273,7 +273,7 @@ def check(op, x, *rest, config: TmaCacheConfig | None = None) -> TmaCacheConfig:
     N = x.shape[-1]
     M = x.numel() // N if N else 0
     cfg = (config or TmaCacheConfig.heuristic(op, N, dt, M)).validate(op, N, dt)
-    check_tma_operands(rowio.named_operands(row, (x, ) + rest), N)
+    check_row_operands(rowio.named_operands(row, (x, ) + rest), N)
     return cfg
 
 
