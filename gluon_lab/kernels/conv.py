@@ -111,13 +111,14 @@ CONV_TRACE_FIELDS: gl.constexpr = gl.constexpr(4)  # INSTRUMENT stamps per tile:
 
 
 @gluon.jit
-def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH, OPW, t_ptr, RH: gl.constexpr,
+def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH, t_ptr, RH: gl.constexpr,
                       RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr,
                       NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, INSTRUMENT: gl.constexpr,
                       num_warps: gl.constexpr):
     """The persistent implicit GEMM of an RH x RW filter (fprop: RH = RW = R; a stride-2 dgrad runs it once per
     output parity with that parity's sub-filter). y_desc is the 5-D output view [B, OH', P, OW', P·Co] and tile
-    (b, oh0, ow0, co0) is stored at [b, oh0, OPH, ow0, OPW·Co + co0] (P = 1, OPH = OPW = 0 for fprop).
+    (b, oh0, ow0, co0) is stored at [b, oh0, OPH, ow0, co0] (P = 1, OPH = 0 for fprop; a dgrad parity's column
+    parity is its descriptor's base, ParityLaunch).
     INSTRUMENT: program pid < TRACE_CTAS writes, per tile i < TRACE_ITERS, four %globaltimer stamps to
     t_ptr[pid, i, :] (tile start, first k-step's data ready, last MMA retired, TMA store issued)."""
     TH: gl.constexpr = x_desc.block_type.shape[1]
@@ -194,7 +195,7 @@ def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH
         tma.store_wait(0)  # the previous tile's store has read c_smem
         c_smem.store(acc.to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, [b, oh0, OPH, ow0, OPW * Co + co0],
+        tma.async_copy_shared_to_global(y_desc, [b, oh0, OPH, ow0, co0],
                                         c_smem._reinterpret(dtype, [1, TH, 1, TW, BN], y_desc.layout))
         if INSTRUMENT:
             if (start < TRACE_CTAS) & (i < TRACE_ITERS):
@@ -327,7 +328,7 @@ def configure(shape: dict, dtype: str, overrides: dict) -> ConvConfig:
 class Launch:
     """One launch of the fprop kernel (or its warp-specialized twin): x as the [B, H/st, st, W/st, st·Ci] view,
     the filter as [Co, RH·RW, Ci] (a view at tap `tap0` of a [Co, taps, Ci] tensor), the output as the 5-D
-    [B, OH', P, OW', P·Co] view written at parity (oph, opw)."""
+    [B, OH', P, OW', P·Co] view written at row parity oph (ParityLaunch: its column parity by the view's base)."""
     x: object
     w: object
     y: object
@@ -345,7 +346,6 @@ class Launch:
     pad_w: int
     P: int = 1  # output parity split: 1 (fprop) or 2 (a stride-2 dgrad's sub-problem)
     oph: int = 0
-    opw: int = 0
     tap0: int = 0
     taps: int = 0  # taps of the filter tensor w (0: RH·RW)
 
@@ -381,7 +381,7 @@ class Launch:
         n_th, n_tw, n_m, grid = self.grid_args(cfg, self.x.device)
         common = dict(RH=self.RH, RW=self.RW, STRIDE=self.stride, PAD_H=self.pad_h, PAD_W=self.pad_w,
                       NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
-        args = (*descs, self.Ci, self.Co, n_th, n_tw, n_m, self.oph, self.opw)
+        args = (*descs, self.Ci, self.Co, n_th, n_tw, n_m, self.oph)
         if isinstance(cfg, WsConvConfig):
             conv_fprop_ws_kernel[grid](*args, PRODUCER_REGS=cfg.producer_regs, **common)
         else:
@@ -419,7 +419,7 @@ def _codegen_args(shape: dict, dtype: str, cfg: ConvConfig, OH: int, OW: int) ->
             "y_desc": desc_type(dtype, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly),
             # the ints as the runtime specializes them (divisibility by 16, 1 -> constexpr)
             "Ci": shape["Ci"], "Co": shape["Co"], "n_th": n_th, "n_tw": n_tw, "n_tiles_m": shape["B"] * n_th * n_tw,
-            "OPH": 0, "OPW": 0}
+            "OPH": 0}
 
 
 def fprop_codegen(shape: dict, dtype: str, config: ConvConfig | None = None, instrument: bool = False):
@@ -463,8 +463,7 @@ def _conv_ws_producer(x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci,
 
 @gluon.jit
 def _conv_ws_consumer(y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m, OPH,
-                      OPW, TAPS: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                      num_warps: gl.constexpr):
+                      TAPS: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr):
     """num_warps warps (whole warpgroups on one BM-row tile): wait FULL, async wgmma, release the previous
     step's slot once its MMA retired; epilogue through smem and one TMA store per tile."""
     TH: gl.constexpr = a_bufs.shape[2]
@@ -501,13 +500,13 @@ def _conv_ws_consumer(y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci,
         tma.store_wait(0)
         c_smem.store(acc.to(dtype))
         fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, [b, oh0, OPH, ow0, OPW * Co + co0],
+        tma.async_copy_shared_to_global(y_desc, [b, oh0, OPH, ow0, co0],
                                         c_smem._reinterpret(dtype, [1, TH, 1, TW, BN], y_desc.layout))
     tma.store_wait(0)
 
 
 @gluon.jit
-def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH, OPW, RH: gl.constexpr,
+def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH, RH: gl.constexpr,
                          RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr,
                          NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                          num_warps: gl.constexpr):
@@ -523,7 +522,7 @@ def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, 
     empty_bars, full_bars = ws_ring_barriers(NUM_STAGES, 1)
     gl.warp_specialize([
         (_conv_ws_consumer, (y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m,
-                             OPH, OPW, RH * RW, NUM_STAGES, GROUP_M, num_warps)),
+                             OPH, RH * RW, NUM_STAGES, GROUP_M, num_warps)),
         (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
                              RH, RW, STRIDE, PAD_H, PAD_W, NUM_STAGES, GROUP_M)),
     ], [1], [PRODUCER_REGS])
@@ -917,7 +916,7 @@ class ParityLaunch(Launch):
     """A stride-2 dgrad sub-problem's launch: dx's output parity (oph, col) written through the view
     [B, H/2, 2, W/2, Ci] whose base is dx + col·Ci elements (strides of the parity-split dx, the column parity
     fixed by the base): TMA clips every box at Ci, so no launch writes another parity's pixels and the
-    launches are independent (oph is the row-parity coordinate; the kernel's OPW stays 0)."""
+    launches are independent (oph is the row-parity coordinate the kernel stores at, OPH)."""
     col: int = 0
 
     def y_view(self):
@@ -942,7 +941,7 @@ def dgrad_launches(grad_output, weight, dx, stride: int, padding: int) -> list[L
                               tap0=tap0, taps=T))
         else:
             out.append(ParityLaunch(grad_output, w_all, dx, B, OH, OW, Co, Ci, *grid, len(rt), len(st), 1, pad_h,
-                                    pad_w, P=stride, oph=ph, opw=0, tap0=tap0, taps=T, col=pw))
+                                    pad_w, P=stride, oph=ph, tap0=tap0, taps=T, col=pw))
         tap0 += len(rt) * len(st)
     return sorted(out, key=lambda L: -L.RH * L.RW)
 
@@ -1000,7 +999,7 @@ def dgrad_codegen(shape: dict, dtype: str, config: ConvConfig | None = None):
     ph, pw, rt, st, pad_h, pad_w = max(subs, key=lambda s: len(s[2]) * len(s[3]))
     f = _fprop_view(shape)
     OH, OW = f["H"], f["W"]
-    args = {**_codegen_args(f, dtype, cfg, OH, OW), "OPH": ph, "OPW": 0, "t_ptr": None}  # ParityLaunch: OPW 0
+    args = {**_codegen_args(f, dtype, cfg, OH, OW), "OPH": ph, "t_ptr": None}
     ce = dict(RH=len(rt), RW=len(st), STRIDE=1, PAD_H=pad_h, PAD_W=pad_w, NUM_STAGES=cfg.num_stages,
               GROUP_M=cfg.group_m, INSTRUMENT=False, num_warps=cfg.num_warps)
     return kernel_spec(conv_fprop_kernel, args, ce, num_warps=cfg.num_warps)
