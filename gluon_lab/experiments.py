@@ -88,7 +88,7 @@ def dispatch_shapes(op: str, Ms=DISPATCH_MS, N: int = 4096) -> list[dict]:
     in place of M for packed-QKV ops (32 Q and 8 K/V heads of 128)."""
     from . import specs
     keys = set(specs.get(op).shape_keys)
-    if keys & {"Ci", "Co", "R", "stride", "pad"}:
+    if keys & {"Ci", "Co", "stride", "pad"}:
         return []  # convolutions: the study's shapes are rows, GEMMs, (B, C, H, W) norms and packed QKV
     if "K" in keys:
         return [{"M": M, "N": N, "K": N} for M in Ms]
