@@ -1,6 +1,6 @@
 # Two commands on a fresh CPU-only machine with Python 3.11 and make:
 #   make report   creates/updates .venv, executes the notebooks (replay on CPU), writes reports/
-#   make test     creates/updates .venv, runs the CPU test suite (GPU tests skip themselves)
+#   make test     creates/updates .venv, runs the CPU test suite on every core (GPU tests skip themselves)
 #   make notebooks  regenerates notebooks/*.ipynb from their jupytext sources notebooks/*.py
 #   make browser  installs Debian's chromium + chromium-driver (apt-get, as root or via sudo -n) when
 #                 /usr/bin/chromium or /usr/bin/chromedriver is missing: tests/test_browser.py needs them
@@ -56,8 +56,12 @@ quick-report: $(STAMP)
 notebooks: $(STAMP)
 	$(PY) ci/sync_notebooks.py
 
+# on every core (pytest-xdist); --dist loadgroup keeps the tests of one xdist_group on one worker: the
+# session's replay build of every notebook (tests/conftest.py) is built once, by that worker, while the
+# others run the rest. PYTEST_WORKERS=0 runs in this process (no workers).
+PYTEST_WORKERS ?= auto
 test: $(STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf reports/ $(VENV)
