@@ -236,7 +236,12 @@ def test_dgrad_reference_is_autograd_of_conv2d(R, stride, pad):
     torch.testing.assert_close(DSPEC.reference(dy, w, H, W, s, p), x.grad, atol=1e-10, rtol=1e-10)
     got = gll.conv2d_input_grad(dy, w, H, W, s, p)
     assert got.is_contiguous(memory_format=torch.channels_last)
-    assert bench.compare(got, x.grad, "bfloat16", DSPEC.tolerance["bfloat16"])["passed"]
+    # on a CPU the public call runs eager torch (variant="auto" -> "torch"): exactly torch's own bf16 dgrad, whose
+    # CPU kernel accumulates in bf16 (rel. error ~4e-3 here, one element past the GPU kernels' 1e-2 element test
+    # on some CPUs), so the float64 check is on the norm of the error
+    same = torch.nn.grad.conv2d_input(x.shape, w, dy, stride=s, padding=p)
+    torch.testing.assert_close(got, same.contiguous(memory_format=torch.channels_last), atol=0, rtol=0)
+    assert bench.compare(got, x.grad, "bfloat16")["rel_err"] < 1e-2
     torch.testing.assert_close(gll.conv2d_input_grad_like_torch((2, 16, H, W), w, dy, s, p), got)
 
 
