@@ -46,8 +46,9 @@ HEADLINE_MIME = "application/vnd.gluonlab.headline+json"
 STALE_LEGEND = ("a case is stale when what its newest record launched has changed since (the kernels its case "
                 "compiles for sm_90 today, their grids and launch parameters differ; a refactor that compiles to the "
                 "same code is not stale): the page shows it flagged STALE, "
-                "and a re-measure replaces it. Older runs kept as history are not counted, nor retired cases "
-                "(stale cases a newer current run of the same study no longer measures)")
+                "and a re-measure replaces it. The count is over what the pages show (each study's newest run, with the cells a "
+                "refresh re-measured composed in); stale cases of older runs no section shows are history, counted "
+                "as retired")
 #: outputs longer than this many text lines / table rows are folded on the page
 FOLD_LINES = 40
 
@@ -346,27 +347,6 @@ def shown_cases(df) -> tuple[int, int, int]:
     everything = results.latest(d)
     hist = int(everything["stale"].sum()) - int(everything.merge(seen[["source", "line"]], on=["source", "line"])["stale"].sum())
     return len(seen), int(seen["stale"].sum()), max(0, hist)
-
-
-def _stale_and_retired(newest) -> tuple[int, int]:
-    """(stale, retired) among the newest record of each case. A stale case is retired when a newer,
-    current record of the same study (op, variant, dtype, config 'study') at the same shape exists:
-    a later run of that study measured this shape with other knobs and no longer measures this
-    case, so no re-measure will replace it. A quick run at other shapes retires nothing."""
-    if not len(newest):
-        return 0, 0
-    study = newest["config_key"].map(lambda c: json.loads(c).get("study", "grid") if c else "grid")
-    d = newest.assign(_study=study)
-    from . import results
-    key = ["op", "variant", "dtype", "_study"] + [c for c in results.SHAPE_COLUMNS if c in d.columns]
-    d = d.assign(**{c: d[c].astype(object).where(d[c].notna(), "-").astype(str) for c in key[4:]})
-    cur = d[~d["stale"].astype(bool)].groupby(key, dropna=False)["timestamp"].max()
-    retired = 0
-    for _, r in d[d["stale"].astype(bool)].iterrows():
-        k = tuple(r[c] for c in key)
-        if k in cur.index and cur.loc[k] > r["timestamp"]:
-            retired += 1
-    return int(d["stale"].sum()) - retired, retired
 
 
 # ----------------------------------------------------------------------------------------------

@@ -218,15 +218,22 @@ def test_pattern_notebook_renders_from_committed_records(replay_site, nb):
     assert not re.search(r"<td[^>]*>\s*(NaN|nan|&lt;NA&gt;|None)\s*</td>", page)  # a reason, never NaN
 
 
-def test_stale_cases_a_newer_run_of_the_study_no_longer_measures_are_retired():
+def test_index_counts_the_stale_cases_a_reader_sees():
+    """Each study's newest run (with refreshed cells composed in) is what the pages show: a stale case of an
+    older run of the study is history (retired), a stale case in the shown run is counted."""
     import pandas as pd
-    rows = [  # (variant, config, M, timestamp, stale)
-        ("gluon-tma", '{"study": "sweep", "num_warps": 4}', 4096, "2026-11-01", True),   # the study re-measured
-        ("gluon-tma", '{"study": "sweep", "num_warps": 8}', 4096, "2026-12-01", False),  # this shape, other knobs
-        ("inductor", "{}", 4096, "2026-11-01", True),                                     # grid, never re-measured
-        ("torch", "{}", 8192, "2026-11-01", True),                                        # grid at 8192 ...
-        ("torch", "{}", 1024, "2026-12-01", False),  # ... a newer quick run at another shape retires nothing
+    rows = [  # (variant, config, M, run, timestamp, stale)
+        ("gluon-tma", '{"study": "sweep", "num_warps": 4}', 4096, "a", "2026-11-01", True),   # older run of the study
+        ("gluon-tma", '{"study": "sweep", "num_warps": 8}', 4096, "b", "2026-12-01", False),  # the study's newest run
+        ("inductor", "{}", 4096, "g", "2026-11-01", True),                                     # the grid: shown, stale
+        ("torch", "{}", 4096, "g", "2026-11-01", False),
+        ("torch", "{}", 8192, "g", "2026-11-01", True),   # stale in the grid run ...
+        ("inductor", "{}", 8192, "g", "2026-11-01", False),
+        ("torch", "{}", 8192, "r", "2026-12-02", False),  # ... and re-measured whole by a refresh: the page shows r
+        ("inductor", "{}", 8192, "r", "2026-12-02", False),
     ]
     df = pd.DataFrame([{"op": "rms_norm", "variant": v, "dtype": "bfloat16", "config_key": c, "M": m, "N": 4096,
-                        "K": pd.NA, "timestamp": t, "stale": s} for v, c, m, t, s in rows])  # K: <NA> as loaded
-    assert report._stale_and_retired(df) == (2, 1)
+                        "K": pd.NA, "run_id": r, "timestamp": t, "stale": s, "timer": "cudagraph", "pattern": "x",
+                        "source": "f", "line": i} for i, (v, c, m, r, t, s) in enumerate(rows)])
+    shown, stale, retired = report.shown_cases(df)
+    assert (shown, stale, retired) == (5, 1, 1)
