@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     ar = sub.add_parser("archive", help="move the superseded runs of results/ to <notebook>.history.jsonl.gz",
                         description="Move every superseded run of each record store to the compressed history "
                                     "beside it (results/<gpu>/<notebook>.history.jsonl.gz); the runs the pages "
-                                    "show stay live (gluon_lab.results.live_runs says which). Idempotent.")
+                                    "show stay live (gluon_lab.archive.live_runs says which). Idempotent.")
     ar.add_argument("--results-dir", default=None, help="default: the repository's results/")
     ar.add_argument("--check", action="store_true", help="exit 1 if a run should move (write nothing)")
     i = sub.add_parser("inspect", help="compile a variant for sm_90 (no GPU needed) and print its census",
@@ -145,10 +145,10 @@ def main(argv=None) -> int:
         return 0
     if a.cmd == "archive":
         from pathlib import Path
-        from . import results
+        from . import archive, results
         res = Path(a.results_dir) if a.results_dir else Path(__file__).resolve().parent.parent / "results"
         try:
-            plans = results.archive(res, check=a.check)
+            plans = archive.archive(res, check=a.check)
         except (results.RecordError, FileNotFoundError) as e:
             print(f"archive: {e}", file=sys.stderr)
             return 2
@@ -236,8 +236,9 @@ def main(argv=None) -> int:
             p.error(f"unknown notebook {bad[0]!r}; known: {sorted(EXPERIMENTS)}")
         return refresh.run(nbs, a.results_dir, budget_s=a.budget_s, dry_run=a.dry_run)
     if a.cmd == "launches":
-        from . import currency
+        from . import currency, refresh
         return currency.refresh(a.results_dir, jobs=a.jobs, commits=a.commits, check=a.check,
+                                study_knobs=refresh.study_knobs(),
                                 stale_list=a.stale_list)
     return 2
 

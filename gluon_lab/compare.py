@@ -7,7 +7,7 @@
 A run is named by its id, a unique prefix of it, ``newest`` or ``previous`` (as run A: the earlier
 run sharing the most cases with B, the newest of those on a tie; as run B: the run before the newest).
 Runs that hold only ceilings are not runs of the notebook's cases and are not named. The command
-reads the superseded runs archived in <notebook>.history.jsonl.gz too (results.archive_store), so
+reads the superseded runs archived in <notebook>.history.jsonl.gz too (archive.archive_store), so
 --list, `previous` and explicit run ids see every run ever adopted.
 
 A case is what `results.latest` calls a case (op, variant, dtype, shape, the knobs a plan sets)

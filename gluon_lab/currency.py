@@ -30,7 +30,6 @@ launch hashes of records measured at older code by evaluating them in a worktree
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -50,30 +49,15 @@ def default_results_dir() -> Path:
 # ----------------------------------------------------------------------------------------------
 # the request a record's case makes
 
-STUDY_META = ("study", "repeat", "bracket", "heuristic", "call", "cudnn_benchmark", "what")
-
-
-@functools.lru_cache(maxsize=1)
-def study_knobs() -> dict:
-    """study -> the knobs its plan cases set (experiments' plans, every notebook): a study record pins
-    those and takes the heuristic for the rest, as its case does."""
-    from .refresh import NOTEBOOKS, plan_cases
-    out: dict = {}
-    for nb in NOTEBOOKS:
-        for c in plan_cases(nb):
-            cfg = c.get("config") or {}
-            if "study" in cfg:
-                out.setdefault(cfg["study"], set()).update(k for k in cfg if k not in STUDY_META)
-    return {k: frozenset(v) for k, v in out.items()}
-
-
-def request_of(op: str, variant: str, shape: dict, dtype: str, config: dict | None, sms=None) -> dict:
+def request_of(op: str, variant: str, shape: dict, dtype: str, config: dict | None, sms=None,
+               study_knobs: dict | None = None) -> dict:
     """What a record's case asks the variant for: shape, dtype, the overrides its configure gets
-    (empty: the heuristic), how it is called (fn | api) and the SM count (grids follow it)."""
+    (empty: the heuristic), how it is called (fn | api) and the SM count (grids follow it).
+    study_knobs: study -> the knobs its plan cases set (refresh.study_knobs(), kept in the cache file)."""
     c = {k: v for k, v in (config or {}).items() if k not in MEASUREMENT_KEYS}
     call = "api" if c.get("call") == "api" else "fn"
     if "study" in c and not c.get("heuristic") and call != "api":
-        knobs = study_knobs().get(c["study"])
+        knobs = (study_knobs or {}).get(c["study"])
         # a study of today's plans pins the knobs it sets; a study no plan measures any more pins its whole config
         overrides = c if knobs is None else {k: v for k, v in c.items() if k in knobs or k == "study"}
     else:
@@ -101,12 +85,14 @@ class LaunchCache:
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else default_results_dir() / CACHE_NAME
         self.groups: dict[str, dict[str, dict]] = {}
+        self.study_knobs: dict = {}  # study -> knobs its plan sets (written by `launches` from the plans)
         self.dirty = False
         if self.path.exists():
             data = json.loads(self.path.read_text())
             if data.get("format") != 1:
                 raise ValueError(f"{self.path}: unknown launch-cache format {data.get('format')!r}")
             self.groups = data["groups"]
+            self.study_knobs = {k: frozenset(v) for k, v in data.get("study_knobs", {}).items()}
 
     def get(self, op: str, variant: str, src: str, rkey: str) -> dict | None:
         return self.groups.get(_group(op, variant, src), {}).get(rkey)
@@ -135,7 +121,8 @@ class LaunchCache:
 
     def save(self) -> None:
         from .results import atomic_write_text
-        lines = ['{"format": 1, "groups": {']
+        knobs = json.dumps({k: sorted(v) for k, v in sorted(self.study_knobs.items())}, sort_keys=True)
+        lines = ['{"format": 1, "study_knobs": ' + knobs + ', "groups": {']
         items = sorted(self.groups.items())
         for i, (g, entries) in enumerate(items):
             body = json.dumps(dict(sorted(entries.items())), sort_keys=True, separators=(",", ":"))
@@ -200,7 +187,7 @@ def mark_stale(df, current_hash=None, launch_cache: LaunchCache | None = None):
         if cur == src:
             stale.append(False), why.append(None)
             continue
-        rk = request_key(request_of(r.op, r.variant, r.shape, r.dtype, r.config, r.sm_count))
+        rk = request_key(request_of(r.op, r.variant, r.shape, r.dtype, r.config, r.sm_count, lc.study_knobs))
         a, b = lc.get(r.op, r.variant, src, rk), lc.get(r.op, r.variant, cur, rk)
         if a is None or a.get("h") is None:
             stale.append(True), why.append("source changed; what it launched was not recorded" if a is None or "e" in a
@@ -250,7 +237,7 @@ def needed(df, lc: LaunchCache, now: dict, retry_errors: bool = False) -> tuple[
         cur = now.get((r.op, r.variant))
         if cur is None:
             continue
-        req = request_of(r.op, r.variant, r.shape, r.dtype, r.config, r.sm_count)
+        req = request_of(r.op, r.variant, r.shape, r.dtype, r.config, r.sm_count, lc.study_knobs)
         rk = request_key(req)
         src = r.kernel_source_hash
         if src != cur and lc.get(r.op, r.variant, src, rk) is None:
@@ -373,12 +360,18 @@ def from_commits(unknown: list, lc: LaunchCache, repo: Path, log=print, jobs: in
 
 
 def refresh(results_dir=None, jobs: int = 2, commits: bool = False, check: bool = False, log=print,
-            stale_list: str | None = None) -> int:
+            stale_list: str | None = None, study_knobs: dict | None = None) -> int:
     """`python -m gluon_lab launches`: bring the cache up to date with the records and today's code.
     check=True computes nothing and returns 1 when an entry is missing (what CI runs)."""
     import time
     results_dir = Path(results_dir) if results_dir else default_results_dir()
     lc = LaunchCache(results_dir / CACHE_NAME)
+    if study_knobs is not None and not check and study_knobs != lc.study_knobs:
+        lc.study_knobs = dict(study_knobs)  # the plans' knobs decide study records' requests: keep them with the hashes
+        lc.dirty = True
+    elif study_knobs is not None and check and study_knobs != lc.study_knobs:
+        log(f"launches --check: the plans' study knobs differ from those in {lc.path}: run python -m gluon_lab launches")
+        return 1
     df = _records(results_dir)
     now = _current_hashes(set(zip(df["op"], df["variant"])))
     t0 = time.time()
@@ -414,7 +407,7 @@ def refresh(results_dir=None, jobs: int = 2, commits: bool = False, check: bool 
                {"e": ans["error"]} if "error" in ans else {"h": ans["hash"], "s": ans["summary"]})
     keep = set()
     for r in df[["op", "variant", "shape", "dtype", "config", "kernel_source_hash", "sm_count"]].itertuples(index=False):
-        rk = request_key(request_of(r.op, r.variant, r.shape, r.dtype, r.config, r.sm_count))
+        rk = request_key(request_of(r.op, r.variant, r.shape, r.dtype, r.config, r.sm_count, lc.study_knobs))
         keep.add((r.op, r.variant, r.kernel_source_hash, rk))
         if now.get((r.op, r.variant)):
             keep.add((r.op, r.variant, now[(r.op, r.variant)], rk))

@@ -1409,3 +1409,34 @@ def run_conv(results_dir: str = "results", quick: bool = False, plan: ConvPlan |
 
 
 EXPERIMENTS["06-convolution"] = run_conv
+
+
+# ----------------------------------------------------------------------------------------------
+# every notebook's cases (refresh, and currency's study knobs, read them)
+
+NOTEBOOKS = ("00-ceilings", "01-tma-caching", "02-chunked-reductions", "03-multibuffer-pipelining",
+             "04-warp-specialization", "05-fused-qk-norm-rope", "06-convolution")
+
+
+def notebook_cases(notebook: str) -> list[dict]:
+    """Every case of the notebook's plan, every part the pages show included (`bench NOTEBOOK --parts ...`
+    measures the optional ones); timelines and Inductor code are captures, not cases."""
+    import sys
+    ex = sys.modules[__name__]
+    if notebook == "00-ceilings":
+        p = ex.CeilingsPlan()
+        return ex.plan_cases(p) + ex.fastpath_grid_cases(p)
+    if notebook == "01-tma-caching":
+        return ex.tma_caching_cases(ex.TmaCachingPlan(), ("rms", "others", "ln-sweep", "small-m", "regs", "sweep"))
+    if notebook == "02-chunked-reductions":
+        return ex.chunked_cases(ex.ChunkedPlan(), ("bf16", "fp32", "others", "mid-n", "chunk", "stream", "groupnorm"))
+    if notebook == "03-multibuffer-pipelining":
+        return ex.pipelined_cases(ex.PipelinedPlan(), ("norms", "stages", "others", "gemm", "gemm-sweep", "pipe-sweep",
+                                                    "schedule", "fence", "ws-sweep"))
+    if notebook == "04-warp-specialization":
+        return ex.ws_cases(ex.WarpSpecializedPlan(), ("norms", "gemm", "gemm-shapes", "norm-sweep", "ws-sweep"))
+    if notebook == "05-fused-qk-norm-rope":
+        return ex.qk_norm_rope_cases(ex.QkNormRopePlan(), ("sweep", "dims", "tma-sweep", "fused-sweep", "persistent-sweep"))
+    if notebook == "06-convolution":
+        return ex.conv_cases(ex.ConvPlan(), tuple(p for p in ex.CONV_PARTS if p != "timeline"))
+    raise ValueError(f"unknown notebook {notebook!r}; known: {sorted(ex.EXPERIMENTS)}")

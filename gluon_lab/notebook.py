@@ -36,7 +36,7 @@ def no_records():
 def load(results_dir, slug: str, notebook: str, newest_only: bool = True, history: bool = False):
     """Records of one notebook on one GPU, stale-marked; newest record per case by default.
     history: also its superseded runs (<notebook>.history.jsonl.gz, results.load(history=True));
-    the pages read the live store only, which holds every run they show (results.live_runs)."""
+    the pages read the live store only, which holds every run they show (archive.live_runs)."""
     path = results.store_path(results_dir, slug, notebook)
     if not Path(path).exists() and not (history and results.history_path(path).exists()):
         return no_records()

@@ -24,8 +24,6 @@ import json
 import time
 from pathlib import Path
 
-NOTEBOOKS = ("00-ceilings", "01-tma-caching", "02-chunked-reductions", "03-multibuffer-pipelining",
-             "04-warp-specialization", "05-fused-qk-norm-rope", "06-convolution")
 # per-notebook: (plan cases of the full plan, parts measured by functions other than case sweeps)
 SPECIAL_PARTS = {"00-ceilings": {"dispatch": '"study": "dispatch"', "block": '"study": "inductor-rewrite"'}}
 #: seconds one case takes on the H200 (check, capture, >= 100 ms of replays) and a first compile on top
@@ -33,27 +31,24 @@ SECONDS_PER_CASE = 0.6
 SECONDS_PER_COMPILE = 2.0
 
 
-def plan_cases(notebook: str) -> list[dict]:
-    """Every case of the notebook's plan, every part the pages show included (`bench NOTEBOOK --parts ...`
-    measures the optional ones); timelines and Inductor code are captures, not cases."""
-    from . import experiments as ex
-    if notebook == "00-ceilings":
-        p = ex.CeilingsPlan()
-        return ex.plan_cases(p) + ex.fastpath_grid_cases(p)
-    if notebook == "01-tma-caching":
-        return ex.tma_caching_cases(ex.TmaCachingPlan(), ("rms", "others", "ln-sweep", "small-m", "regs", "sweep"))
-    if notebook == "02-chunked-reductions":
-        return ex.chunked_cases(ex.ChunkedPlan(), ("bf16", "fp32", "others", "mid-n", "chunk", "stream", "groupnorm"))
-    if notebook == "03-multibuffer-pipelining":
-        return ex.pipelined_cases(ex.PipelinedPlan(), ("norms", "stages", "others", "gemm", "gemm-sweep", "pipe-sweep",
-                                                    "schedule", "fence", "ws-sweep"))
-    if notebook == "04-warp-specialization":
-        return ex.ws_cases(ex.WarpSpecializedPlan(), ("norms", "gemm", "gemm-shapes", "norm-sweep", "ws-sweep"))
-    if notebook == "05-fused-qk-norm-rope":
-        return ex.qk_norm_rope_cases(ex.QkNormRopePlan(), ("sweep", "dims", "tma-sweep", "fused-sweep", "persistent-sweep"))
-    if notebook == "06-convolution":
-        return ex.conv_cases(ex.ConvPlan(), tuple(p for p in ex.CONV_PARTS if p != "timeline"))
-    raise ValueError(f"unknown notebook {notebook!r}; known: {sorted(ex.EXPERIMENTS)}")
+from .experiments import NOTEBOOKS  # noqa: E402,F401 - the plans live with the plans
+from .experiments import notebook_cases as plan_cases  # noqa: E402
+
+
+STUDY_META = ("study", "repeat", "bracket", "heuristic", "call", "cudnn_benchmark", "what")
+
+
+def study_knobs() -> dict:
+    """study -> the knobs its plan cases set, over every notebook's plan: a study record pins those and takes
+    the heuristic for the rest, as its case does (currency.request_of; `launches` keeps the table in the
+    launch-hash cache, so reading a record's staleness needs no plan)."""
+    out: dict = {}
+    for nb in NOTEBOOKS:
+        for c in plan_cases(nb):
+            cfg = c.get("config") or {}
+            if "study" in cfg:
+                out.setdefault(cfg["study"], set()).update(k for k in cfg if k not in STUDY_META)
+    return {k: frozenset(v) for k, v in out.items()}
 
 
 def _shape_key(shape: dict) -> str:

@@ -664,8 +664,9 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
     by line under the store's lock. Artifacts (`*.json`: timelines, Inductor code) are copied only
     where results/ has none, unless replace_artifacts; the ones left alone go to `skipped`.
     The run ids already there include the archived ones (<notebook>.history.jsonl.gz). Last, each
-    store appended to is archived (results.archive_store: the runs the new records supersede move
+    store appended to is archived (archive.archive_store: the runs the new records supersede move
     to its history file); the plans go to `archived`."""
+    from . import archive
     import fcntl
 
     from . import results
@@ -719,7 +720,7 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
         raise FileNotFoundError(f"{src}: no records (*.jsonl) to adopt")
     for f, target, recs in plan:  # last, so that the artifacts just copied pin the runs they name
         if recs is not None:
-            plan_ = results.archive_store(target)
+            plan_ = archive.archive_store(target)
             if archived is not None:
                 archived.append(plan_)
     return done

@@ -41,8 +41,11 @@ def test_request_follows_the_labs_notion_of_a_case():
     grid = currency.request_of("rms_norm", "gluon-tma", {"M": 8, "N": 64}, "bfloat16",
                                {"num_warps": 4, "tma_store": True, "sm_clock_mhz": 1980}, 132)
     assert grid["overrides"] == {"tma_store": True} and grid["call"] == "fn"  # a grid record: the heuristic
-    study = currency.request_of("matmul", "gluon-ws", {"M": 8}, "bfloat16", {"study": "s", "BM": 64, "BN": 128}, 132)
-    assert study["overrides"] == {"study": "s", "BM": 64, "BN": 128}  # a study's explicit config: pinned
+    cfg = {"study": "s", "BM": 64, "BN": 128, "num_warps": 8}
+    study = currency.request_of("matmul", "gluon-ws", {"M": 8}, "bfloat16", cfg, 132, {"s": frozenset({"BM", "BN"})})
+    assert study["overrides"] == {"study": "s", "BM": 64, "BN": 128}  # the knobs its study sets; num_warps: heuristic
+    retired = currency.request_of("matmul", "gluon-ws", {"M": 8}, "bfloat16", cfg, 132, {})
+    assert retired["overrides"] == cfg  # a study no plan measures any more: its whole config
     heur = currency.request_of("matmul", "gluon-ws", {"M": 8}, "bfloat16", {"study": "s", "heuristic": True, "BM": 64}, 132)
     assert heur["overrides"] == {}
     api = currency.request_of("rms_norm", "gluon-tma", {"M": 8}, "bfloat16", {"study": "dispatch", "call": "api"}, 132)
@@ -105,5 +108,6 @@ def test_needed_lists_current_and_known_records(lc):
 
 def test_committed_cache_has_every_launch_the_records_need():
     """What CI checks: after a kernel change, `python -m gluon_lab launches` must have been run."""
-    assert currency.refresh(check=True, log=lambda m: None) == 0, \
+    from gluon_lab import refresh
+    assert currency.refresh(check=True, log=lambda m: None, study_knobs=refresh.study_knobs()) == 0, \
         "results/launch-hashes.json lacks launch hashes under today's code: run `python -m gluon_lab launches`"

@@ -1,5 +1,5 @@
 """Superseded runs archived beside the live store (results/<gpu>/<notebook>.history.jsonl.gz):
-which runs stay live (results.live_runs), the move and its round trip (archive_store, `python -m
+which runs stay live (archive.live_runs), the move and its round trip (archive_store, `python -m
 gluon_lab archive [--check]`, adopt), what still reads the history (compare, a page's run= /
 compare_to=, the provenance table), a bad history line named by file:line, and the lock."""
 import fcntl
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gluon_lab import compare, notebook, results
+from gluon_lab import archive, compare, notebook, results
 from gluon_lab.__main__ import main
 from gluon_lab.results import MalformedRecordError, Record
 
@@ -63,12 +63,12 @@ def test_superseded_runs_are_the_ones_no_page_shows(tmp_path):
     # r0: newest of its case; r1: re-measured whole by r2 and r3, superseded; r2: the run
     # `previous` picks for the newest run r3 (a page's default "Compare runs" pair)
     p = store(tmp_path, *four_runs())
-    assert results.live_runs(frame(p)) == {"r0", "r2", "r3"}
+    assert archive.live_runs(frame(p)) == {"r0", "r2", "r3"}
 
 
 def test_a_run_holding_the_newest_record_of_one_case_stays(tmp_path):
     p = store(tmp_path, full("r1", 1, Ns=(1024, 2048, 4096)), full("r2", 2), full("r3", 3))
-    assert results.live_runs(frame(p)) == {"r1", "r2", "r3"}  # r1 alone measured N=4096
+    assert archive.live_runs(frame(p)) == {"r1", "r2", "r3"}  # r1 alone measured N=4096
 
 
 def test_the_newest_passing_record_and_the_newest_of_each_timer_stay(tmp_path):
@@ -76,10 +76,10 @@ def test_the_newest_passing_record_and_the_newest_of_each_timer_stay(tmp_path):
     r3[2].passed = False  # triton N=1024 failed in r3: r2 holds the newest record of it that passed
     assert (r3[2].variant, r3[2].shape["N"]) == ("triton", 1024)
     p = store(tmp_path, full("r1", 1), full("r2", 2), r3, full("r4", 4, variants=("torch",)))
-    assert results.live_runs(frame(p)) == {"r2", "r3", "r4"}
+    assert archive.live_runs(frame(p)) == {"r2", "r3", "r4"}
     p2 = store(tmp_path / "t", full("r1", 1), full("r2", 2, timer="do_bench-l2flush"),
                full("r3", 3, timer="do_bench-l2flush"))
-    assert "r1" in results.live_runs(frame(p2))  # the newest graph-timed records: another timer, another case
+    assert "r1" in archive.live_runs(frame(p2))  # the newest graph-timed records: another timer, another case
 
 
 def test_a_run_a_section_can_still_pick_stays(tmp_path):
@@ -89,16 +89,16 @@ def test_a_run_a_section_can_still_pick_stays(tmp_path):
               full("r4", 4, variants=("triton",)))
     d = notebook.load(tmp_path / "results", "h200", NB, newest_only=False)
     assert set(notebook.newest_run(d, require=("torch", "triton"))["run_id"]) == {"r1"}
-    assert "r1" in results.live_runs(frame(p))
+    assert "r1" in archive.live_runs(frame(p))
 
 
 def test_artifact_runs_and_records_without_a_run_stay(tmp_path):
     p = store(tmp_path, full("r1", 1), full("r2", 2), full("r3", 3), full("r4", 4))
     (p.parent / f"{NB}.timeline.json").write_text(json.dumps({"run_id": "r1", "timelines": []}))
-    assert results.artifact_runs(p) == {"r1"}
-    assert results.live_runs(frame(p), pinned=results.artifact_runs(p)) == {"r1", "r3", "r4"}
+    assert archive.artifact_runs(p) == {"r1"}
+    assert archive.live_runs(frame(p), pinned=archive.artifact_runs(p)) == {"r1", "r3", "r4"}
     results.append_records(p, [rec(None, 1, N=512)])
-    results.archive_store(p)
+    archive.archive_store(p)
     assert {r.run_id for r in results.read_records(p)[0]} == {None, "r1", "r3", "r4"}
 
 
@@ -107,7 +107,7 @@ def test_artifact_runs_and_records_without_a_run_stay(tmp_path):
 def test_archive_round_trip_is_idempotent_and_deterministic(tmp_path):
     p = store(tmp_path, *four_runs())
     before = lines(p)
-    plan = results.archive_store(p)
+    plan = archive.archive_store(p)
     assert plan.moved == {"r1": 4} and plan.restored == {} and (plan.live_runs, plan.history_runs) == (3, 1)
     h = results.history_path(p)
     assert h.name == f"{NB}.history.jsonl.gz" and h.read_bytes()[4:8] == b"\0\0\0\0"  # gzip mtime 0
@@ -121,20 +121,20 @@ def test_archive_round_trip_is_idempotent_and_deterministic(tmp_path):
     assert got == before  # nothing lost, nothing added, every field as it was
     assert set(results.load(tmp_path / "results", history=True)["run_id"]) == {"r0", "r1", "r2", "r3"}  # a folder
     data, hist, ino = p.read_bytes(), h.read_bytes(), p.stat().st_ino
-    again = results.archive_store(p)
+    again = archive.archive_store(p)
     assert not again.changes and p.read_bytes() == data and h.read_bytes() == hist and p.stat().st_ino == ino
     # the same records archived elsewhere give the same bytes
     q = store(tmp_path / "other", *four_runs())
-    results.archive_store(q)
+    archive.archive_store(q)
     assert results.history_path(q).read_bytes() == hist and q.read_bytes() == data
 
 
 def test_a_run_the_rule_keeps_again_moves_back(tmp_path):
     p = store(tmp_path, full("r1", 1), full("r2", 2), full("r3", 3))
-    results.archive_store(p)
+    archive.archive_store(p)
     (p.parent / f"{NB}.timeline.json").write_text(json.dumps({"run_id": "r1"}))  # a timeline of r1 now
-    assert results.archive_store(p, check=True).restored == {"r1": 4}
-    plan = results.archive_store(p)
+    assert archive.archive_store(p, check=True).restored == {"r1": 4}
+    plan = archive.archive_store(p)
     assert plan.restored == {"r1": 4} and not results.history_path(p).exists()
     assert {r.run_id for r in results.read_records(p)[0]} == {"r1", "r2", "r3"}
 
@@ -146,7 +146,7 @@ def test_an_interrupted_archive_is_read_once_and_finished(tmp_path):
     with pytest.warns(UserWarning, match=r"4 line\(s\) are also in 96-history\.jsonl \(an archive was interrupted\)"):
         df = results.load(p, history=True)
     assert len(df) == 12 and set(df.loc[df.run_id == "r1", "source"]) == {str(p)}
-    plan = results.archive_store(p)
+    plan = archive.archive_store(p)
     assert plan.dropped == 4 and plan.moved == {"r1": 4}
     assert len(history_lines(p)) == 4 and len(results.load(p, history=True)) == 12
 
@@ -158,7 +158,7 @@ def test_compare_and_pages_still_find_an_archived_run(tmp_path, capsys):
     p = store(tmp_path, full("20261101T000000Z-aaaaaaaa", 1), full("20261102T000000Z-bbbbbbbb", 2),
               full("20261103T000000Z-cccccccc", 3))
     res = tmp_path / "results"
-    assert results.archive_store(p).moved == {"20261101T000000Z-aaaaaaaa": 4}
+    assert archive.archive_store(p).moved == {"20261101T000000Z-aaaaaaaa": 4}
     assert main(["compare", NB, "--list", "--results-dir", str(res)]) == 0
     assert "20261101T000000Z-aaaaaaaa" in capsys.readouterr().out
     assert main(["compare", NB, "20261101", "newest", "--results-dir", str(res)]) == 0
@@ -207,7 +207,7 @@ def test_archive_check_cli(tmp_path, capsys):
 
 def _archived(tmp_path):
     p = store(tmp_path, full("r1", 1), full("r2", 2), full("r3", 3))
-    results.archive_store(p)
+    archive.archive_store(p)
     return p, results.history_path(p)
 
 
@@ -223,7 +223,7 @@ def test_a_corrupted_history_line_is_named_by_file_and_line(tmp_path):
         df = results.load(p, history=True, on_error="warn")
     assert len(df) == 11 and len(df.attrs["malformed"]) == 1
     with pytest.raises(MalformedRecordError, match=r"history\.jsonl\.gz:2"):
-        results.archive_store(p)  # nothing moves out of (or into) a store with a bad line
+        archive.archive_store(p)  # nothing moves out of (or into) a store with a bad line
     hl[1] = json.dumps({**json.loads(hl[0]), "passed": "yes"})
     h.write_bytes(gzip.compress(("\n".join(hl) + "\n").encode(), mtime=0))
     with pytest.raises(MalformedRecordError, match=r"history\.jsonl\.gz:2: field 'passed' must be true/false"):
@@ -267,8 +267,8 @@ def test_readers_and_writers_waiting_for_the_lock_follow_the_archive(tmp_path):
         waited = all(t.is_alive() for t in threads)
         r1 = [x for x in p.read_bytes().split(b"\n") if b'"r1"' in x]
         rest = [x for x in p.read_bytes().split(b"\n") if x and b'"r1"' not in x]
-        results._replace_file(results.history_path(p), results._gzip_lines(r1))  # what archive_store does
-        results._replace_file(p, b"".join(x + b"\n" for x in rest))
+        archive._replace_file(results.history_path(p), archive._gzip_lines(r1))  # what archive_store does
+        archive._replace_file(p, b"".join(x + b"\n" for x in rest))
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
@@ -298,5 +298,5 @@ def test_every_committed_history_record_loads(hist):
 @pytest.mark.slow
 def test_committed_results_are_archived():
     """CI: `python -m gluon_lab archive --check` - no superseded run left in a live store of results/."""
-    pending = [p.describe(check=True) for p in results.archive(ROOT / "results", check=True) if p.changes]
+    pending = [p.describe(check=True) for p in archive.archive(ROOT / "results", check=True) if p.changes]
     assert not pending, "\n".join(pending)

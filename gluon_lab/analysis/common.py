@@ -100,7 +100,7 @@ def setup(notebook: str, mode: str = "auto", gpu: str | None = None, results_dir
 def load(ctx: Context, newest_only: bool = False):
     """Every record of ctx.notebook on ctx.slug (stale-marked), only ctx.run's when the notebook shows
     one run; newest per case with newest_only. The live store holds every run a page shows by
-    default (results.live_runs); a run named by ctx.run may be archived, so then the history is
+    default (archive.live_runs); a run named by ctx.run may be archived, so then the history is
     read too."""
     from .. import results
     df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False, history=ctx.run is not None)
@@ -121,7 +121,7 @@ def archived(ctx: Context):
 def compare_runs(ctx: Context, compare_to: str | None = None) -> list:
     """The outputs of the "Compare runs" section: run B = ctx.run (default the newest run), run A =
     compare_to (default: the newest earlier run that shares cases with B). See gluon_lab.compare.
-    The default pair is always in the live store (results.live_runs); a run named by ctx.run or
+    The default pair is always in the live store (archive.live_runs); a run named by ctx.run or
     compare_to may be archived, so then the history is read too."""
     from .. import compare
     df = _load(ctx.results_dir, ctx.slug, ctx.notebook, newest_only=False,
