@@ -86,7 +86,6 @@ class LaunchCache:
         self.path = Path(path) if path else default_results_dir() / CACHE_NAME
         self.groups: dict[str, dict[str, dict]] = {}
         self.study_knobs: dict = {}  # study -> knobs its plan sets (written by `launches` from the plans)
-        self.dirty = False
         if self.path.exists():
             data = json.loads(self.path.read_text())
             if data.get("format") != 1:
@@ -99,7 +98,6 @@ class LaunchCache:
 
     def put(self, op: str, variant: str, src: str, rkey: str, answer: dict) -> None:
         self.groups.setdefault(_group(op, variant, src), {})[rkey] = answer
-        self.dirty = True
 
     def __len__(self):
         return sum(len(g) for g in self.groups.values())
@@ -116,7 +114,6 @@ class LaunchCache:
                 dropped += 1
             if not entries:
                 del self.groups[g]
-        self.dirty = self.dirty or bool(dropped)
         return dropped
 
     def save(self) -> None:
@@ -129,7 +126,6 @@ class LaunchCache:
             lines.append(f"{json.dumps(g)}: {body}" + ("," if i < len(items) - 1 else ""))
         lines.append("}}")
         atomic_write_text(self.path, "\n".join(lines) + "\n")
-        self.dirty = False
 
 
 _CACHES: dict = {}
@@ -368,7 +364,6 @@ def refresh(results_dir=None, jobs: int = 2, commits: bool = False, check: bool 
     lc = LaunchCache(results_dir / CACHE_NAME)
     if study_knobs is not None and not check and study_knobs != lc.study_knobs:
         lc.study_knobs = dict(study_knobs)  # the plans' knobs decide study records' requests: keep them with the hashes
-        lc.dirty = True
     elif study_knobs is not None and check and study_knobs != lc.study_knobs:
         log(f"launches --check: the plans' study knobs differ from those in {lc.path}: run python -m gluon_lab launches")
         return 1

@@ -232,7 +232,7 @@ def emulate(sms: int = H200_SMS):
     for n, f in patched.items():
         setattr(tc, n, f)
     try:
-        with torch.no_grad(), _CudaAsMeta():
+        with torch.no_grad(), _cuda_as_meta_mode():
             yield seen
     finally:
         for n, f in saved.items():
@@ -255,15 +255,6 @@ def _cuda_as_meta_mode():
             return func(*args, **kwargs)
 
     return CudaAsMeta()
-
-
-class _CudaAsMeta:
-    def __enter__(self):
-        self.mode = _cuda_as_meta_mode()
-        return self.mode.__enter__()
-
-    def __exit__(self, *exc):
-        return self.mode.__exit__(*exc)
 
 
 def _plain(v):

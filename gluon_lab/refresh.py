@@ -75,16 +75,6 @@ def predicted_config(case: dict) -> dict:
     return cfg
 
 
-def identities(case: dict) -> set:
-    """The record identities (op, variant, dtype, shape, results.case_key) a case's record can have:
-    a case timed by "auto" lands under either timer."""
-    from . import results
-    ck = json.dumps(predicted_config(case), sort_keys=True)
-    timers = [case["timer"]] if case.get("timer") not in (None, "auto") else ["cudagraph", "do_bench-l2flush"]
-    return {(case["op"], case.get("variant", "torch"), case["dtype"], _shape_key(case["shape"]), results.case_key(ck, t))
-            for t in timers}
-
-
 def cell_of(case: dict) -> tuple:
     """(dtype, shape, study): every op and variant a page compares at one shape, the per-shape copy too."""
     study = (case.get("config") or {}).get("study")
@@ -230,7 +220,7 @@ def run(notebooks: list, results_dir: str, budget_s: float | None = None, dry_ru
                     "left: the next refresh resumes there)")
                 rc = 1
                 break
-            recs = s.sweep([c for c in cs], desc=f"{nb} cell {i}/{len(cells)}")
+            recs = s.sweep(cs, desc=f"{nb} cell {i}/{len(cells)}")
             done += len(recs)
             if any(r.passed is False for r in recs):
                 rc = 1
