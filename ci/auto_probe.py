@@ -1,6 +1,8 @@
 """variant="auto" at named cells, before and after a change to auto (the H200; device tool).
 
 Usage (repo root as cwd):  python3 ci/auto_probe.py OUT.json [--quick]
+With .old/gluon_lab_old on the path (bash ci/old_package.sh COMMIT; carry .old; PYTHONPATH=.old), the old
+package's auto ("old:auto") and variants ("old:<variant>") are measured in the same run beside today's.
 
 Uses only stable public pieces (gll.<op>, selection.choose, bench's inputs and CUDA-graph timer,
 experiments.host_loops), so the same script measures the code before a change and after it.
@@ -31,7 +33,11 @@ def main(argv):
     cells = [("qk_norm_rope", qk(T, R), "float16") for T in ((4096, ) if quick else (4096, 16384)) for R in (128, 64)]
     cells += [("conv2d_input_grad", experiments._conv_shape(t), "bfloat16")
               for t in (experiments.CONV_SHAPES[:1] if quick else experiments.CONV_SHAPES)]
-    res = {"provenance": provenance(), "selection_runs": selection.load_table().get("runs"), "cells": [], "host": []}
+    try:
+        import gluon_lab_old as old
+    except ImportError:
+        old = None
+    res = {"old_commit": open(".old/COMMIT").read().strip() if old else None, "provenance": provenance(), "selection_runs": selection.load_table().get("runs"), "cells": [], "host": []}
     experiments._spin(3.0)
     for op, shape, dtype in cells:
         spec = specs.get(op)
@@ -43,17 +49,24 @@ def main(argv):
         k = bench.rotation_copies(spec.bytes(shape, dtype))
         copies = [inputs] + [bench.clone_inputs(inputs) for _ in range(k - 1)]
         row = {"op": op, "shape": shape, "dtype": dtype, "chosen": chosen, "ms": {}}
+        if old:
+            row["old_chosen"] = old.selection.choose(old.specs.get(op), inputs)
+            names.append("old:auto")
         for name in names:
+            f = getattr(old, op) if name.startswith("old:") else fn
             try:
-                t = bench.time_cudagraph([lambda a=a, name=name: fn(*a, variant=name) for a in copies])
+                t = bench.time_cudagraph([lambda a=a, name=name.removeprefix("old:"), f=f: f(*a, variant=name)
+                                          for a in copies])
                 row["ms"][name] = t.ms_median
             except Exception as e:  # noqa: BLE001 - named in the output
                 row["ms"][name] = f"{type(e).__name__}: {e}"[:200]
-        ours = {n: m for n, m in row["ms"].items() if n not in ("auto", "torch") and isinstance(m, float)}
+        ours = {n: m for n, m in row["ms"].items() if n not in ("auto", "torch", "old:auto") and isinstance(m, float)}
         if ours and isinstance(row["ms"]["auto"], float):
             best = min(ours, key=ours.get)
             row["best"] = best
             row["auto_vs_best"] = ours[best] / row["ms"]["auto"]
+            if isinstance(row["ms"].get("old:auto"), float):
+                row["old_auto_vs_best"] = ours[best] / row["ms"]["old:auto"]
         print(json.dumps(row), flush=True)
         res["cells"].append(row)
         del copies, inputs
@@ -64,8 +77,11 @@ def main(argv):
             names = ["auto", "torch"] + [v for v in registry.variants("qk_norm_rope")
                                          if registry.get_variant("qk_norm_rope", v).ours]
             fns = {n: (lambda n=n: gll.qk_norm_rope(*inputs, variant=n)) for n in names}
+            if old:
+                fns.update({f"old:{n}": (lambda n=n: old.qk_norm_rope(*inputs, variant=n)) for n in names})
             per = experiments.host_loops(fns, calls=200, repeats=7)
             row = {"op": "qk_norm_rope", "T": T, "dtype": dtype, "chosen": selection.choose(specs.get("qk_norm_rope"), inputs),
+                   "old_chosen": old.selection.choose(old.specs.get("qk_norm_rope"), inputs) if old else None,
                    "host_us": {n: (sorted(v)[len(v) // 2] * 1e3 if isinstance(v, list) else repr(v)) for n, v in per.items()}}
             print(json.dumps(row), flush=True)
             res["host"].append(row)

@@ -13,6 +13,8 @@ Public API (one function per op spec, gluon_lab/specs/):
     gll.qk_norm_rope(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_sin_cache, positions,
                      eps=1e-6, is_neox=True, *, variant="auto")   # in place on packed QKV; returns qkv
     gll.variants(op)
+    gll.check_device_errors()   # sync, then raise a data-rule error a kernel recorded on the GPU (qk_norm_rope's
+                                # positions range: checked on the device, no sync per call)
 
 Importing this package never touches CUDA: GPU-only variants fail at call time with a clear error.
 """
@@ -29,5 +31,17 @@ globals().update(_PUBLIC)
 # torch.nn.grad.conv2d_input / conv2d_weight's argument orders
 from .torch_order import conv2d_input_grad_like_torch, conv2d_weight_grad_like_torch  # noqa: E402
 
+
+
+def check_device_errors() -> None:
+    """Synchronize every GPU this process used and raise the data-rule error a kernel recorded there (an
+    out-of-range position of qk_norm_rope: its rows are NaN and the next call raises; this raises now)."""
+    import torch
+    from .kernels import qk_norm_rope as _qk
+    for index in list(_qk._ERR.by_device):
+        torch.cuda.synchronize(index)
+        _qk.raise_device_error(torch.empty(0, device=f"cuda:{index}"))
+
+
 __all__ = [*_PUBLIC, "conv2d_input_grad_like_torch", "conv2d_weight_grad_like_torch", "variants", "OPS",
-           "GPUUnavailableError"]
+           "GPUUnavailableError", "check_device_errors"]

@@ -38,9 +38,6 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
     """Validate a call and resolve its variant: (Variant, normalized scalars), or (None, the empty
     outputs) for an input with no elements. Raises the clear error of a bad call."""
     scalars = spec.validate(*inputs, **scalars)
-    data_check = getattr(spec, "data_check", None)
-    if data_check is not None:
-        data_check(*inputs)
     empty = spec.empty_outputs(inputs)
     if empty is not None:
         if variant != "auto":
@@ -51,6 +48,9 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
         from .selection import FALLBACK, choose
         variant = FALLBACK if grad else choose(spec, inputs)  # auto never detaches: torch when grad is needed
     v = get_variant(spec.name, variant)
+    check = data_check(spec, v)
+    if check is not None:
+        check(*inputs)  # a rule on the data: on the GPU where the variant guards it, else read here (a sync)
     if grad and not v.differentiable:
         raise RuntimeError(
             f"gluon_lab.{spec.name}(variant={variant!r}) has no backward yet, and {grad} requires grad: its output "
@@ -58,6 +58,15 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
             "inputs, or use variant='torch' (or 'auto', which takes torch when grad is needed)")
     check_runnable(v, inputs)
     return v, scalars
+
+
+def data_check(spec, v):
+    """What enforces the spec's data rule for variant v: its device guard's error read, the spec's check
+    (reads the data), or None."""
+    check = getattr(spec, "data_check", None)
+    if check is None:
+        return None
+    return v.data_guard or check
 
 
 def _needs_grad(spec, inputs) -> str | None:

@@ -129,9 +129,10 @@ def check_correctness(op: str, variant: str, inputs, scalars: dict | None = None
     the variant raised (recorded as a failed case, never skipped). call="api": through the public
     function (gll.<op>(..., variant=...)) twice, the second call replaying the fast path's plan,
     its outputs allocated where a NaN-filled block of their size was just freed."""
-    v = registry.get_variant(op, variant)
     spec = specs.get(op)
     kw = spec.default_scalars(**(scalars or {}))
+    if call != "api":
+        v = registry.get_variant(op, variant)
     if getattr(spec, "inplace", None):
         # in place: the reference from the untouched inputs, the variant on a copy of them (its
         # result is the whole updated tensor: untouched parts, e.g. V of a packed QKV, included)
@@ -379,23 +380,39 @@ class Session:
                 eps=None, scale: float = 1.0, call: str = "fn", rotation: str = "cold") -> Record:
         """One case: correctness on poisoned outputs, then the timer. call="fn" times the variant's
         function on pre-allocated outputs (the kernel study's path); call="api" times the public
-        function (fast-path plan replay, outputs allocated per call; heuristic config only)."""
+        function (fast-path plan replay, outputs allocated per call; heuristic config only).
+        variant="auto" (call="api" only): the public function's default; the record names the variant the
+        selection model chose (config.chosen) and the table it read (config.table_seed); its hash is None
+        (a rule over the other variants' records, as the dispatch study's auto)."""
         torch = _torch()
         spec = specs.get(op)
-        v = registry.get_variant(op, variant)
         inputs = make_inputs(op, shape, dtype, seed=self.next_seed(), scale=scale)
+        auto = variant == "auto"
+        if auto:
+            from . import selection
+            if call != "api":
+                raise ValueError("variant='auto' is measured through the public function: call='api'")
+            chosen = selection.choose(spec, inputs)
+            v = registry.get_variant(op, chosen)
+        else:
+            v = registry.get_variant(op, variant)
         nbytes = spec.bytes(shape, dtype)
         nfl = spec.flops(shape)
         scalars = spec.default_scalars(eps=eps) if "eps" in spec.scalars else spec.default_scalars()
         rec_config = dict(config or {})
-        base = dict(op=op, variant=variant, pattern=v.pattern, shape=dict(shape), dtype=dtype,
-                    config=rec_config, bytes=nbytes, flops=nfl, kernel_source_hash=self._hash(v), **self.prov)
+        base = dict(op=op, variant=variant, pattern="dispatch" if auto else v.pattern, shape=dict(shape), dtype=dtype,
+                    config=rec_config, bytes=nbytes, flops=nfl, kernel_source_hash=None if auto else self._hash(v),
+                    **self.prov)
+        if auto:
+            from . import selection
+            rec_config = {**rec_config, "chosen": v.name, "table_seed": selection.load_table().get("seed")}
+            base["config"] = rec_config
         try:
-            cfg_obj = v.resolve(shape, dtype, rec_config) if v.configure is not None else None
+            cfg_obj = None if auto else v.resolve(shape, dtype, rec_config) if v.configure is not None else None
             if cfg_obj is not None:  # the record carries the full config the kernel ran with
                 base["config"] = {**rec_config, **dataclasses.asdict(cfg_obj)}  # resolved knobs win; extras stay
             if call == "api":
-                if set(rec_config) - {"study"}:
+                if set(rec_config) - {"study", "chosen", "table_seed"}:
                     raise ValueError(f"call='api' runs the heuristic config: no knob overrides, got {sorted(rec_config)}")
                 base["config"]["call"] = "api"
             corr = check_correctness(op, variant, inputs, scalars, config=cfg_obj, call=call)
@@ -408,6 +425,8 @@ class Session:
         if cfg_obj is not None:
             kw["config"] = cfg_obj
         mk = self._make_api_call if call == "api" else self._make_call
+        if auto:
+            mk = lambda _v, sp, a, k: self._make_api_call("auto", sp, a, k)  # noqa: E731
         fn = mk(v, spec, inputs, kw)
         if rotation not in ("cold", "partial"):
             raise ValueError(f"rotation must be 'cold' or 'partial', got {rotation!r}")
@@ -495,7 +514,8 @@ class Session:
         import gluon_lab as gll
         fn = getattr(gll, spec.name)
         scalars = {k: val for k, val in kw.items() if k != "config"}
-        return lambda: fn(*inputs, variant=v.name, **scalars)
+        name = v if isinstance(v, str) else v.name
+        return lambda: fn(*inputs, variant=name, **scalars)
 
     @staticmethod
     def _make_call(v, spec, inputs, kw):

@@ -247,8 +247,8 @@ BLOCK_SHAPES = ((1, 4096), (8, 256), (64, 8))  # (batch, sequence): prefill down
 
 
 def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden: int = 4096, heads: int = 32,
-                          mlp: int = 11008) -> list:
-    """A Llama-style decoder block (gluon_lab.blocks.LlamaBlock, bf16, random weights) compiled twice
+                          mlp: int = 11008, dtype: str = "bfloat16") -> list:
+    """A Llama-style decoder block (gluon_lab.blocks.LlamaBlock, bf16 or fp16, random weights) compiled twice
     — plain torch.compile and torch.compile with the gluon-lab rewrite (gluon_lab.inductor.options())
     — and graph-timed side by side in one run, alternating `repeats` times per shape (inputs rotated,
     weights shared, as a model's are). Each record: op "llama_block", variant "compiled" or
@@ -260,14 +260,15 @@ def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden
     from . import bench, device, inductor
     from .blocks import LlamaBlock
     from .results import Record
-    blk = LlamaBlock(hidden, heads, mlp, device="cuda").requires_grad_(False)
+    dt = bench.torch_dtype(dtype)
+    blk = LlamaBlock(hidden, heads, mlp, dtype=dt, device="cuda").requires_grad_(False)
     variants = {"compiled": torch.compile(blk, dynamic=False),
                 "compiled+gluon-lab": torch.compile(blk, dynamic=False, options=inductor.options())}
     recs = []
     for B, S in shapes:
         shape = {"B": B, "S": S, "H": hidden}
         g = torch.Generator(device="cuda").manual_seed(session.next_seed())
-        x = torch.randn(B, S, hidden, device="cuda", dtype=torch.bfloat16, generator=g)
+        x = torch.randn(B, S, hidden, device="cuda", dtype=dt, generator=g)
         with torch.no_grad():
             ref = blk(x)
             info = {}
@@ -287,7 +288,7 @@ def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden
                     clock = device.sm_clock_mhz()
                     fl = blk.flops(B, S)
                     recs.append(Record(
-                        op="llama_block", variant=name, pattern="compiled-model", shape=shape, dtype="bfloat16",
+                        op="llama_block", variant=name, pattern="compiled-model", shape=shape, dtype=dtype,
                         config={"study": "inductor-rewrite", "repeat": r, "custom_ops": info[name]["custom_ops"],
                                 "hidden": hidden, "heads": heads, "mlp": mlp,
                                 "sm_clock_mhz": clock},
@@ -303,15 +304,20 @@ def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden
 
 
 def run_ceilings(results_dir: str = "results", quick: bool = False, plan: CeilingsPlan | None = None,
-                 parts=("grid", "dispatch", "fastpath-grid", "block")):
+                 parts=("grid", "dispatch", "fastpath-grid", "block", "auto-check")):
     plan = plan or (CeilingsPlan.quick() if quick else CeilingsPlan())
     recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan) if "grid" in parts else [])
+    if "auto-check" in parts:  # first: the held-out check reads the table the other parts do not change
+        from . import holdout
+        recs += holdout.measure(s, plan=holdout.HoldoutPlan.quick() if quick else None)
     if "dispatch" in parts:
         recs += measure_dispatch(s)
     if "fastpath-grid" in parts:
         recs += s.sweep(fastpath_grid_cases(plan), desc="00-ceilings fastpath-grid")
     if "block" in parts:
         recs += measure_decoder_block(s, shapes=((1, 1024), ) if quick else BLOCK_SHAPES)
+    if "block-fp16" in parts:
+        recs += measure_decoder_block(s, shapes=((1, 1024), ) if quick else BLOCK_SHAPES, dtype="float16")
     return recs, s.save()
 
 

@@ -130,9 +130,9 @@ def call(spec, inputs: tuple, scalars: dict, variant: str, prepare):
     if plan is not None and getattr(_tls, "recorder", None) is None:  # inside a recording: the full path
         ptrs = _ptrs(inputs)
         if ptrs is not None:
-            check = getattr(spec, "data_check", None)
+            check = plan.data_check
             if check is not None:
-                check(*inputs)  # rules on the data hold on every call
+                check(*inputs)  # rules on the data hold on every call (the variant's device guard: no sync)
             _stats["hits"] += 1
             return plan.run(inputs, ptrs)
     _stats["slow"] += 1
@@ -152,6 +152,8 @@ def call(spec, inputs: tuple, scalars: dict, variant: str, prepare):
         with rec:
             out = v.fn(*inputs, **scalars)
         plan = _build(rec, v, scalars, inputs, out)
+    from .api import data_check
+    plan.data_check = data_check(spec, v)
     if len(_PLANS) >= MAX_PLANS:
         _PLANS.clear()
     _PLANS[key] = plan
@@ -333,6 +335,7 @@ def _build(rec, v, scalars, inputs, out):
 class _Direct:
     """Call the variant with the validated scalars (the signature already passed every check)."""
     kind = "direct"
+    data_check = None  # set when kept: the op's data rule, checked on every replay
 
     def __init__(self, v, scalars):
         self.fn, self.scalars, self.variant = v.fn, scalars, v.name
@@ -405,6 +408,7 @@ class _Same:
 
 class _Launches:
     kind = "launches"
+    data_check = None  # set when kept: the op's data rule, checked on every replay
 
     def __init__(self, steps, allocs, is_tuple, scratch=()):
         self.steps, self.allocs, self.is_tuple, self.scratch = steps, allocs, is_tuple, scratch

@@ -46,6 +46,10 @@ class Variant:
     # formula). The gluon-lab kernels have no backward yet: api.call refuses inputs that require
     # grad for them; a backward kernel plugs in here (and in the custom op's registration).
     differentiable: bool = False
+    # data_guard(*inputs): the variant enforces the spec's data rule (InPlaceOpSpec.data_check) on the GPU
+    # and this raises what the GPU recorded on an earlier call (no sync); api and the fast path call it in
+    # place of data_check, which reads the data (a device sync per call)
+    data_guard: Callable | None = None
 
     @property
     def spec(self):

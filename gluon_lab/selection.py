@@ -1,51 +1,75 @@
-"""variant="auto": a small committed selection table, no I/O on the call path.
+"""variant="auto": a selection model over the committed records; no I/O on the call path.
 
-``python -m gluon_lab select`` (``build`` + ``write``) turns the current records into
-``gluon_lab/selection.json``: for each GPU, op, dtype and shape bucket (the spec's ``bucket``,
-e.g. (log2 N, log2 M) for row norms), the gluon-lab variants whose geomean time over the bucket's
-shapes is below MARGIN x eager torch's (each ratio from one run), fastest first, then "torch". Only records that passed, are current
-(their code hash matches the code now), ran the variant's heuristic config (no sweep or study
-config votes, except a study's cases marked 'heuristic': auto runs the heuristic) and are the newest of their case count.
+The table (``python -m gluon_lab select`` = ``build`` + ``write`` -> ``gluon_lab/selection.json``)
+holds the evidence, per GPU and op:
 
-``choose(spec, inputs)`` reads that table once per process, and remembers its answer per call
-signature (shapes, strides, dtype, device, 16-byte alignment), so a repeated call costs one dict
-lookup. It picks the first variant of the nearest bucket whose check accepts the input, and
-"torch" when nothing in the table is close enough, the GPU is not in the table, or the input is
-not on a CUDA device. It never picks a peer library or a compile-on-first-call baseline.
+* ``cells``: one per (run, shape, dtype): the median ms of eager torch and of every gluon-lab variant
+  measured there at the config auto runs (passing, current, newest per case; no study's override).
+* ``always``: the gluon-lab variants that beat eager torch in every cell where both were measured,
+  fastest op-wide first (the op's default, and the no-eager-torch rule below).
+* ``seed``: a hash of the evidence, so the held-out check (notebook 00, ``auto-check``) draws new shapes
+  each time the table changes and its rules cannot be fitted to one draw.
+
+The model (``rank``; ``choose`` runs it once per call signature, then it is one dict lookup):
+
+1. Where the call sits: ``spec.bucket(shape, itemsize)`` -> coordinates (log2 sizes in steps that matter
+   for the op: row bytes and rows; group bytes and groups; M / N / K; tokens, heads, head bytes; the
+   implicit GEMM's M / N / K and image size) and categories that must match (layout, filter, stride).
+   A cell of another dtype sits DTYPE_STEP further: the same itemsize a little (fp16 reads bf16's
+   cells), another itemsize more (fp32 reads bf16's cells at equal bytes where it has none of its own).
+2. The MAX_CELLS nearest cells within CUTOFF are read, each weighing exp(-(d/h)^2 / 2), the bandwidth h the
+   distance of the K_NEAR-th nearest cell (at least H_MIN).
+3. Scores: a weighted two-way fit over the near cells, log ms[v, cell] = s[v] + b[cell], s[torch] = 0.
+   b absorbs each cell's size and run (its clocks), so only same-run ratios carry evidence, and
+   variants never measured together are compared through those measured with both.
+4. The choice, among the variants whose check accepts the inputs: the lowest score, if it is MARGIN
+   faster than torch; never eager torch while an eligible variant is in ``always``; where no eligible
+   variant has a cell within NEAR, the op's default (``always``'s first eligible one, else torch).
+
+It never picks a peer library or a compile-on-first-call baseline; "torch" where the GPU is not in the
+table or the input is not on a CUDA device.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
 
 TABLE_PATH = Path(__file__).resolve().parent / "selection.json"
-MAX_DISTANCE = 8  # weighted bucket distance beyond which the table does not speak for a shape
-WEIGHTS = (4, 1, 1, 1)  # numeric bucket components in order: the first (row length / group length / M) counts 4x
 FALLBACK = "torch"
-# A gluon-lab variant is chosen only where it beats eager torch by more than run-to-run noise:
-# repeated GEMM runs on the H200 moved same-shape ratios by 1-3% (03 vs 04 runs of 2026-12-01),
+VERSION = 2
+# A gluon-lab variant is chosen over torch only where it is predicted faster by more than run-to-run
+# noise: repeated GEMM runs on the H200 moved same-shape ratios by 1-3% (03 vs 04 runs of 2026-12-01),
 # so a 1% "win" would flip the choice between builds.
 MARGIN = 0.98
+CUTOFF = 4.0  # feature units: a cell further than this is not read
+MAX_CELLS = 32  # the nearest cells read (the fit stays a few hundred rows: ~1 ms on the first call)
+K_NEAR = 6  # the bandwidth: the distance of the K_NEAR-th nearest cell ...
+H_MIN = 0.5  # ... at least this (half an octave of the dimension that matters most)
+NEAR = 2.5  # a variant is scored only with a cell of its own within this; else the op's default decides
+DTYPE_STEP = {"same": 0.0, "itemsize": 0.5, "other": 1.5}
 # config keys that name a record's study / conditions, not a knob it overrode
 STUDY_META = frozenset({"study", "heuristic", "sm_clock_mhz", "call"})
 
 _table: dict | None = None
 _decisions: dict = {}
 _slugs: dict = {}
+_prepared: dict = {}
 
 
 # ----------------------------------------------------------------------------------------------
 # building the table (report / bench time, never on the call path)
 
 def _votes(df):
-    """Records that may vote: passed, timed, current, the heuristic config, newest per case."""
+    """Records that may vote: passed, timed, current, the config auto runs (of any run: not only the newest)."""
     import dataclasses
-    from . import registry, results, specs
+    from . import registry, specs
     df = df[df["passed"].fillna(False).astype(bool) & df["ms_median"].notna() & df["op"].isin(specs.names())
             & (df["pattern"] != "ceiling") & (df["timer"] != "host-loop")]
     from . import currency
-    df = currency.mark_stale(results.latest(df), registry.current_hash)
+    df = currency.mark_stale(df, registry.current_hash)  # every current record: a case re-measured in a later run
+    # leaves its older run's cell intact (the fit pairs records of one run only)
     df = df[~df["stale"]]
     keep = []
     for i, r in df.iterrows():
@@ -69,41 +93,65 @@ def _votes(df):
     return df.loc[keep]
 
 
+def _sig(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def cells_of(df) -> dict:
+    """{(gpu slug, op): [cell, ...]} from voting records: a cell is one run's variants at one shape and
+    dtype, {"shape", "dtype", "run", "ms": {variant: ms}}, kept where it compares two or more variants."""
+    from . import device
+    out: dict = {}
+    if not len(df):
+        return out
+    df = df.assign(_shape=df["shape"].map(lambda s: json.dumps(s, sort_keys=True)))
+    for (gpu, op, dtype, run, shape), g in df.groupby(["gpu_name", "op", "dtype", "run_id", "_shape"], sort=True):
+        ms: dict = {}
+        for v, m in zip(g["variant"], g["ms_median"]):
+            ms.setdefault(v, []).append(float(m))
+        if len(ms) < 2:
+            continue
+        cell = {"shape": json.loads(shape), "dtype": dtype, "run": run,
+                "ms": {v: _sig(sorted(m)[len(m) // 2]) for v, m in sorted(ms.items())}}
+        out.setdefault((device.gpu_slug(gpu), op), []).append(cell)
+    return out
+
+
+def always_beats(cells) -> list[str]:
+    """Gluon-lab variants faster than eager torch in every cell where both were measured (at least one),
+    fastest first by their geomean ratio over those cells."""
+    ratios: dict = {}
+    for c in cells:
+        t = c["ms"].get(FALLBACK)
+        if t is None:
+            continue
+        for v, m in c["ms"].items():
+            if v != FALLBACK:
+                ratios.setdefault(v, []).append(m / t)
+    geo = {v: math.exp(sum(map(math.log, r)) / len(r)) for v, r in ratios.items() if max(r) < 1.0}
+    return sorted(geo, key=lambda v: (geo[v], v))
+
+
 def build(results_dir) -> dict:
-    from . import device, results, specs
+    from . import results
     stores = sorted(p for p in Path(results_dir).glob("*/*.jsonl") if p.name != "sanitizer.jsonl")  # not Records
     df = results.load(stores, on_error="raise", history=True)  # the newest passing current record may be archived
-    entries: dict = {}
-    runs: dict = {}
     if len(df):
         df = _votes(df)
-    for (gpu, op, dtype), g in (df.groupby(["gpu_name", "op", "dtype"]) if len(df) else []):
-        spec = specs.get(op)
-        slug = device.gpu_slug(gpu)
-        runs.setdefault(slug, set()).update(g["run_id"])
-        buckets: dict = {}
-        for _, r in g.iterrows():
-            buckets.setdefault(tuple(spec.bucket(r["shape"])), []).append(r)
-        out = []
-        for b, rows in sorted(buckets.items(), key=lambda kv: [str(c) for c in kv[0]]):
-            by_shape: dict = {}  # (run, shape) -> {variant: ms}: a ratio pairs records of one run only
-            for r in rows:
-                by_shape.setdefault((r["run_id"], json.dumps(r["shape"], sort_keys=True)), {})[r["variant"]] = float(r["ms_median"])
-            ratios: dict = {}
-            for cell in by_shape.values():
-                if FALLBACK not in cell:
-                    continue
-                for v, ms in cell.items():
-                    ratios.setdefault(v, []).append(ms / cell[FALLBACK])
-            geo = {v: math.exp(sum(map(math.log, rs)) / len(rs)) for v, rs in ratios.items()}
-            order = sorted((v for v in geo if v != FALLBACK and geo[v] < MARGIN), key=lambda v: (geo[v], v))
-            out.append({"bucket": list(b), "order": order + [FALLBACK],
-                        "vs_torch": {v: round(geo[v], 4) for v in sorted(geo) if v != FALLBACK},
-                        "shapes": len({shape for _, shape in by_shape})})
-        entries.setdefault(slug, {}).setdefault(op, {})[dtype] = out
-    return {"version": 1,
-            "rule": f"per bucket: gluon-lab variants whose geomean time over the bucket's shapes is below {MARGIN} x "
-                    "eager torch's, fastest first, then torch; current, passing, heuristic-config records only",
+    entries: dict = {}
+    runs: dict = {}
+    for (slug, op), cells in sorted(cells_of(df).items()):
+        entries.setdefault(slug, {})[op] = {"cells": cells, "always": always_beats(cells)}
+        runs.setdefault(slug, set()).update(c["run"] for c in cells)
+    blob = json.dumps(entries, sort_keys=True).encode()
+    return {"version": VERSION,
+            "rule": "per op: same-run cells of eager torch and the gluon-lab variants (current, passing, the config "
+                    "auto runs); a call ranks its eligible variants by a weighted fit over the cells near it "
+                    f"(gluon_lab.selection): the lowest score if {MARGIN} x faster than torch, never torch while an "
+                    "eligible variant beat it in every cell, the op's default where nothing is near",
+            "model": {"margin": MARGIN, "cutoff": CUTOFF, "max_cells": MAX_CELLS, "k_near": K_NEAR, "h_min": H_MIN,
+                      "near": NEAR, "dtype_step": DTYPE_STEP},
+            "seed": int(hashlib.sha256(blob).hexdigest()[:8], 16),
             "runs": {k: sorted(v) for k, v in sorted(runs.items())}, "entries": entries}
 
 
@@ -113,13 +161,14 @@ def write(table: dict, path: Path = TABLE_PATH) -> Path:
     atomic_write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")
     _table = None  # this process reads the new table on its next auto call
     _decisions.clear()
+    _prepared.clear()
     from . import fastpath
     fastpath.clear()  # plans of variant="auto" calls replay the variant the old table chose
     return path
 
 
 # ----------------------------------------------------------------------------------------------
-# the call path
+# the model
 
 def load_table(path: Path = TABLE_PATH) -> dict:
     global _table
@@ -130,6 +179,138 @@ def load_table(path: Path = TABLE_PATH) -> dict:
             _table = {"entries": {}}
     return _table
 
+
+def features(spec, shape: dict, dtype: str) -> tuple:
+    """(coordinates, categories) of a shape for the model (spec.bucket, see OpSpec)."""
+    from .specs import ITEMSIZE
+    f = spec.bucket(shape, ITEMSIZE[dtype])
+    return (tuple(float(v) for v in f if not isinstance(v, str)), tuple(v for v in f if isinstance(v, str)))
+
+
+def _entry(spec, slug: str) -> dict | None:
+    key = (slug, spec.name, id(load_table()))
+    if key not in _prepared:
+        e = load_table().get("entries", {}).get(slug, {}).get(spec.name)
+        if e is not None and spec.bucket is not None:
+            e = dict(e, prepared=[(features(spec, c["shape"], c["dtype"]), c["dtype"], c) for c in e["cells"]])
+        _prepared[key] = e
+    return _prepared[key]
+
+
+def _dtype_step(a: str, b: str) -> float:
+    from .specs import ITEMSIZE
+    if a == b:
+        return DTYPE_STEP["same"]
+    return DTYPE_STEP["itemsize"] if ITEMSIZE[a] == ITEMSIZE[b] else DTYPE_STEP["other"]
+
+
+def distance(fa: tuple, da: str, fb: tuple, db: str) -> float:
+    """Distance of two (features, dtype) points; inf where a category differs."""
+    (xa, ca), (xb, cb) = fa, fb
+    if ca != cb or len(xa) != len(xb):
+        return math.inf
+    return math.sqrt(sum((p - q) ** 2 for p, q in zip(xa, xb)) + _dtype_step(da, db) ** 2)
+
+
+def fit(near) -> tuple[dict, dict]:
+    """Scores {variant: s} (log ms relative to eager torch) and evidence {variant: total weight} from
+    [(weight, {variant: ms}), ...]: weighted least squares of log ms = s[variant] + b[cell], s[torch] = 0,
+    over the variants connected to torch through cells that measured them together."""
+    import numpy as np
+    comp = {FALLBACK}
+    grow = True
+    while grow:  # the variants connected to torch: chained through cells
+        grow = False
+        for _, ms in near:
+            if comp & ms.keys() and not ms.keys() <= comp:
+                comp |= ms.keys()
+                grow = True
+    cells = [(w, {v: m for v, m in ms.items() if v in comp}) for w, ms in near if comp & ms.keys()]
+    cells = [(w, ms) for w, ms in cells if len(ms) >= 2]
+    evidence: dict = {}
+    for w, ms in cells:
+        for v in ms:
+            evidence[v] = evidence.get(v, 0.0) + w
+    vs = sorted(v for v in evidence if v != FALLBACK)
+    if not vs:
+        return {}, evidence
+    col = {v: i for i, v in enumerate(vs)}
+    rows, rhs = [], []
+    for j, (w, ms) in enumerate(cells):
+        sw = math.sqrt(w)
+        for v, m in ms.items():
+            r = np.zeros(len(vs) + len(cells))
+            if v != FALLBACK:
+                r[col[v]] = sw
+            r[len(vs) + j] = sw
+            rows.append(r)
+            rhs.append(sw * math.log(m))
+    sol = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)[0]
+    return {v: float(sol[col[v]]) for v in vs}, evidence
+
+
+def explain(spec, shape: dict, dtype: str, slug: str, eligible) -> dict:
+    """How the model ranks `eligible` (gluon-lab variant names whose check accepts the call; torch is
+    always a candidate) at a shape: {"order": [...], "why": str, "scores", "evidence", "cells"}."""
+    e = _entry(spec, slug)
+    eligible = [v for v in eligible if v != FALLBACK]
+    out = {"order": [FALLBACK], "scores": {}, "evidence": {}, "cells": 0}
+    if e is None:
+        out["why"] = "no evidence for this op on this GPU: eager torch"
+        return out
+    always = [v for v in e["always"] if v in eligible]
+    f = features(spec, shape, dtype)
+    by_d = sorted(((distance(f, dtype, fc, dc), i) for i, (fc, dc, _) in enumerate(e["prepared"])))
+    by_d = [(d, i) for d, i in by_d if d <= CUTOFF][:MAX_CELLS]
+    # the bandwidth adapts to the evidence: the K_NEAR-th nearest cell's distance, at least H_MIN, so a
+    # well-measured region is read locally and a sparse one still from its nearest cells
+    h = max(H_MIN, by_d[min(K_NEAR, len(by_d)) - 1][0]) if by_d else H_MIN
+    near = [(math.exp(-(d / h) ** 2 / 2), e["prepared"][i][2]["ms"]) for d, i in by_d]  # every variant: they chain
+    scores, evidence = fit(near) if near else ({}, {})
+    nearest: dict = {}
+    for d, i in by_d:
+        for v in e["prepared"][i][2]["ms"]:
+            nearest.setdefault(v, d)
+    out.update(cells=len(near), bandwidth=round(h, 3), evidence={v: round(w, 4) for v, w in evidence.items()},
+               scores={v: round(s, 4) for v, s in scores.items()}, nearest={v: round(d, 3) for v, d in nearest.items()})
+    scored = {v: scores[v] for v in eligible if v in scores and nearest.get(v, math.inf) <= NEAR}
+    rest = [v for v in always if v not in scored] + sorted(v for v in eligible if v not in scored and v not in always)
+    ranked = sorted(scored, key=lambda v: (scored[v], v)) + rest
+    if scored:
+        best = ranked[0]
+        if scored[best] < math.log(MARGIN) or best in always:
+            out["why"] = f"lowest score near the call ({math.exp(scored[best]):.3f} x torch)"
+            out["order"] = ranked + [FALLBACK]
+        elif always:
+            pick = min(always, key=lambda v: (scored.get(v, math.inf), always.index(v)))
+            out["why"] = f"torch scores best here, but {pick} beat eager torch in every measured cell"
+            out["order"] = [pick] + [v for v in ranked if v != pick] + [FALLBACK]
+        else:
+            out["why"] = f"torch scores best ({best}: {math.exp(scored[best]):.3f} x torch, margin {MARGIN})"
+            out["order"] = [FALLBACK] + ranked
+        return out
+    if always:
+        out["why"] = f"no cell near the call: the op's default ({always[0]} beat eager torch in every measured cell)"
+        out["order"] = always + [v for v in ranked if v not in always] + [FALLBACK]
+    else:
+        out["why"] = "no cell near the call and no variant beat eager torch in every cell: eager torch"
+        out["order"] = [FALLBACK] + ranked
+    return out
+
+
+def rank(spec, shape: dict, dtype: str, slug: str, eligible) -> list[str]:
+    """The model's order of the eligible variants (and torch) at a shape: auto runs the first."""
+    return explain(spec, shape, dtype, slug, eligible)["order"]
+
+
+def candidates(spec, shape: dict, dtype: str, slug: str) -> list[str]:
+    """rank() as if every gluon-lab variant of the op took the shape (what a page shows without a GPU)."""
+    from . import registry
+    return rank(spec, shape, dtype, slug, [v for v in registry.variants(spec.name) if registry.get_variant(spec.name, v).ours])
+
+
+# ----------------------------------------------------------------------------------------------
+# the call path
 
 def _slug(index: int) -> str:
     s = _slugs.get(index)
@@ -152,28 +333,11 @@ def signature(inputs) -> tuple:
     return tuple(key)
 
 
-def _distance(a, b) -> float:
-    """Weighted L1 distance of two buckets; string components (a layout) must match exactly and
-    do not use up a weight (group buckets are (layout, log2 group length, log2 group count))."""
-    d, i = 0.0, 0
-    for x, y in zip(a, b):
-        if isinstance(x, str) or isinstance(y, str):
-            if x != y:
-                return math.inf
-            continue
-        d += WEIGHTS[min(i, len(WEIGHTS) - 1)] * abs(x - y)
-        i += 1
-    return d
-
-
-def candidates(spec, shape: dict, dtype: str, slug: str) -> list[str]:
-    """The table's ordered candidates for this shape (nearest bucket), ending in "torch"."""
-    rows = load_table().get("entries", {}).get(slug, {}).get(spec.name, {}).get(dtype, [])
-    if not rows or spec.bucket is None:
-        return [FALLBACK]
-    b = list(spec.bucket(shape))
-    best = min(rows, key=lambda r: (_distance(b, r["bucket"]), str(r["bucket"])))
-    return best["order"] if _distance(b, best["bucket"]) <= MAX_DISTANCE else [FALLBACK]
+def eligible_variants(spec, inputs) -> list[str]:
+    """The gluon-lab variants of the op whose checks accept these inputs here."""
+    from . import registry
+    return [n for n in registry.variants(spec.name)
+            if registry.get_variant(spec.name, n).ours and registry.eligible(registry.get_variant(spec.name, n), inputs)]
 
 
 def choose(spec, inputs) -> str:
@@ -181,15 +345,10 @@ def choose(spec, inputs) -> str:
     hit = _decisions.get(key)
     if hit is not None:
         return hit
-    from . import registry
     x = inputs[0]
     name = FALLBACK
-    if getattr(x, "is_cuda", False):
+    if getattr(x, "is_cuda", False) and spec.bucket is not None:
         dtype = str(x.dtype).replace("torch.", "")
-        known = registry.variants(spec.name)
-        for v in candidates(spec, spec.shape_of(*inputs), dtype, _slug(x.device.index or 0)):
-            if v == FALLBACK or (v in known and registry.eligible(registry.get_variant(spec.name, v), inputs)):
-                name = v  # a name the table holds but the registry no longer has is skipped
-                break
+        name = rank(spec, spec.shape_of(*inputs), dtype, _slug(x.device.index or 0), eligible_variants(spec, inputs))[0]
     _decisions[key] = name
     return name

@@ -92,16 +92,35 @@ def test_nan_stays_in_its_head(v):
     assert not torch.isnan(clean).any()
 
 
-@pytest.mark.parametrize("v", ["gluon-fused", "gluon-persistent", "gluon-tma"])
-def test_out_of_range_position_is_caught_and_guarded_in_a_graph(v):
+@pytest.mark.parametrize("v", ["gluon-fused", "gluon-persistent", "gluon-tma", "triton"])
+def test_out_of_range_position_is_guarded_on_the_gpu_and_raised_after(v):
+    """No host sync per call: the kernel turns the token's rows into NaN and writes the bad index into
+    pinned host memory; the next call (or check_device_errors) raises naming the rule and the index."""
     inp = list(_inputs(16, 4, 2, 128, 128, "bfloat16", seed=2))
+    n = inp[-2].shape[0]
+    for where, value in ((5, n + 3), (11, -7)):
+        bad = inp[-1].clone()
+        bad[where] = value
+        qkv = inp[0].clone()
+        gll.qk_norm_rope(qkv, *inp[1:-1], bad, variant=v)  # returns: the GPU checks
+        torch.cuda.synchronize()
+        assert torch.isnan(qkv[where, :6 * 128]).all()
+        assert not torch.isnan(qkv[where, 6 * 128:]).any()  # V untouched
+        clean = qkv[:, :6 * 128].clone()
+        clean[where] = 0
+        assert not torch.isnan(clean).any()
+        with pytest.raises(ValueError, match=rf"positions must be in \[0, cos_sin_cache.shape\[0\]\).*"
+                                             rf"positions\[{where}\] = {value}\b"):
+            gll.qk_norm_rope(inp[0].clone(), *inp[1:], variant=v)  # the next call raises
+        gll.qk_norm_rope(inp[0].clone(), *inp[1:], variant=v)  # raised once: cleared
     bad = inp[-1].clone()
-    bad[5] = inp[-2].shape[0] + 3
-    with pytest.raises(ValueError, match="positions must be in"):
-        gll.qk_norm_rope(*inp[:-1], bad, variant=v)
-    # inside a capture the host check cannot read positions: the kernel's guard turns the token into NaN
+    bad[2] = n
+    gll.qk_norm_rope(inp[0].clone(), *inp[1:-1], bad, variant=v)
+    with pytest.raises(ValueError, match=r"positions\[2\] = " + str(n)):
+        gll.check_device_errors()  # syncs, then raises
+    gll.check_device_errors()
+    # inside a capture: the same guard on every replay
     qkv = inp[0]
-    gll.qk_norm_rope(qkv.clone(), *inp[1:], variant=v)  # plan + compile outside the capture
     pos = inp[-1].clone()
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
@@ -111,11 +130,23 @@ def test_out_of_range_position_is_caught_and_guarded_in_a_graph(v):
     torch.cuda.current_stream().wait_stream(s)
     with torch.cuda.graph(g):
         gll.qk_norm_rope(qkv, *inp[1:-1], pos, variant=v)
+    bad = inp[-1].clone()
+    bad[5] = n + 3
     pos.copy_(bad)
     g.replay()
     torch.cuda.synchronize()
     assert torch.isnan(qkv[5, :6 * 128]).all() and not torch.isnan(qkv[4]).any()
-    assert not torch.isnan(qkv[5, 6 * 128:]).any()  # V untouched
+    with pytest.raises(ValueError, match=r"positions\[5\]"):
+        gll.check_device_errors()
+
+
+def test_eager_torch_still_checks_positions_before_it_indexes():
+    """torch's variants index the cache with positions (a device assert out of range): the host check stays."""
+    inp = list(_inputs(16, 4, 2, 128, 128, "bfloat16", seed=2))
+    bad = inp[-1].clone()
+    bad[3] = inp[-2].shape[0]
+    with pytest.raises(ValueError, match="positions must be in"):
+        gll.qk_norm_rope(inp[0].clone(), *inp[1:-1], bad, variant="torch")
 
 
 @pytest.mark.parametrize("v", ["gluon-fused", "gluon-tma"])

@@ -12,11 +12,9 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture
 def table(monkeypatch):
     slug = selection._slug(0)
-    t = {"entries": {slug: {"rms_norm": {"bfloat16": [
-        {"bucket": list(specs.get("rms_norm").bucket({"M": 64, "N": 4096})), "order": ["gluon-tma", "gluon-chunked",
-                                                                                       "torch"]},
-        {"bucket": list(specs.get("rms_norm").bucket({"M": 64, "N": 131072})), "order": ["gluon-tma", "gluon-chunked",
-                                                                                         "torch"]}]}}}}
+    cells = [{"shape": {"M": 64, "N": N}, "dtype": "bfloat16", "run": "r1",
+              "ms": {"torch": 1.0, "gluon-tma": 0.5, "gluon-chunked": 0.6}} for N in (4096, 131072)]
+    t = {"seed": 1, "entries": {slug: {"rms_norm": {"cells": cells, "always": ["gluon-tma", "gluon-chunked"]}}}}
     monkeypatch.setattr(selection, "_table", t)
     monkeypatch.setattr(selection, "_decisions", {})
     return t
@@ -29,11 +27,13 @@ def _case(M, N, seed=0):
     return x, w
 
 
-@pytest.mark.parametrize("M,N,want", [(64, 4096, "gluon-tma"),      # the table's first choice takes it
+@pytest.mark.parametrize("M,N,want", [(64, 4096, "gluon-tma"),      # the model's best takes it
                                       (64, 4104, "gluon-chunked"),  # gluon-tma refuses non-power-of-2 N
                                       (64, 131072, "gluon-chunked"),  # too long to cache: chunked streams it
-                                      (64, 2 ** 20, "torch")])        # far from every bucket: eager torch
-def test_auto_takes_the_first_eligible_table_entry(table, M, N, want):
+                                      # far from every cell: the op's default, never eager torch while a
+                                      # variant that beat it in every cell takes the input
+                                      (64, 2 ** 20, "gluon-chunked")])
+def test_auto_takes_the_best_eligible_variant(table, M, N, want):
     x, w = _case(M, N)
     spec = specs.get("rms_norm")
     assert selection.choose(spec, (x, w)) == want

@@ -448,12 +448,13 @@ BLOCK_TARGET, BLOCK_MOONSHOT = 1.0, 1.05  # speed of the block compiled with the
 
 
 def block_records(df):
+    import pandas as pd
     if not len(df):
         return df.copy()
     d = df[(df["op"] == "llama_block") & df["config_key"].str.contains('"study": "inductor-rewrite"', regex=False)].copy()
     if not len(d):
         return d
-    d = d[d["run_id"] == _newest_run(d)]
+    d = pd.concat([g[g["run_id"] == _newest_run(g)] for _, g in d.groupby("dtype")])  # newest run per dtype
     d["B"] = [s["B"] for s in d["shape"]]
     d["S"] = [s["S"] for s in d["shape"]]
     return d
@@ -468,14 +469,14 @@ def block_table(df):
     if not len(d):
         return None
     rows = []
-    for (B, S), g in d.groupby(["B", "S"]):
+    for (dt, B, S), g in d.groupby(["dtype", "B", "S"]):
         by = {v: gv for v, gv in g.groupby("variant")}
         if not {"compiled", "compiled+gluon-lab"} <= set(by):
             continue
         a, b = by["compiled"], by["compiled+gluon-lab"]
         ops = (b["config"].iloc[0] or {}).get("custom_ops", {})
         ta, tb = a["ms_median"].median(), b["ms_median"].median()
-        rows.append({"B×S (tokens)": f"{int(B)}×{int(S)} ({int(B) * int(S)})", "ms compiled": ta,
+        rows.append({"dtype": dt, "B×S (tokens)": f"{int(B)}×{int(S)} ({int(B) * int(S)})", "ms compiled": ta,
                      "ms compiled + gluon-lab": tb, "speed with the rewrite (x)": ta / tb,
                      "custom ops in the code": ", ".join(f"{k} ×{v}" for k, v in ops.items()) or "none",
                      "TFLOP/s with the rewrite": b["tflops"].median(),
@@ -483,7 +484,7 @@ def block_table(df):
                      "passed": bool(a["passed"].all() and b["passed"].all())})
     if not rows:
         return None
-    return pd.DataFrame(rows).set_index("B×S (tokens)").round(4)
+    return pd.DataFrame(rows).set_index(["dtype", "B×S (tokens)"]).round(4)
 
 
 def block_targets(df):
@@ -502,8 +503,12 @@ def block_takeaways(df) -> list[str]:
     t = block_table(df)
     if t is None:
         return []
-    r = t["speed with the rewrite (x)"]
-    return [f"Llama-style block (bf16, hidden 4096) compiled with the gluon-lab rewrite vs plain torch.compile: "
-            f"{r.min():.3f}–{r.max():.3f}× over {len(r)} shapes (geomean {plots.geomean(r):.3f}×; ≥ 1.0 means the rewrite "
-            "is not slower); outputs " + ("match" if t["passed"].all() else "DO NOT all match") +
-            " the uncompiled block."]
+    out = []
+    for dt, g in t.groupby(level="dtype"):
+        r = g["speed with the rewrite (x)"]
+        short = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(dt, dt)
+        out.append(f"Llama-style block ({short}, hidden 4096) compiled with the gluon-lab rewrite vs "
+                   f"plain torch.compile: {r.min():.3f}–{r.max():.3f}× over {len(r)} shapes (geomean {plots.geomean(r):.3f}×; "
+                   "≥ 1.0 means the rewrite is not slower); outputs " + ("match" if g["passed"].all() else "DO NOT all match")
+                   + " the uncompiled block.")
+    return out

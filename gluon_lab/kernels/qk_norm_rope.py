@@ -25,6 +25,7 @@ position outside the cache gives NaN for that token's heads, never an out-of-bou
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import triton
 import triton.language as tl
@@ -39,7 +40,17 @@ from .hopper import H200_SMS, ITEMSIZE, cdiv, dtype_name, kernel_spec, short_dty
 # the Gluon kernel: register-resident halves
 
 @gluon.jit
-def _tile_load(qkv_ptr, pos_ptr, tile, n_units, HQ: gl.constexpr, HK: gl.constexpr, D: gl.constexpr,
+def _guard_positions(err_ptr, pos, t, valid, n_pos):
+    """The device side of the positions rule: a token whose position does not index a cache row writes
+    ((t + 1) << 32) + (position clamped to int32) + 2^31 into the error word (pinned host memory: the host
+    reads it without a sync, gluon_lab.kernels.qk_norm_rope.raise_device_error); its rows become NaN."""
+    bad = valid & ((pos < 0) | (pos >= n_pos))
+    pc = gl.minimum(gl.maximum(pos, -2147483647), 2147483647)
+    gl.store(err_ptr + t * 0, (t + 1) * 4294967296 + (pc + 2147483648), mask=bad)
+
+
+@gluon.jit
+def _tile_load(qkv_ptr, pos_ptr, err_ptr, n_pos, tile, n_units, HQ: gl.constexpr, HK: gl.constexpr, D: gl.constexpr,
                R: gl.constexpr, NEOX: gl.constexpr, L: gl.constexpr, HEADS: gl.constexpr, TAILP: gl.constexpr):
     """Issue the loads of one tile of HEADS (token, head) units: (a, b, tail, base, m, is_q, pos). NeoX: a and
     b are the two rotary halves [HEADS, R/2] in layout L, tail the unrotated [R, D) padded to TAILP columns;
@@ -75,6 +86,7 @@ def _tile_load(qkv_ptr, pos_ptr, tile, n_units, HQ: gl.constexpr, HK: gl.constex
             tail = gl.load(wp + base + W + gl.expand_dims(jt, 0), mask=m & gl.expand_dims(jt < (D - R) // 2, 0),
                            other=0)
     pos = gl.load(pos_ptr + t, mask=valid, other=0)
+    _guard_positions(err_ptr, pos, t, valid, n_pos)
     return a, b, tail, base, m, gl.expand_dims(h < HQ, 1), pos
 
 
@@ -187,22 +199,22 @@ def _tile_finish(qkv_ptr, cache_ptr, a, b, tail, base, m, is_q, pos, qw1, qw2, k
 
 
 @gluon.jit
-def qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, n_units, n_pos, eps, HQ: gl.constexpr,
+def qk_norm_rope_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, err_ptr, n_units, n_pos, eps, HQ: gl.constexpr,
                         HK: gl.constexpr, D: gl.constexpr, R: gl.constexpr, NEOX: gl.constexpr, VEC: gl.constexpr,
                         TPW_H: gl.constexpr, TPW_D: gl.constexpr, TAILP: gl.constexpr, num_warps: gl.constexpr):
     """One tile per CTA: load, reduce, rotate, store."""
     L: gl.constexpr = gl.BlockedLayout([1, VEC], [TPW_H, TPW_D], [num_warps, 1], [1, 0])
     HEADS: gl.constexpr = TPW_H * num_warps
     dt: gl.constexpr = qkv_ptr.dtype.element_ty
-    a, b, tail, base, m, is_q, pos = _tile_load(qkv_ptr, pos_ptr, gl.program_id(0), n_units, HQ, HK, D, R, NEOX, L,
-                                               HEADS, TAILP)
+    a, b, tail, base, m, is_q, pos = _tile_load(qkv_ptr, pos_ptr, err_ptr, n_pos, gl.program_id(0), n_units, HQ, HK, D,
+                                               R, NEOX, L, HEADS, TAILP)
     qw1, qw2, kw1, kw2, qwt, kwt = _weights(qw_ptr, kw_ptr, dt, D, R, NEOX, L, TAILP)
     _tile_finish(qkv_ptr, cache_ptr, a, b, tail, base, m, is_q, pos, qw1, qw2, kw1, kw2, qwt, kwt, n_pos, eps, D, R,
                  NEOX, L, TAILP)
 
 
 @gluon.jit
-def qk_norm_rope_persistent_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, n_units, n_tiles, n_pos, eps,
+def qk_norm_rope_persistent_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, err_ptr, n_units, n_tiles, n_pos, eps,
                                    HQ: gl.constexpr, HK: gl.constexpr, D: gl.constexpr, R: gl.constexpr,
                                    NEOX: gl.constexpr, VEC: gl.constexpr, TPW_H: gl.constexpr, TPW_D: gl.constexpr,
                                    TAILP: gl.constexpr, num_warps: gl.constexpr):
@@ -215,10 +227,11 @@ def qk_norm_rope_persistent_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, 
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     qw1, qw2, kw1, kw2, qwt, kwt = _weights(qw_ptr, kw_ptr, dt, D, R, NEOX, L, TAILP)
-    a, b, tail, base, m, is_q, pos = _tile_load(qkv_ptr, pos_ptr, pid, n_units, HQ, HK, D, R, NEOX, L, HEADS, TAILP)
+    a, b, tail, base, m, is_q, pos = _tile_load(qkv_ptr, pos_ptr, err_ptr, n_pos, pid, n_units, HQ, HK, D, R, NEOX, L,
+                                                HEADS, TAILP)
     for tile in range(pid, n_tiles, nprog):
-        na, nb, ntail, nbase, nm, nis_q, npos = _tile_load(qkv_ptr, pos_ptr, tile + nprog, n_units, HQ, HK, D, R,
-                                                          NEOX, L, HEADS, TAILP)
+        na, nb, ntail, nbase, nm, nis_q, npos = _tile_load(qkv_ptr, pos_ptr, err_ptr, n_pos, tile + nprog, n_units, HQ,
+                                                          HK, D, R, NEOX, L, HEADS, TAILP)
         _tile_finish(qkv_ptr, cache_ptr, a, b, tail, base, m, is_q, pos, qw1, qw2, kw1, kw2, qwt, kwt, n_pos, eps, D,
                      R, NEOX, L, TAILP)
         a, b, tail, base, m, is_q, pos = na, nb, ntail, nbase, nm, nis_q, npos
@@ -306,7 +319,8 @@ def fused(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_sin_c
     units = T * (num_heads_q + num_heads_k)
     if units:
         qk_norm_rope_kernel[(cdiv(units, cfg.heads_per_cta(R, dt, is_neox)), )](
-            qkv, q_weight, k_weight, cos_sin_cache, positions, units, cos_sin_cache.shape[0], eps, HQ=num_heads_q,
+            qkv, q_weight, k_weight, cos_sin_cache, positions, error_word(qkv.device), units, cos_sin_cache.shape[0], eps,
+            HQ=num_heads_q,
             HK=num_heads_k, **_lane_constexprs(head_dim, R, dt, is_neox), num_warps=cfg.num_warps)
     return qkv
 
@@ -316,7 +330,7 @@ def _gluon_codegen(kernel, shape: dict, dtype: str, num_warps: int, cache_dtype:
     """compile_sm90 arguments of one of the two Gluon kernels (they share every parameter but `ints`)."""
     p = f"*{short_dtype(dtype)}"
     args = {"qkv_ptr": p, "qw_ptr": p, "kw_ptr": p, "cache_ptr": f"*{short_dtype(cache_dtype or dtype)}",
-            "pos_ptr": "*i64", **{n: "i32" for n in ints}, "eps": "fp32"}
+            "pos_ptr": "*i64", "err_ptr": "*i64", **{n: "i32" for n in ints}, "eps": "fp32"}
     ce = dict(HQ=shape["Hq"], HK=shape["Hk"], **_lane_constexprs(shape["D"], shape.get("R", shape["D"]), dtype, is_neox),
               num_warps=num_warps)
     return kernel_spec(kernel, args, ce, num_warps=num_warps)
@@ -369,7 +383,8 @@ def persistent(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos_
     if units:
         n_tiles = cdiv(units, FusedConfig(cfg.num_warps).heads_per_cta(R, dt, is_neox))
         qk_norm_rope_persistent_kernel[(cfg.grid(n_tiles, num_sms(qkv.device)), )](
-            qkv, q_weight, k_weight, cos_sin_cache, positions, units, n_tiles, cos_sin_cache.shape[0], eps,
+            qkv, q_weight, k_weight, cos_sin_cache, positions, error_word(qkv.device), units, n_tiles,
+            cos_sin_cache.shape[0], eps,
             HQ=num_heads_q, HK=num_heads_k, **_lane_constexprs(head_dim, R, dt, is_neox), num_warps=cfg.num_warps)
     return qkv
 
@@ -399,9 +414,11 @@ def _tma_issue(desc, bufs, bars, slot, tile, pred, NHB: gl.constexpr, NCOPY: gl.
 
 
 @gluon.jit
-def _tma_positions(pos_ptr, tile, T, NHB: gl.constexpr, BT: gl.constexpr, LP: gl.constexpr):
-    t = (tile // NHB) * BT + gl.arange(0, BT, layout=LP)
-    return gl.load(pos_ptr + t, mask=t < T, other=0)
+def _tma_positions(pos_ptr, err_ptr, n_pos, tile, T, NHB: gl.constexpr, BT: gl.constexpr, LP: gl.constexpr):
+    t = ((tile // NHB) * BT + gl.arange(0, BT, layout=LP)).to(gl.int64)
+    pos = gl.load(pos_ptr + t, mask=t < T, other=0)
+    _guard_positions(err_ptr, pos, t, t < T, n_pos)
+    return pos
 
 
 @gluon.jit
@@ -416,7 +433,7 @@ def _tma_cos_sin(cache_ptr, pos, n_pos, R: gl.constexpr, W: gl.constexpr, LTW: g
 
 
 @gluon.jit
-def qk_norm_rope_tma_kernel(qkv_desc, qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, T, n_tiles, n_pos, eps,
+def qk_norm_rope_tma_kernel(qkv_desc, qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, err_ptr, T, n_tiles, n_pos, eps,
                             HQ: gl.constexpr, HK: gl.constexpr, D: gl.constexpr, NEOX: gl.constexpr,
                             STAGES: gl.constexpr, TMA_STORE: gl.constexpr, VEC: gl.constexpr, TPW_H: gl.constexpr,
                             TPW_D: gl.constexpr, num_warps: gl.constexpr):
@@ -463,14 +480,14 @@ def qk_norm_rope_tma_kernel(qkv_desc, qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_pt
     kw1 = gl.expand_dims(gl.expand_dims(k1, 0), 1)
     kw2 = gl.expand_dims(gl.expand_dims(k2, 0), 1)
 
-    c, s = _tma_cos_sin(cache_ptr, _tma_positions(pos_ptr, pid, T, NHB, BT, LP), n_pos, R, W, LTW)
-    pos1 = _tma_positions(pos_ptr, pid + nprog, T, NHB, BT, LP)
+    c, s = _tma_cos_sin(cache_ptr, _tma_positions(pos_ptr, err_ptr, n_pos, pid, T, NHB, BT, LP), n_pos, R, W, LTW)
+    pos1 = _tma_positions(pos_ptr, err_ptr, n_pos, pid + nprog, T, NHB, BT, LP)
     for i in range(n_my):
         jn = i + STAGES - 1
         fence_async_shared()  # this CTA's earlier smem reads of the slot before the TMA write into it
         _tma_issue(qkv_desc, bufs, bars, jn % STAGES, pid + jn * nprog, jn < n_my, NHB, NCOPY)
         tile = pid + i * nprog
-        pos2 = _tma_positions(pos_ptr, tile + 2 * nprog, T, NHB, BT, LP)
+        pos2 = _tma_positions(pos_ptr, err_ptr, n_pos, tile + 2 * nprog, T, NHB, BT, LP)
         nc, ns = _tma_cos_sin(cache_ptr, pos1, n_pos, R, W, LTW)
 
         slot = i % STAGES
@@ -609,7 +626,8 @@ def tma_variant(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, cos
     n_tiles = cdiv(T, cfg.block_t) * cdiv(H, cfg.block_h)
     vec, tpw_h, tpw_d = FusedConfig.lanes(head_dim, dt, is_neox)
     qk_norm_rope_tma_kernel[(cfg.grid(n_tiles, num_sms(qkv.device)), )](
-        desc, qkv, q_weight, k_weight, cos_sin_cache, positions, T, n_tiles, cos_sin_cache.shape[0], eps,
+        desc, qkv, q_weight, k_weight, cos_sin_cache, positions, error_word(qkv.device), T, n_tiles,
+        cos_sin_cache.shape[0], eps,
         HQ=num_heads_q, HK=num_heads_k, D=head_dim, NEOX=is_neox, STAGES=cfg.stages, TMA_STORE=cfg.tma_store,
         VEC=vec, TPW_H=tpw_h, TPW_D=tpw_d, num_warps=cfg.num_warps)
     return qkv
@@ -623,7 +641,7 @@ def tma_codegen(shape: dict, dtype: str, config: TmaConfig | None = None, cache_
     p = f"*{short_dtype(dtype)}"
     td = f"tensordesc<{short_dtype(dtype) if is_neox else 'i32'}{_tma_block(cfg, D, is_neox)},{_tma_layout(dtype, is_neox)!r}>"
     args = {"qkv_desc": td, "qkv_ptr": p, "qw_ptr": p, "kw_ptr": p, "cache_ptr": f"*{short_dtype(cache_dtype or dtype)}",
-            "pos_ptr": "*i64", "T": "i32", "n_tiles": "i32", "n_pos": "i32", "eps": "fp32"}
+            "pos_ptr": "*i64", "err_ptr": "*i64", "T": "i32", "n_tiles": "i32", "n_pos": "i32", "eps": "fp32"}
     ce = dict(HQ=shape["Hq"], HK=shape["Hk"], D=D, NEOX=is_neox, STAGES=cfg.stages, TMA_STORE=cfg.tma_store, VEC=vec,
               TPW_H=tpw_h, TPW_D=tpw_d, num_warps=cfg.num_warps)
     return kernel_spec(qk_norm_rope_tma_kernel, args, ce, num_warps=cfg.num_warps)
@@ -633,7 +651,7 @@ def tma_codegen(shape: dict, dtype: str, config: TmaConfig | None = None, cache_
 # the plain Triton baseline: one program per (token, head), any rotary_dim, NeoX or GPT-J
 
 @triton.jit
-def qk_norm_rope_triton_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, n_pos, eps, HQ: tl.constexpr,
+def qk_norm_rope_triton_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, err_ptr, n_pos, eps, HQ: tl.constexpr,
                                HK: tl.constexpr, D: tl.constexpr, R: tl.constexpr, NEOX: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -660,6 +678,9 @@ def qk_norm_rope_triton_kernel(qkv_ptr, qw_ptr, kw_ptr, cache_ptr, pos_ptr, n_po
     wp = tl.where(is_q, tl.load(qw_ptr + p), tl.load(kw_ptr + p)).to(tl.float32)
     pos = tl.load(pos_ptr + t)
     ok = (pos >= 0) & (pos < n_pos)
+    if not ok:  # the error word (see _guard_positions): NaN rows and an error the host reads without a sync
+        pc = tl.minimum(tl.maximum(pos, -2147483647), 2147483647)
+        tl.store(err_ptr, (t + 1) * 4294967296 + (pc + 2147483648))
     c = tl.load(cache_ptr + pos * R + jj, mask=rot & ok, other=0.0).to(tl.float32)
     s = tl.load(cache_ptr + pos * R + HALF + jj, mask=rot & ok, other=0.0).to(tl.float32)
     c = tl.where(rot, c, 1.0)
@@ -675,18 +696,65 @@ def triton_variant(qkv, num_heads_q, num_heads_k, head_dim, q_weight, k_weight, 
     T = qkv.shape[0]
     if T:
         qk_norm_rope_triton_kernel[(T, num_heads_q + num_heads_k)](
-            qkv, q_weight, k_weight, cos_sin_cache, positions, cos_sin_cache.shape[0], eps, HQ=num_heads_q,
-            HK=num_heads_k, D=head_dim, R=cos_sin_cache.shape[1], NEOX=is_neox, num_warps=4 if head_dim >= 128 else 2)
+            qkv, q_weight, k_weight, cos_sin_cache, positions, error_word(qkv.device), cos_sin_cache.shape[0], eps,
+            HQ=num_heads_q, HK=num_heads_k, D=head_dim, R=cos_sin_cache.shape[1], NEOX=is_neox, num_warps=4 if head_dim >= 128 else 2)
     return qkv
 
 
 def triton_codegen(shape: dict, dtype: str, config=None, cache_dtype: str | None = None, is_neox: bool = True):
     p = f"*{short_dtype(dtype)}"
     args = {"qkv_ptr": p, "qw_ptr": p, "kw_ptr": p, "cache_ptr": f"*{short_dtype(cache_dtype or dtype)}",
-            "pos_ptr": "*i64", "n_pos": "i32", "eps": "fp32"}
+            "pos_ptr": "*i64", "err_ptr": "*i64", "n_pos": "i32", "eps": "fp32"}
     nw = 4 if shape["D"] >= 128 else 2
     ce = dict(HQ=shape["Hq"], HK=shape["Hk"], D=shape["D"], R=shape.get("R", shape["D"]), NEOX=is_neox)
     return kernel_spec(qk_norm_rope_triton_kernel, args, ce, num_warps=nw)
+
+
+# ----------------------------------------------------------------------------------------------
+# the positions rule on the device: an error word in pinned host memory
+
+# per device index: (the pinned int64[1] word, its numpy view); a stdlib namespace, which the code hash does
+# not read (what ran must not change a variant's hash)
+_ERR = types.SimpleNamespace(by_device={})
+
+
+def error_word(device):
+    """The int64 word the kernels write a bad position into (_guard_positions): pinned host memory, one per
+    device, kept for the process and pinned for the fast path (a replayed plan passes the same word). A
+    meta tensor while gluon_lab.launches emulates a launch on the CPU."""
+    import torch
+    if device.type != "cuda":
+        return torch.zeros(1, dtype=torch.int64, device=device)
+    e = _ERR.by_device.get(device.index)
+    if e is None:
+        from .. import fastpath
+        w = torch.zeros(1, dtype=torch.int64, pin_memory=True)
+        e = _ERR.by_device[device.index] = (w, w.numpy())
+        fastpath.pin(w, resolve=lambda w=w: w)
+    return e[0]
+
+
+def decode_error(word: int) -> tuple[int, int]:
+    """(token index, position) from an error word (the position clamped to +-(2^31 - 1))."""
+    return (int(word) >> 32) - 1, (int(word) & 0xFFFFFFFF) - 2 ** 31
+
+
+def raise_device_error(qkv, *rest) -> None:
+    """Raise (and clear) the positions error an earlier call's kernel wrote on qkv's device: a host read of
+    pinned memory, no sync. The gluon-lab variants' data_guard; gluon_lab.check_device_errors() syncs first."""
+    if getattr(qkv, "device", None) is None or qkv.device.type != "cuda":
+        return
+    error_word(qkv.device)
+    view = _ERR.by_device[qkv.device.index][1]
+    word = int(view[0])
+    if word:
+        view[0] = 0
+        t, p = decode_error(word)
+        raise ValueError(
+            f"positions must be in [0, cos_sin_cache.shape[0]) (each indexes a cos/sin cache row); an earlier "
+            f"qk_norm_rope call on {qkv.device} read positions[{t}] = {p}{' or beyond' if abs(p) >= 2 ** 31 - 1 else ''}. "
+            "The GPU checks positions without a host sync: that call returned, and its output rows of token "
+            f"{t} are NaN; this error is raised by the next call (or gluon_lab.check_device_errors())")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -702,6 +770,7 @@ def _register():
         fused_check(*inputs)
 
     register("qk_norm_rope", "gluon-fused", pattern="fused-rope", needs_hopper=True, check=gluon_check,
+             data_guard=raise_device_error,
              configure=configure, codegen=fused_codegen, knobs={"num_warps": (1, 2, 4, 8)},
              roots=(qk_norm_rope_kernel, FusedConfig, fused, fused_check, rotary_rule, _lane_constexprs),
              description="register-resident: both rotary halves of HEADS heads per CTA from two 128-bit loads, "
@@ -711,6 +780,7 @@ def _register():
         return persistent(*inputs, eps=eps, is_neox=is_neox, config=config)
 
     register("qk_norm_rope", "gluon-persistent", pattern="fused-rope", needs_hopper=True, check=gluon_check,
+             data_guard=raise_device_error,
              configure=persistent_configure, codegen=persistent_codegen,
              knobs={"num_warps": (2, 4, 8), "ctas_per_sm": (2, 4, 8)},
              roots=(qk_norm_rope_persistent_kernel, PersistentConfig, persistent, fused_check, rotary_rule,
@@ -722,6 +792,7 @@ def _register():
         return tma_variant(*inputs, eps=eps, is_neox=is_neox, config=config)
 
     register("qk_norm_rope", "gluon-tma", pattern="fused-rope", needs_hopper=True, check=tma_check,
+             data_guard=raise_device_error,
              configure=tma_configure, codegen=tma_codegen,
              knobs={"block_t": (4, 8, 16, 32), "num_warps": (4, 8), "stages": (2, 3, 4), "ctas_per_sm": (1, 2, 3, 4),
                     "tma_store": (False, True)},
@@ -733,7 +804,7 @@ def _register():
     def triton_fn(*inputs, eps, is_neox, out=None):
         return triton_variant(*inputs, eps=eps, is_neox=is_neox)
 
-    register("qk_norm_rope", "triton", pattern="baseline", codegen=triton_codegen,
+    register("qk_norm_rope", "triton", pattern="baseline", codegen=triton_codegen, data_guard=raise_device_error,
              roots=(qk_norm_rope_triton_kernel, triton_variant),
              description="plain Triton, one (token, head) per program, partner re-loaded")(triton_fn)
 

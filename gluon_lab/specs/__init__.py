@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from ._base import (DTYPES, ITEMSIZE, InPlaceOpSpec, IntOperand, Operand, OpSpec, RowNorm, all_specs, define, family, get, log2_bucket,  # noqa: F401
+from ._base import (DTYPES, ITEMSIZE, InPlaceOpSpec, IntOperand, Operand, OpSpec, RowNorm, all_specs, define, family, get, log2f,  # noqa: F401
                     names, shape_columns)
 
 FIRST = ("norms", "group", "matmul")  # listing order of the existing families; new spec modules follow, sorted

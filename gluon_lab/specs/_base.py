@@ -60,7 +60,11 @@ class OpSpec:
     dtypes: tuple = DTYPES
     formula: Callable | None = None  # fp32 formula torch.compile gets (variant "inductor")
     row: RowNorm | None = None
-    bucket: Callable | None = None  # bucket(shape) -> tuple: the auto-selection table's key
+    # bucket(shape, itemsize=2) -> tuple: where a shape sits for variant="auto"'s model (gluon_lab.selection):
+    # floats are coordinates (log2 sizes, weighted so one unit is one step that matters for the op), strings
+    # are categories that must match (layout, filter size, stride). (Named "bucket" for the records' hashes:
+    # a spec's code fields count by name only.)
+    bucket: Callable | None = None
     tolerance: dict | None = None  # dtype -> (atol, rtol) vs float64; None: the bench default
     compute_bound: bool = False  # SOL against tensor-core throughput instead of HBM bandwidth
     row_blocked_reference: bool = False  # the reference may be computed per block of rows (huge M)
@@ -157,6 +161,6 @@ def shape_columns() -> tuple:
     return tuple(out)
 
 
-def log2_bucket(v: int) -> int:
-    """Nearest power of two's exponent (shapes 2^k·0.71 .. 2^k·1.41 share bucket k)."""
-    return int(round(math.log2(max(int(v), 1))))
+def log2f(v) -> float:
+    """log2 of a size (at least 1), rounded to 1e-4: a coordinate of the selection model."""
+    return round(math.log2(max(float(v), 1.0)), 4)

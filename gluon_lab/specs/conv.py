@@ -15,7 +15,7 @@ Byte model: x, weight and y once each. FLOPs: 2·M·N·K. SOL against tensor-cor
 """
 from __future__ import annotations
 
-from ._base import ITEMSIZE, IntOperand, Operand, OpSpec, define, log2_bucket
+from ._base import ITEMSIZE, IntOperand, Operand, OpSpec, define, log2f
 from ._rules import check_same_dtype_device, check_tensor
 
 KERNEL_SIZES = (1, 3)
@@ -128,9 +128,12 @@ def _make(shape, dtype, rnd, scale=1.0):
     return (x, w, shape.get("stride", 1), shape.get("pad", 0))
 
 
-def _bucket(s):
+def _bucket(s, itemsize=2):
+    """(filter, stride, octaves of the implicit GEMM's M, N, K, octaves of the output image / 2): R and the
+    stride pick the producer (shifted boxes per tap, the parity split); M / N / K and the image size decide
+    tiles, waves and how much of a tile the image edge wastes."""
     M, N, K = gemm_shape(s)
-    return (log2_bucket(M), log2_bucket(N), log2_bucket(K), s["R"], s["stride"])
+    return (f"R{s['R']}", f"stride{s['stride']}", log2f(M), log2f(N), log2f(K), 0.5 * log2f(M / s["B"]))
 
 
 # what the three conv specs share: the shape keys, FLOPs, buckets, dtypes and tolerances (atol relative to

@@ -9,7 +9,7 @@ Byte model: read x, write y, read weight and bias (C each). FLOPs: as LayerNorm,
 """
 from __future__ import annotations
 
-from ._base import ITEMSIZE, Operand, OpSpec, define, log2_bucket
+from ._base import ITEMSIZE, Operand, OpSpec, define, log2f
 from ._rules import check_eps, check_like, check_positive_int, check_tensor, spatial_size, tensor_layout
 
 SPATIAL_KEYS = ("D", "H", "W")  # spatial dims of shape dicts, outermost first (those present)
@@ -148,11 +148,12 @@ def _bytes(shape, dtype):
     return 2 * n * e + 2 * C * e
 
 
-def _bucket(shape):
-    """(layout, log2 group length, log2 group count): what decides a one-CTA-per-group schedule."""
+def _bucket(shape, itemsize=2):
+    """(layout, octaves of group bytes, octaves of groups / 2): the group length decides between one CTA per
+    group and a split group; the group count fills the SMs; the layout is another kernel path."""
     n, C = _elems(shape)
     G = shape.get("G", C)
-    return (shape.get("layout", "nchw"), log2_bucket(n // (shape["B"] * G)), log2_bucket(shape["B"] * G))
+    return (shape.get("layout", "nchw"), log2f(n // (shape["B"] * G) * itemsize), 0.5 * log2f(shape["B"] * G))
 
 
 _KEYS = ("B", "C", "D", "H", "W", "G", "layout")

@@ -10,7 +10,7 @@ square, +, ·rstd, ·w, +b, + mean = 7; l2: x·x, +, ·inv = 3; add+rms: + resid
 """
 from __future__ import annotations
 
-from ._base import ITEMSIZE, Operand, OpSpec, RowNorm, define, log2_bucket
+from ._base import ITEMSIZE, Operand, OpSpec, RowNorm, define, log2f
 from ._rules import check_eps, check_like, check_tensor
 
 
@@ -41,8 +41,10 @@ def _shape(x, *rest):
     return {"M": x.numel() // max(N, 1), "N": N}
 
 
-def _bucket(shape):
-    return (log2_bucket(shape["N"]), log2_bucket(shape["M"]))
+def _bucket(shape, itemsize=2):
+    """(octaves of row bytes, octaves of rows / 2): the row length decides which pattern wins (rows in
+    registers, cached in shared memory, chunked); the row count only shifts it (waves, launch cost)."""
+    return (log2f(shape["N"] * itemsize), 0.5 * log2f(shape["M"]))
 
 
 def _rows_bytes(row: RowNorm):

@@ -15,7 +15,7 @@ element (two products and a sum).
 """
 from __future__ import annotations
 
-from ._base import ITEMSIZE, InPlaceOpSpec, Operand, define, log2_bucket
+from ._base import ITEMSIZE, InPlaceOpSpec, Operand, define, log2f
 from ._rules import check_eps, check_positive_int, dtype_name
 
 HEAD_DIMS = (64, 128, 256)
@@ -205,7 +205,9 @@ QK_NORM_ROPE = define(InPlaceOpSpec(
     validate=_validate, data_check=check_positions, reference=reference, eager=eager, formula=formula,
     shape_of=_shape, shape_keys=("T", "Hq", "Hk", "D", "R"), bytes=_bytes, flops=_flops, make_inputs=_make,
     scalars={"eps": 1e-6, "is_neox": True}, dtypes=("bfloat16", "float16"),
-    bucket=lambda s: (log2_bucket(s["T"]), log2_bucket(s["Hq"] + s["Hk"]), log2_bucket(s["D"])),
+    # octaves of tokens, of heads / 2, of head bytes, and the rotary fraction x 2 (partial rotary: a tail)
+    bucket=lambda s, itemsize=2: (log2f(s["T"]), 0.5 * log2f(s["Hq"] + s["Hk"]), log2f(s["D"] * itemsize),
+                                  2.0 * s.get("R", s["D"]) / s["D"]),
     tolerance={"bfloat16": (2e-2, 1e-2), "float16": (4e-3, 2e-3)}, marker="v"))
 
 __all__ = ["QK_NORM_ROPE", "cos_sin", "check_positions", "dtype_name"]

@@ -1,0 +1,103 @@
+"""The public functional API, one function per op spec, generated from the spec (signature, docstring,
+validation) so an op is declared once.
+
+    rms_norm(x, weight, eps=1e-6, *, variant="auto")
+    group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, variant="auto")
+    matmul(a, b, *, variant="auto")
+
+Every call validates its inputs with the spec's rules (a clear error naming the argument and the
+rule), returns empty outputs for empty input, and dispatches to the variant (``"auto"``: the
+selection table, ``gluon_lab_old.selection``). While torch.compile traces a call
+(`torch.compiler.is_compiling()`), the function emits the op's custom op instead
+(`torch.ops.gluon_lab_old.<op>`, gluon_lab_old.library): one graph node, no graph break; its kernel is
+this same `call`.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import fastpath, specs
+from .registry import check_runnable, get_variant
+
+
+def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
+    """Run the op: through the call signature's plan when one is kept (gluon_lab_old.fastpath), else
+    the full path below (validate, resolve, check, run), which also records the plan."""
+    if fastpath.enabled:
+        return fastpath.call(spec, inputs, scalars, variant, prepare)
+    return slow_call(spec, inputs, scalars, variant)
+
+
+def slow_call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
+    """The full path, every check every time (what the fast path replays)."""
+    v, scalars = prepare(spec, inputs, scalars, variant)
+    return scalars if v is None else v.fn(*inputs, **scalars)
+
+
+def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
+    """Validate a call and resolve its variant: (Variant, normalized scalars), or (None, the empty
+    outputs) for an input with no elements. Raises the clear error of a bad call."""
+    scalars = spec.validate(*inputs, **scalars)
+    data_check = getattr(spec, "data_check", None)
+    if data_check is not None:
+        data_check(*inputs)
+    empty = spec.empty_outputs(inputs)
+    if empty is not None:
+        if variant != "auto":
+            get_variant(spec.name, variant)  # an unknown variant is an error even for empty input
+        return None, empty
+    grad = _needs_grad(spec, inputs)
+    if variant == "auto":
+        from .selection import FALLBACK, choose
+        variant = FALLBACK if grad else choose(spec, inputs)  # auto never detaches: torch when grad is needed
+    v = get_variant(spec.name, variant)
+    if grad and not v.differentiable:
+        raise RuntimeError(
+            f"gluon_lab_old.{spec.name}(variant={variant!r}) has no backward yet, and {grad} requires grad: its output "
+            "would be silently detached from the autograd graph. Call it under torch.no_grad() / on detached "
+            "inputs, or use variant='torch' (or 'auto', which takes torch when grad is needed)")
+    check_runnable(v, inputs)
+    return v, scalars
+
+
+def _needs_grad(spec, inputs) -> str | None:
+    """The first input that requires grad while grad mode is on (None when no backward is needed)."""
+    if not torch.is_grad_enabled():
+        return None
+    for o, t in zip(spec.inputs, inputs):
+        if getattr(t, "requires_grad", False):
+            return o.name
+    return None
+
+
+def make_public(spec):
+    """A real Python function with the op's signature (exec'd once, as dataclasses does)."""
+    params = [f"{o.name}=None" if o.optional else f"{o.name}={o.default!r}" if hasattr(o, "default") else o.name
+              for o in spec.inputs]
+    params += [f"{k}={v!r}" for k, v in spec.scalars.items()]
+    inputs = "".join(f"{o.name}, " for o in spec.inputs)
+    scalars = ", ".join(f"{k!r}: {k}" for k in spec.scalars)
+    args = ", ".join([o.name for o in spec.inputs] + list(spec.scalars) + ["variant"])
+    scalars_kw = "".join(f"{k}={k}, " for k in spec.scalars)
+    inplace = getattr(spec, "inplace", None)
+    traced = f"        _op({args})\n        return {inplace}\n" if inplace else f"        return _op({args})\n"
+    # while compiling, a call that needs the gradient takes the eager formulation (traced as torch ops,
+    # as api.call's auto / torch would run it); the custom op refuses grad by name
+    src = (f"def {spec.name}({', '.join(params)}, *, variant='auto'):\n"
+           f"    if _compiling():\n"
+           f"        if variant in ('auto', 'torch') and _needs_grad(_spec, ({inputs})):\n"
+           f"            return _spec.eager({inputs}{scalars_kw})\n"
+           f"{traced}"
+           f"    return _call(_spec, ({inputs}), {{{scalars}}}, variant)\n")
+    from .library import op
+    ns = {"_call": call, "_spec": spec, "_op": op(spec.name, call), "_compiling": torch.compiler.is_compiling,
+          "_needs_grad": _needs_grad}
+    exec(compile(src, f"<gluon_lab_old.api.{spec.name}>", "exec"), ns)
+    fn = ns[spec.name]
+    fn.__doc__ = spec.doc
+    fn.__module__ = "gluon_lab_old"
+    fn.__qualname__ = spec.name
+    return fn
+
+
+PUBLIC = {s.name: make_public(s) for s in specs.all_specs()}
