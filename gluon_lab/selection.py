@@ -188,13 +188,15 @@ def features(spec, shape: dict, dtype: str) -> tuple:
 
 
 def _entry(spec, slug: str) -> dict | None:
-    key = (slug, spec.name, id(load_table()))
-    if key not in _prepared:
-        e = load_table().get("entries", {}).get(slug, {}).get(spec.name)
+    """The op's table entry with each cell's features computed (once per table and op)."""
+    table = load_table()
+    hit = _prepared.get((slug, spec.name))
+    if hit is None or hit[0] is not table:
+        e = table.get("entries", {}).get(slug, {}).get(spec.name)
         if e is not None and spec.bucket is not None:
             e = dict(e, prepared=[(features(spec, c["shape"], c["dtype"]), c["dtype"], c) for c in e["cells"]])
-        _prepared[key] = e
-    return _prepared[key]
+        hit = _prepared[(slug, spec.name)] = (table, e)
+    return hit[1]
 
 
 def _dtype_step(a: str, b: str) -> float:

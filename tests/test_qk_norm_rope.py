@@ -147,8 +147,9 @@ def test_gluon_census_one_read_one_write_no_barrier(D, neox, dtype):
         c = _census(q.fused_codegen, shape, dtype, config=q.FusedConfig(nw), is_neox=neox)
         assert c["bar_sync"] == 0, c["bar_sync"]  # no CTA barrier anywhere (so none between a store and a reload)
         assert c["spill_bytes"] == 0 and c["registers"] <= 64, (c["registers"], c["spill_bytes"])
-        # every global store is qkv's: NeoX two 128-bit stores (one per rotary half), GPT-J one (word pairs)
-        assert c["st_global_by_bits"] == {128: 2 if neox else 1}, c["st_global_by_bits"]
+        # qkv's stores: NeoX two 128-bit stores (one per rotary half), GPT-J one (word pairs); one 64-bit store:
+        # the positions guard's error word (masked: only a token whose position is out of range writes it)
+        assert c["st_global_by_bits"] == {128: 2 if neox else 1, 64: 1}, c["st_global_by_bits"]
         # loads: qkv (2 halves / 1 word row), the weights (4 half vectors / 2 word vectors), cos and sin,
         # the position (64 bits); cos/sin are 128-bit for NeoX (8 elements), 64-bit for GPT-J (4 per word)
         want = {128: 2 + 4 + 2, 64: 1} if neox else {128: 1 + 2, 64: 1 + 2}
@@ -161,7 +162,7 @@ def test_gluon_census_one_read_one_write_no_barrier(D, neox, dtype):
 def test_persistent_census_prefetches_without_a_barrier(D, neox):
     c = _census(q.persistent_codegen, {"T": 4096, "Hq": 32, "Hk": 8, "D": D}, "bfloat16", is_neox=neox)
     assert c["bar_sync"] == 0 and c["spill_bytes"] == 0 and c["registers"] <= 96, c
-    assert c["st_global_by_bits"] == {128: 2 if neox else 1}, c["st_global_by_bits"]
+    assert c["st_global_by_bits"] == {128: 2 if neox else 1, 64: 2}, c["st_global_by_bits"]  # + the guard per tile load
     # qkv and the position loaded twice in the code: the prologue's tile and the loop's prefetch of the next
     want = {128: 2 * 2 + 4 + 2, 64: 2} if neox else {128: 2 * 1 + 2, 64: 2 + 2}
     assert c["ld_global_by_bits"] == want, c["ld_global_by_bits"]
@@ -182,7 +183,7 @@ def test_partial_rotary_census_reads_and_writes_every_piece_once(D, R, neox):
     for fn, kw, n_tiles_in_code in ((q.fused_codegen, {"config": q.FusedConfig(4)}, 1), (q.persistent_codegen, {}, 2)):
         c = _census(fn, shape, "bfloat16", is_neox=neox, **kw)
         assert c["bar_sync"] == 0 and c["spill_bytes"] == 0, c
-        assert c["st_global_by_bits"] == {128: qkv}, (fn.__name__, c["st_global_by_bits"])
+        assert c["st_global_by_bits"] == {128: qkv, 64: n_tiles_in_code}, (fn.__name__, c["st_global_by_bits"])
         # weights: each piece of q_weight and k_weight once (same vectors as the head); cos and sin one each
         weights = 2 * qkv
         cs = {128: 2} if neox else {64: 2}
@@ -209,8 +210,9 @@ def test_tma_census_boxes_in_boxes_out_no_register_reads_of_qkv(D, neox, tma_sto
     vec, tpw_h, tpw_d = q.FusedConfig.lanes(D, "bfloat16", neox)
     per_thread = cfg.block_t * cfg.block_h * (D // 2) // (32 * cfg.num_warps * vec)  # vectors of a box per thread
     assert c["sass"]["LDS"] == ncopy * per_thread, c["sass"]  # each box read from smem once
-    assert c["st_global_by_bits"] == ({} if tma_store else {128: ncopy * per_thread}), c["st_global_by_bits"]
     tokens = cfg.block_t // cfg.num_warps  # cache rows per thread (tokens along warps)
+    guard = {64: 3 * tokens}  # the positions guard's error word: one masked store per position loaded
+    assert c["st_global_by_bits"] == ({} if tma_store else {128: ncopy * per_thread}) | guard, c["st_global_by_bits"]
     cs_sites = 2  # the prologue's rows and the loop's next-tile rows, cos and sin each
     if neox:
         want = {128: 4 + 2 * cs_sites * tokens, 64: 3 * tokens}  # 4 weight halves; positions 3 sites (64-bit)
