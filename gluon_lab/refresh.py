@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 # per-notebook: (plan cases of the full plan, parts measured by functions other than case sweeps)
-SPECIAL_PARTS = {"00-ceilings": {"dispatch": '"study": "dispatch"', "block": '"study": "inductor-rewrite"'}}
+SPECIAL_PARTS = {"00-ceilings": {"dispatch": '"study": "dispatch"', "block": '"study": "inductor-rewrite"',
+                                 "auto-check": '"study": "auto-check"'}}
 #: seconds one case takes on the H200 (check, capture, >= 100 ms of replays) and a first compile on top
 SECONDS_PER_CASE = 0.6
 SECONDS_PER_COMPILE = 2.0
@@ -156,6 +157,10 @@ def special_stale(notebook: str, df) -> list[str]:
             newest = d[d["run_id"] == d.sort_values("timestamp")["run_id"].iloc[-1]]
             if newest["stale"].any():
                 out.append(part)
+            elif part == "auto-check":  # it checks one table: stale once the table (its seed) changed
+                from . import selection
+                if {(c or {}).get("table_seed") for c in newest["config"]} != {selection.load_table().get("seed")}:
+                    out.append(part)
     return out
 
 

@@ -50,10 +50,11 @@ run = None                 # replay: show only this run (id, unique prefix, "new
 compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
 
 # %%
-from gluon_lab.analysis import ceilings as ana, common as cm
+from gluon_lab.analysis import auto, ceilings as ana, common as cm
 
 ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, width=200)
 spec, slug = ctx.spec, ctx.slug
+auto_seed = auto.table_seed()  # the committed selection table's seed: the held-out draw it is checked on
 print(ctx.describe())
 
 # %% [markdown]
@@ -204,7 +205,7 @@ cm.show(ana.fastpath_grid(df))
 # formula `x.float() … .to(dtype)` (the Hugging Face Llama form included), `F.layer_norm`,
 # `nn.LayerNorm` — replaced by one `torch.ops.gluon_lab.*` custom op with `variant="auto"`. The block
 # below is Llama-2-7B-shaped (hidden 4096, 32 heads, SwiGLU 11008, `F.scaled_dot_product_attention`,
-# two RMSNorms and the residual adds), bf16, random weights, inference; compiled twice and
+# two RMSNorms and the residual adds), bf16 and fp16, random weights, inference; compiled twice and
 # graph-timed side by side in one run, alternating, at four token counts. The counts are the custom
 # ops in the generated code.
 
@@ -212,10 +213,31 @@ cm.show(ana.fastpath_grid(df))
 cm.show(cm.missing_note(ana.block_records(df), "the compiled-block study"), ana.block_table(df), ana.block_targets(df))
 
 # %% [markdown]
-# ## 8. Takeaways (computed from the records above)
+# ## 8. `variant="auto"` on shapes no plan measures
+#
+# `auto` is what a model gets: the default of every public op and what the rewrite above calls. It is a
+# model over the records (`gluon_lab.selection`): each call's eligible variants are ranked by a weighted
+# fit over the measured cells *near* the call (row bytes and rows, tokens and heads, the implicit GEMM's
+# M / N / K, ...; fp16 reads bf16's cells, fp32 bf16's at equal bytes where it has none of its own),
+# never eager torch while an eligible variant beat it in every measured cell, the op's default where
+# nothing is near. This section checks it where it was not fitted: shapes drawn at random from the table's
+# seed (a hash of its evidence, so each rebuilt table gets a new draw), log-uniform in each dimension, odd
+# sizes included, every op and dtype; per cell, in one run, auto beside eager torch and every gluon-lab
+# variant that takes the inputs, all through the public API and graph-timed. **auto / best** is the fastest
+# gluon-lab variant's time over auto's (1.0: as fast); where auto ran that same variant it reads the noise
+# of two timings of one kernel (±1–6% on the H200).
+
+# %%
+auto_t = auto.holdout_table(df)
+cm.show(cm.missing_note(auto.holdout_records(df), "the held-out check of auto (`--parts auto-check`)"),
+        auto.seed_note(df, auto_seed), cm.target_list(auto.holdout_targets(auto_t)), auto.holdout_summary(auto_t),
+        auto.misses(auto_t))
+
+# %% [markdown]
+# ## 9. Takeaways (computed from the records above)
 
 # %% tags=["takeaways"]
-cm.show(cm.takeaways(ana.takeaways(df, spec)))
+cm.show(cm.takeaways(ana.takeaways(df, spec) + auto.takeaways(auto_t)))
 
 # %% [markdown]
 # ## Compare runs

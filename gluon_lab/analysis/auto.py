@@ -5,7 +5,7 @@ gluon-lab variant's, eager torch's. "auto / best" is best ms / auto ms (1.0: aut
 fastest gluon-lab variant; a cell where auto ran that same variant reads run-to-run noise), "auto /
 torch" is torch ms / auto ms.
 
-Kernel-facing: none (the table's seed is read from gluon_lab/selection.json).
+Kernel-facing: none. table_seed() reads gluon_lab/selection.json (the committed table).
 """
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ from . import common as cm
 STUDY = "auto-check"
 TARGETS = {"near": 0.97, "share": 0.95, "floor": 0.90, "torch": 0.98}
 SHORT = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def table_seed():
+    """The committed selection table's seed (None without a table)."""
+    from .. import selection
+    return selection.load_table().get("seed")
 
 
 def holdout_records(df):
