@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from . import fastpath, specs
-from .registry import check_runnable, get_variant
+from .registry import check_runnable, data_rule, get_variant
 
 
 def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
@@ -48,7 +48,7 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
         from .selection import FALLBACK, choose
         variant = FALLBACK if grad else choose(spec, inputs)  # auto never detaches: torch when grad is needed
     v = get_variant(spec.name, variant)
-    check = data_check(spec, v)
+    check = data_rule(spec, v)
     if check is not None:
         check(*inputs)  # a rule on the data: on the GPU where the variant guards it, else read here (a sync)
     if grad and not v.differentiable:
@@ -58,15 +58,6 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
             "inputs, or use variant='torch' (or 'auto', which takes torch when grad is needed)")
     check_runnable(v, inputs)
     return v, scalars
-
-
-def data_check(spec, v):
-    """What enforces the spec's data rule for variant v: its device guard's error read, the spec's check
-    (reads the data), or None."""
-    check = getattr(spec, "data_check", None)
-    if check is None:
-        return None
-    return v.data_guard or check
 
 
 def _needs_grad(spec, inputs) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import statistics
 from dataclasses import dataclass
 
@@ -309,7 +310,7 @@ def run_ceilings(results_dir: str = "results", quick: bool = False, plan: Ceilin
     recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan) if "grid" in parts else [])
     if "auto-check" in parts:  # first: the held-out check reads the table the other parts do not change
         from . import holdout
-        recs += holdout.measure(s, plan=holdout.HoldoutPlan.quick() if quick else None)
+        recs += holdout.measure(s, plan_shapes(), plan=holdout.HoldoutPlan.quick() if quick else None)
     if "dispatch" in parts:
         recs += measure_dispatch(s)
     if "fastpath-grid" in parts:
@@ -1422,6 +1423,12 @@ EXPERIMENTS["06-convolution"] = run_conv
 
 NOTEBOOKS = ("00-ceilings", "01-tma-caching", "02-chunked-reductions", "03-multibuffer-pipelining",
              "04-warp-specialization", "05-fused-qk-norm-rope", "06-convolution")
+
+
+def plan_shapes() -> set:
+    """(op, shape json, dtype) of every case of every notebook's plan: what the held-out check never draws."""
+    return {(c["op"], json.dumps(c["shape"], sort_keys=True), c["dtype"]) for nb in NOTEBOOKS
+            for c in notebook_cases(nb) if "shape" in c and c.get("op") != "copy"}
 
 
 def notebook_cases(notebook: str) -> list[dict]:

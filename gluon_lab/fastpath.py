@@ -152,8 +152,8 @@ def call(spec, inputs: tuple, scalars: dict, variant: str, prepare):
         with rec:
             out = v.fn(*inputs, **scalars)
         plan = _build(rec, v, scalars, inputs, out)
-    from .api import data_check
-    plan.data_check = data_check(spec, v)
+    from .registry import data_rule
+    plan.data_check = data_rule(spec, v)
     if len(_PLANS) >= MAX_PLANS:
         _PLANS.clear()
     _PLANS[key] = plan

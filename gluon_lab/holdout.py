@@ -8,8 +8,8 @@ takes, outputs allocated per call): variant="auto", eager torch and every gluon-
 check accepts the inputs, graph-timed side by side. Records carry config {"study": "auto-check",
 "table_seed": seed}; they never vote in the table (a study's records do not).
 
-    cells = draw(seed)                  # [(op, shape, dtype), ...] on any machine
-    measure(session, seed)              # the records (a GPU)
+    cells = draw(seed, experiments.plan_shapes())   # [(op, shape, dtype), ...] on any machine
+    measure(session, experiments.plan_shapes())     # the records (a GPU)
     analysis.auto.holdout_table(df)     # the page's table, summary and targets
 """
 from __future__ import annotations
@@ -95,22 +95,15 @@ class HoldoutPlan:
         return cls(per_cell=tuple((op, 1) for op in SAMPLERS))
 
 
-def _measured_elsewhere() -> set:
-    """(op, shape, dtype) of every case of every notebook's plan."""
-    from . import experiments
-    out = set()
-    for nb in experiments.NOTEBOOKS:
-        for c in experiments.notebook_cases(nb):
-            if "shape" in c and c.get("op") in SAMPLERS:
-                out.add((c["op"], json.dumps(c["shape"], sort_keys=True), c["dtype"]))
-    return out
+def key(op: str, shape: dict, dtype: str) -> tuple:
+    return (op, json.dumps(shape, sort_keys=True), dtype)
 
 
-def draw(seed: int, plan: HoldoutPlan | None = None, exclude: set | None = None) -> list[tuple]:
-    """[(op, shape, dtype), ...]: the plan's cells for this seed (the same on every machine)."""
+def draw(seed: int, exclude: set, plan: HoldoutPlan | None = None) -> list[tuple]:
+    """[(op, shape, dtype), ...]: the plan's cells for this seed (the same on every machine), none of them in
+    `exclude` (key()s: what the notebooks' plans measure, experiments.plan_shapes())."""
     from . import specs
     plan = plan or HoldoutPlan()
-    exclude = _measured_elsewhere() if exclude is None else exclude
     rng = random.Random(seed)
     out = []
     for op, n in plan.per_cell:
@@ -120,14 +113,14 @@ def draw(seed: int, plan: HoldoutPlan | None = None, exclude: set | None = None)
                 if got == n:
                     break
                 s = SAMPLERS[op](rng)
-                if s is None or (op, json.dumps(s, sort_keys=True), dtype) in exclude:
+                if s is None or key(op, s, dtype) in exclude:
                     continue
                 out.append((op, s, dtype))
                 got += 1
     return out
 
 
-def measure(session, seed: int | None = None, plan: HoldoutPlan | None = None) -> list:
+def measure(session, exclude: set, seed: int | None = None, plan: HoldoutPlan | None = None) -> list:
     """Measure the held-out cells (seed: the committed table's). Per cell: auto, eager torch, every
     gluon-lab variant that takes the inputs (checked on the cell's own inputs), all through the public
     API. A cell that cannot be built (the spec refuses the shape) is a failed auto record, named."""
@@ -136,7 +129,7 @@ def measure(session, seed: int | None = None, plan: HoldoutPlan | None = None) -
     from .results import Record
     seed = selection.load_table().get("seed", 0) if seed is None else seed
     cases = []
-    for op, shape, dtype in draw(seed, plan):
+    for op, shape, dtype in draw(seed, exclude, plan):
         spec = specs.get(op)
         try:
             inputs = bench.make_inputs(op, shape, dtype, seed=session.next_seed())

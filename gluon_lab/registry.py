@@ -163,6 +163,15 @@ def check_runnable(v: Variant, inputs) -> None:
         v.check(*inputs)
 
 
+def data_rule(spec, v: Variant):
+    """What enforces the spec's rule on the data (InPlaceOpSpec.data_check) for variant v: its device guard's
+    error read (no sync), the spec's check (reads the data: a sync), or None."""
+    check = getattr(spec, "data_check", None)
+    if check is None:
+        return None
+    return v.data_guard or check
+
+
 def eligible(v: Variant, inputs) -> bool:
     try:
         check_runnable(v, inputs)

@@ -188,34 +188,12 @@ def test_results_keep_layouts_apart(tmp_path):
     assert sorted(lat["ms_median"]) == [2.0, 3.0, 4.0, 5.0]
 
 
-def test_auto_buckets_keep_layouts_and_group_sizes_apart():
-    """The selection table's buckets: another layout is never near; another G is another bucket."""
+def test_auto_features_keep_layouts_apart_and_measure_group_sizes():
+    """The selection model's features: another layout is never near; another G is one octave of group bytes
+    (and half an octave of groups) away."""
     spec = specs.get("group_norm")
     x = torch.empty(8, 64, 32, 32)
-    nchw = spec.bucket(spec.shape_of(x, 16))
-    assert selection._distance(nchw, spec.bucket(spec.shape_of(x.to(memory_format=torch.channels_last), 16))) \
-        == float("inf")
-    assert 0 < selection._distance(nchw, spec.bucket(spec.shape_of(x, 32))) < float("inf")
-
-
-def test_gluon_chunked_takes_both_layouts_and_refuses_others():
-    x = torch.randn(2, 64, 8, 8, dtype=torch.bfloat16)
-    from gluon_lab.kernels import chunked as C
-    assert C.check_group(x, 8, None, None).layout == "nchw"
-    assert C.check_group(x.to(memory_format=torch.channels_last), 8, None, None).layout == "channels_last"
-    with pytest.raises(ValueError, match="contiguous .NCHW. or channels-last"):
-        C.check_group(x.transpose(2, 3), 8, None, None)
-
-
-def test_group_variants_refuse_what_they_cannot_launch():
-    """Refused by the variants' checks with the rule named (not a launch-time OutOfResources or grid error):
-    gluon-chunked's channels-last ring for fp32 groups of >= 1022 channels needs > 227 KB of shared memory;
-    gluon-split's NCHW grid puts B * groups on grid axis y (<= 65535)."""
-    x = torch.empty(2, 1024, 4, 4, dtype=torch.float32).to(memory_format=torch.channels_last)
-    with pytest.raises(ValueError, match=r"gluon-chunked' would need \d+ B of shared memory .* 1024 float32"):
-        registry.get_variant("group_norm", "gluon-chunked").check(x, 1, None, None)
-    registry.get_variant("group_norm", "gluon-split").check(x, 1, None, None)  # the split takes it
-    xi = torch.empty(64, 1280, 4, 4, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=r"B \* groups = 64 x 1280 = 81920 exceeds CUDA's 65535"):
-        registry.get_variant("instance_norm", "gluon-split").check(xi, None, None)
-    registry.get_variant("instance_norm", "gluon-split").check(xi.to(memory_format=torch.channels_last), None, None)
+    f = lambda *a: selection.features(spec, spec.shape_of(*a), "bfloat16")  # noqa: E731
+    nchw = f(x, 16)
+    assert selection.distance(nchw, "bfloat16", f(x.to(memory_format=torch.channels_last), 16), "bfloat16") == float("inf")
+    assert selection.distance(nchw, "bfloat16", f(x, 32), "bfloat16") == pytest.approx((1 + 0.25) ** 0.5)
