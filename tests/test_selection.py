@@ -255,3 +255,64 @@ def test_a_failed_kernel_import_is_raised_again(monkeypatch):
         with pytest.raises(ImportError, match="boom"):
             registry.variants("matmul")
     assert registry._loaded is False
+
+
+# ----------------------------------------------------------------------------------------------
+# the model on committed fixture records: tests/fixtures/selection/h200/selection-cells.jsonl holds unmodified
+# lines of results/h200 (RMSNorm bf16 / fp32 and add + RMSNorm bf16 cells of the lab's own runs)
+
+FIXTURE = ROOT / "tests" / "fixtures" / "selection"
+
+
+@pytest.fixture
+def fixture_table(monkeypatch):
+    # currency is not what these tests are about: every fixture record counts as current
+    monkeypatch.setattr(registry, "current_hash", lambda op, name: _hashes[(op, name)])
+    df = results.load(sorted(FIXTURE.glob("*/*.jsonl")), on_error="raise")
+    _hashes.update({(r.op, r.variant): r.kernel_source_hash for r in df.itertuples()})
+    t = selection.build(FIXTURE)
+    monkeypatch.setattr(selection, "_table", t)
+    return t
+
+
+_hashes: dict = {}
+
+
+def _fixture_ms(t, op, dtype, M, N):
+    return [c["ms"] for c in t["entries"]["h200"][op]["cells"] if c["dtype"] == dtype and c["shape"] == {"M": M, "N": N}]
+
+
+def test_fixture_model_reads_the_nearest_cells(fixture_table):
+    ours = [v for v in registry.variants("rms_norm") if registry.get_variant("rms_norm", v).ours]
+    for M, N in ((1024, 4096), (16384, 8192)):  # at a measured cell: the variant fastest there (one run each)
+        (ms, ) = _fixture_ms(fixture_table, "rms_norm", "bfloat16", M, N)
+        best = min((v for v in ms if v != "torch"), key=ms.get)
+        assert selection.rank(RMS, {"M": M, "N": N}, "bfloat16", "h200", ours)[0] == best
+    # between cells (rows 4x and 1.7x from the measured ones): a gluon-lab variant, one that wins near there
+    got = selection.rank(RMS, {"M": 4000, "N": 6000}, "bfloat16", "h200", ours)[0]
+    near = _fixture_ms(fixture_table, "rms_norm", "bfloat16", 1024, 4096) + _fixture_ms(fixture_table, "rms_norm",
+                                                                                       "bfloat16", 16384, 8192)
+    assert got in {min((v for v in ms if v != "torch"), key=ms.get) for ms in near}
+
+
+def test_fixture_model_shares_dtypes(fixture_table):
+    ours = [v for v in registry.variants("rms_norm") if registry.get_variant("rms_norm", v).ours]
+    bf = selection.explain(RMS, {"M": 16384, "N": 8192}, "bfloat16", "h200", ours)
+    fp16 = selection.explain(RMS, {"M": 16384, "N": 8192}, "float16", "h200", ours)
+    assert fp16["order"][0] == bf["order"][0] and fp16["cells"] > 0  # fp16 has no cell of its own
+    # fp32 rows of 2048 elements are bf16's rows of 4096 in bytes: at M = 1024 the bf16 cell of equal bytes is the
+    # nearest (the dtype step only); fp32's own cells are all at M = 16384, two units of rows away
+    e = selection.explain(RMS, {"M": 1024, "N": 2048}, "float32", "h200", ours)
+    assert e["order"][0] != "torch" and e["nearest"]["torch"] == pytest.approx(selection.DTYPE_STEP["other"], abs=1e-3)
+    assert e["nearest"]["gluon-tma"] == pytest.approx(selection.DTYPE_STEP["other"], abs=1e-3)  # only bf16 measured it
+
+
+def test_fixture_model_skips_ineligible_and_never_takes_eager_torch_for_an_always_winner(fixture_table):
+    spec = specs.get("add_rms_norm")
+    always = fixture_table["entries"]["h200"]["add_rms_norm"]["always"]
+    assert always, "the fixture's add+RMSNorm cells have a variant that beat torch in each"
+    odd = [v for v in registry.variants("add_rms_norm") if registry.get_variant("add_rms_norm", v).ours and v != "gluon-tma"]
+    got = selection.rank(spec, {"M": 2048, "N": 4100}, "bfloat16", "h200", odd)
+    assert got[0] in odd and "gluon-tma" not in got  # gluon-tma refuses N % 8 != 0: never a candidate
+    far = selection.explain(spec, {"M": 1, "N": 4100}, "bfloat16", "h200", odd)  # 14 octaves of rows away
+    assert far["cells"] == 0 and far["order"][0] == next(v for v in always if v in odd)
