@@ -35,6 +35,7 @@ def main(argv):
               for t in (experiments.CONV_SHAPES[:1] if quick else experiments.CONV_SHAPES)]
     try:
         import gluon_lab_old as old
+        import gluon_lab_old.selection  # noqa: F401 - old.selection (not imported by the package)
     except ImportError:
         old = None
     res = {"old_commit": open(".old/COMMIT").read().strip() if old else None, "provenance": provenance(), "selection_runs": selection.load_table().get("runs"), "cells": [], "host": []}

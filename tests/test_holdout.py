@@ -82,7 +82,7 @@ def test_the_newest_run_only_and_a_stale_seed_is_named():
     assert len(auto.holdout_records(df)) == len(_df())
     assert auto.seed_note(df, 5) is None
     assert "seed [5]" in auto.seed_note(df, 6) and "--parts auto-check" in auto.seed_note(df, 6)
-    assert auto.holdout_table(df.iloc[0:0]).empty and auto.holdout_targets(pd.DataFrame()).empty
+    assert auto.holdout_table(df.iloc[0:0]).empty and auto.holdout_targets(pd.DataFrame()) is None
 
 
 def test_a_failed_auto_is_a_miss():

@@ -68,10 +68,11 @@ def holdout_table(df):
 
 
 def holdout_summary(t):
-    """Per (op, dtype): cells, auto / best min and geomean, auto / torch min, how often auto ran torch."""
+    """Per (op, dtype): cells, auto / best min and geomean, auto / torch min, how often auto ran torch (None
+    without a check)."""
     import pandas as pd
     if not len(t):
-        return pd.DataFrame()
+        return None
     rows = []
     for (op, dt), g in t.groupby(["op", "dtype"], sort=False):
         b, tt = g["auto / best"].dropna(), g["auto / torch"].dropna()
@@ -85,10 +86,10 @@ def holdout_summary(t):
 
 
 def holdout_targets(t):
-    """The issue's three targets on the table: (target, measured, met)."""
+    """The issue's three targets on the table: (target, measured, met); None without a check."""
     import pandas as pd
     if not len(t):
-        return pd.DataFrame()
+        return None
     b, tt = t["auto / best"].dropna(), t["auto / torch"].dropna()
     near, floor, vt = TARGETS["near"], TARGETS["floor"], TARGETS["torch"]
     share = float((b >= near).mean()) if len(b) else math.nan
@@ -109,9 +110,9 @@ def _worst(t, col) -> str:
 
 
 def misses(t, below: float = TARGETS["near"]):
-    """The cells under `below` x the best (or under the torch floor), worst first."""
+    """The cells under `below` x the best (or under the torch floor), worst first (None without a check)."""
     if not len(t):
-        return t
+        return None
     m = t[(t["auto / best"] < below) | (t["auto / torch"] < TARGETS["torch"]) | ~t["auto passed"]]
     return m.sort_values("auto / best")[["op", "dtype", "shape", "chosen", "best", "auto / best", "auto / torch",
                                          "same kernel", "note"]].round(3)

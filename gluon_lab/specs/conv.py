@@ -11,7 +11,7 @@ else is refused naming the rule. A plain NHWC tensor `x_nhwc` [B, H, W, Ci] is p
 
 The implicit GEMM: M = B·OH·OW output pixels, N = Co, K = R·R·Ci, A[m, (r, s, c)] = x[b, oh·stride + r −
 padding, ow·stride + s − padding, c] (zero outside the image), B[(r, s, c), co] = weight[co, c, r, s].
-Byte model: x, weight and y once each. FLOPs: 2·M·N·K. SOL against tensor-core throughput.
+Byte model: x, weight and y once each (a strided 1x1 filter: the sampled pixels of x). FLOPs: 2·M·N·K. SOL against tensor-core throughput.
 """
 from __future__ import annotations
 
@@ -112,8 +112,11 @@ def gemm_shape(shape: dict) -> tuple:
 
 
 def _bytes(shape, dtype):
+    """x, weight and y once each; a 1x1 filter at stride > 1 reads only the pixels it samples (M of them: with
+    channels-last rows of Ci elements, the skipped pixels are never fetched)."""
     M, N, K = gemm_shape(shape)
-    return (shape["B"] * shape["H"] * shape["W"] * shape["Ci"] + N * K + M * N) * ITEMSIZE[dtype]
+    x = M * shape["Ci"] if shape["R"] == 1 and shape["stride"] > 1 else shape["B"] * shape["H"] * shape["W"] * shape["Ci"]
+    return (x + N * K + M * N) * ITEMSIZE[dtype]
 
 
 def _flops(shape):
