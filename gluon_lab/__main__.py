@@ -225,7 +225,8 @@ def main(argv=None) -> int:
             print("selection table is current" if same else
                   f"{selection.TABLE_PATH} differs from the current records: run `python -m gluon_lab select`")
             return 0 if same else 1
-        print(f"wrote {selection.write(table)} ({sum(len(d) for g in table['entries'].values() for o in g.values() for d in o.values())} buckets)")
+        cells = sum(len(e["cells"]) for g in table["entries"].values() for e in g.values())
+        print(f"wrote {selection.write(table)} ({cells} cells, seed {table['seed']})")
         return 0
     if a.cmd == "refresh":
         from . import refresh

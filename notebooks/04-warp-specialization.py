@@ -361,8 +361,9 @@ print("\n".join(ana.consumer_schedule()))
 # dimension a multiple of 128), long K, the long-N / skinny shapes and three decode batches (M = 16 … 64). `best / cuBLAS` ≥ 1: the best Gluon config leads;
 # `ping-pong / cooperative` > 1: the best ping-pong gluon-ws config beats the best cooperative one. The
 # SM clock (NVML, read right after each timing) is printed with cuBLAS's TFLOP/s: absolute numbers depend
-# on it, the ratios come from one run. `auto` is what `variant="auto"` runs at that shape (the committed
-# selection table: a Gluon GEMM only where its heuristic case beat cuBLAS by more than 2% in a run).
+# on it, the ratios come from one run. `auto` is what `variant="auto"` runs at that shape (the selection
+# model over the committed records: a Gluon GEMM only where the cells near the shape score it 2% faster than
+# cuBLAS).
 #
 # **Records vs code.** Every Gluon record here carries the source hash of the variant's kernels and
 # heuristic; the table marks a record STALE when the code has changed since it ran, and `variant="auto"`
