@@ -83,39 +83,40 @@ def cell_of(case: dict) -> tuple:
 
 
 def _record_index(df) -> dict:
-    """(op, variant, dtype, shape, study) -> [(config, timer, stale)] of df's records, newest first."""
+    """(op, variant, dtype, shape, study) -> [(config, timer, stale, run_id)] of df's records, newest first."""
     if not len(df):
         return {}
     d = df.sort_values(["timestamp", "run_id"], kind="stable", ascending=False)
     out: dict = {}
-    for r in d[["op", "variant", "dtype", "shape", "config", "timer", "stale"]].itertuples(index=False):
+    for r in d[["op", "variant", "dtype", "shape", "config", "timer", "stale", "run_id"]].itertuples(index=False):
         cfg = {k: v for k, v in (r.config or {}).items() if k != "sm_clock_mhz"}
         out.setdefault((r.op, r.variant, r.dtype, _shape_key(r.shape), cfg.get("study")), []).append(
-            (cfg, r.timer, bool(r.stale)))
+            (cfg, r.timer, bool(r.stale), r.run_id))
     return out
 
 
-def newest_state(case: dict, index: dict) -> bool | None:
-    """The newest record of a case: True stale, False current, None no record. A record is the case's
+def newest_state(case: dict, index: dict, run: bool = False):
+    """The newest record of a case: True stale, False current, None no record (run=True: (state, its run_id)).
+    A record is the case's
     when the knobs the case sets agree, its timer fits, and every config field both have agrees (a config
     field added since, e.g. a new knob at its default, does not make an older record another case)."""
     cfg = case.get("config") or {}
     key = (case["op"], case.get("variant", "torch"), case["dtype"], _shape_key(case["shape"]), cfg.get("study"))
     cands = index.get(key)
     if not cands:
-        return None
+        return (None, None) if run else None
     pred = predicted_config(case)
     timers = None if case.get("timer") in (None, "auto") else {case["timer"]}
     grid = "study" not in cfg
-    for rc, timer, stale in cands:
+    for rc, timer, stale, run_id in cands:
         if timers is not None and timer not in timers:
             continue
         if any(rc.get(k) != v for k, v in cfg.items()):
             continue
         if not grid and any(pred[k] != v for k, v in rc.items() if k in pred):
             continue
-        return stale
-    return None
+        return (stale, run_id) if run else stale
+    return (None, None) if run else None
 
 
 def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
@@ -125,27 +126,34 @@ def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
     cells: dict = {}
     for c in cases:
         cells.setdefault(cell_of(c), []).append(c)
-    n_missing = n_stale = 0
+    n_missing = n_stale = n_split = 0
     todo = []
     for key, cs in cells.items():
         hit = has_stale = False
+        runs = set()
         for c in cs:
             if c.get("op") == "copy":
                 continue
-            state = newest_state(c, index)
+            state, run_id = newest_state(c, index, run=True)
             if state is None:
                 n_missing += 1
                 hit = True
             elif state:
                 n_stale += 1
                 hit = has_stale = True
-        if hit:
-            todo.append((not has_stale, key[2] is not None, len(todo), cs))
-    # cells a page shows stale before cells never measured; the grid (no study) before the studies; plan order
-    todo.sort(key=lambda t: t[:3])
+            else:
+                runs.add(run_id)
+        split = not hit and len(runs) > 1  # current, but its newest records come from several runs: the
+        # page's ratios and auto's evidence (gluon_lab.selection: same-run cells only) need the cell in one run
+        n_split += split
+        if hit or split:
+            todo.append((split, not has_stale, key[2] is not None, len(todo), cs))
+    # cells a page shows stale, then cells never measured, then split ones; the grid (no study) before the
+    # studies; plan order
+    todo.sort(key=lambda t: t[:4])
     cells_out = [cs for *_, cs in todo]
     return cells_out, {"cases": len(cases), "cells": len(cells), "missing": n_missing, "stale": n_stale,
-                       "cells_due": len(cells_out), "cases_due": sum(len(c) for c in cells_out)}
+                       "split": n_split, "cells_due": len(cells_out), "cases_due": sum(len(c) for c in cells_out)}
 
 
 def special_stale(notebook: str, df) -> list[str]:
@@ -188,7 +196,8 @@ def plan(notebooks: list, results_dirs: list, gpu: str = "h200", log=print) -> d
         sp = special_stale(nb, df)
         out[nb] = (cells, counts, sp)
         log(f"{nb}: {counts['cases']} plan cases in {counts['cells']} cells; due: {counts['missing']} missing, "
-            f"{counts['stale']} stale -> {counts['cases_due']} cases in {counts['cells_due']} cells "
+            f"{counts['stale']} stale, {counts['split']} cells current but split over runs -> {counts['cases_due']} "
+            f"cases in {counts['cells_due']} cells "
             f"(~{estimate_s(cells):.0f} s)" + (f"; stale non-case parts: {sp} (bench {nb} --parts {','.join(sp)})"
                                                 if sp else ""))
     return out

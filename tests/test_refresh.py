@@ -42,6 +42,18 @@ def test_due_cells_grid_first_whole_cells(plan):
         [(512, "triton")]]
 
 
+def test_a_current_cell_split_over_runs_is_due_last(plan):
+    """Every record current, but the cell's newest records come from two runs: no same-run ratio (the pages and
+    auto's evidence need one), so the whole cell is due, after the stale and the never-measured cells."""
+    df = pd.DataFrame([_rec(PLAN[0], False, "1", run="r1"), _rec(PLAN[1], False, "2", run="r2"),  # N=128: split
+                       _rec(PLAN[2], False, "1"), _rec(PLAN[3], True, "1"),  # N=256 grid: one stale
+                       _rec(PLAN[4], False, "1"), _rec(PLAN[5], False, "1")])  # the studies: one run each
+    cells, counts = refresh.due("x", df)
+    assert counts["split"] == 1 and counts["stale"] == 1 and counts["missing"] == 0
+    assert [[(c["shape"]["N"], c["variant"]) for c in cs] for cs in cells] == [
+        [(256, "torch"), (256, "triton")], [(128, "torch"), (128, "triton")]]
+
+
 def test_newest_record_decides_and_added_config_fields_match(plan):
     older_stale = _rec(PLAN[4], True, "1")
     newer_current = _rec(PLAN[4], False, "2", extra={"new_field": 0})  # a field added since still matches
