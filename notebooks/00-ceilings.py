@@ -230,7 +230,7 @@ cm.show(cm.missing_note(ana.block_records(df), "the compiled-block study"), ana.
 # %%
 auto_t = auto.holdout_table(df)
 cm.show(cm.missing_note(auto.holdout_records(df), "the held-out check of auto (`--parts auto-check`)"),
-        auto.seed_note(df, auto_seed), cm.target_list(auto.holdout_targets(auto_t)), auto.holdout_summary(auto_t),
+        auto.seed_note(df, auto_seed, auto.todays_draw(auto_seed)), cm.target_list(auto.holdout_targets(auto_t)), auto.holdout_summary(auto_t),
         auto.misses(auto_t))
 
 # %% [markdown]

@@ -82,6 +82,9 @@ def test_the_newest_run_only_and_a_stale_seed_is_named():
     assert len(auto.holdout_records(df)) == len(_df())
     assert auto.seed_note(df, 5) is None
     assert "seed [5]" in auto.seed_note(df, 6) and "--parts auto-check" in auto.seed_note(df, 6)
+    cells = {holdout.key(r["op"], r["shape"], r["dtype"]) for r in _df().to_dict("records")}
+    assert auto.seed_note(df, 5, drawn=cells) is None
+    assert "not what today's code draws" in auto.seed_note(df, 5, drawn=set(list(cells)[1:]))
     assert auto.holdout_table(df.iloc[0:0]).empty and auto.holdout_targets(pd.DataFrame()) is None
 
 

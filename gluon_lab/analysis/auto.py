@@ -5,7 +5,8 @@ gluon-lab variant's, eager torch's. "auto / best" is best ms / auto ms (1.0: aut
 fastest gluon-lab variant; a cell where auto ran that same variant reads run-to-run noise), "auto /
 torch" is torch ms / auto ms.
 
-Kernel-facing: none. table_seed() reads gluon_lab/selection.json (the committed table).
+Kernel-facing: table_seed() reads gluon_lab/selection.json (the committed table); todays_draw() asks
+gluon_lab.holdout and the plans (experiments.plan_shapes) for the cells today's code draws.
 """
 from __future__ import annotations
 
@@ -118,18 +119,31 @@ def misses(t, below: float = TARGETS["near"]):
                                          "same kernel", "note"]].round(3)
 
 
-def seed_note(df, table_seed) -> str | None:
-    """A note when the newest check read another table than the committed one (its numbers then check an
-    older model: re-run the part)."""
+def todays_draw(table_seed) -> set:
+    """(op, shape, dtype) keys of the cells today's code draws for the table's seed (kernel-facing: the plans'
+    shapes come from gluon_lab.experiments)."""
+    from .. import experiments, holdout
+    return {holdout.key(*c) for c in holdout.draw(table_seed, experiments.plan_shapes())}
+
+
+def seed_note(df, table_seed, drawn: set | None = None) -> str | None:
+    """A note when the newest check is not today's: it read another table than the committed one, or (drawn:
+    todays_draw(table_seed)) its cells are not what today's code draws for that seed (the sampler or a plan
+    changed). Its numbers then check something else: re-run the part."""
+    from .. import holdout
     d = holdout_records(df)
     if not len(d):
         return None
+    run = cm.run_short(d["run_id"].iloc[0])
+    fix = "re-run `python -m gluon_lab bench 00-ceilings --parts auto-check`."
     seeds = {(c or {}).get("table_seed") for c in d["config"]}
-    if seeds == {table_seed}:
-        return None
-    return (f"**Stale check:** run {cm.run_short(d['run_id'].iloc[0])} checked the table with seed {sorted(seeds)}; "
-            f"the committed table has seed {table_seed} (its draw is another set of shapes): re-run "
-            "`python -m gluon_lab bench 00-ceilings --parts auto-check`.")
+    if seeds != {table_seed}:
+        return (f"**Stale check:** run {run} checked the table with seed {sorted(seeds)}; the committed table has "
+                f"seed {table_seed} (its draw is another set of shapes): {fix}")
+    if drawn is not None and {holdout.key(r.op, r.shape, r.dtype) for r in d.itertuples()} != drawn:
+        return (f"**Stale check:** run {run}'s cells are not what today's code draws for seed {table_seed} (the "
+                f"sampler or a notebook plan changed since): {fix}")
+    return None
 
 
 def takeaways(t) -> list[str]:
