@@ -392,8 +392,7 @@ class Session:
             from . import selection
             if call != "api":
                 raise ValueError("variant='auto' is measured through the public function: call='api'")
-            chosen = selection.choose(spec, inputs)
-            v = registry.get_variant(op, chosen)
+            v = registry.get_variant(op, selection.choose(spec, inputs))
         else:
             v = registry.get_variant(op, variant)
         nbytes = spec.bytes(shape, dtype)
@@ -404,7 +403,6 @@ class Session:
                     config=rec_config, bytes=nbytes, flops=nfl, kernel_source_hash=None if auto else self._hash(v),
                     **self.prov)
         if auto:
-            from . import selection
             rec_config = {**rec_config, "chosen": v.name, "table_seed": selection.load_table().get("seed")}
             base["config"] = rec_config
         try:
@@ -424,15 +422,18 @@ class Session:
         kw = dict(scalars)
         if cfg_obj is not None:
             kw["config"] = cfg_obj
-        mk = self._make_api_call if call == "api" else self._make_call
-        if auto:
-            mk = lambda _v, sp, a, k: self._make_api_call("auto", sp, a, k)  # noqa: E731
-        fn = mk(v, spec, inputs, kw)
+        if call == "api":  # the public function with this variant name ("auto" included)
+            def mk(a):
+                return self._make_api_call(variant, spec, a, kw)
+        else:
+            def mk(a):
+                return self._make_call(v, spec, a, kw)
+        fn = mk(inputs)
         if rotation not in ("cold", "partial"):
             raise ValueError(f"rotation must be 'cold' or 'partial', got {rotation!r}")
         self._partial_rotation = rotation == "partial"
         try:
-            t = self._time(fn, lambda: mk(v, spec, clone_inputs(inputs), kw), nbytes, nfl, timer)
+            t = self._time(fn, lambda: mk(clone_inputs(inputs)), nbytes, nfl, timer)
         finally:
             self._partial_rotation = False
         del inputs, fn
@@ -510,11 +511,10 @@ class Session:
         return "cudagraph" if est < GRAPH_THRESHOLD_MS else "do_bench-l2flush"
 
     @staticmethod
-    def _make_api_call(v, spec, inputs, kw):
+    def _make_api_call(name, spec, inputs, kw):
         import gluon_lab as gll
         fn = getattr(gll, spec.name)
         scalars = {k: val for k, val in kw.items() if k != "config"}
-        name = v if isinstance(v, str) else v.name
         return lambda: fn(*inputs, variant=name, **scalars)
 
     @staticmethod

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import statistics
 from dataclasses import dataclass
 
@@ -1426,9 +1425,10 @@ NOTEBOOKS = ("00-ceilings", "01-tma-caching", "02-chunked-reductions", "03-multi
 
 
 def plan_shapes() -> set:
-    """(op, shape json, dtype) of every case of every notebook's plan: what the held-out check never draws."""
-    return {(c["op"], json.dumps(c["shape"], sort_keys=True), c["dtype"]) for nb in NOTEBOOKS
-            for c in notebook_cases(nb) if "shape" in c and c.get("op") != "copy"}
+    """holdout.key()s of every case of every notebook's plan: what the held-out check never draws."""
+    from .holdout import key
+    return {key(c["op"], c["shape"], c["dtype"]) for nb in NOTEBOOKS for c in notebook_cases(nb)
+            if "shape" in c and c.get("op") != "copy"}
 
 
 def notebook_cases(notebook: str) -> list[dict]:

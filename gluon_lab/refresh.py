@@ -95,16 +95,20 @@ def _record_index(df) -> dict:
     return out
 
 
-def newest_state(case: dict, index: dict, run: bool = False):
-    """The newest record of a case: True stale, False current, None no record (run=True: (state, its run_id)).
-    A record is the case's
+def newest_state(case: dict, index: dict) -> bool | None:
+    """The newest record of a case: True stale, False current, None no record (newest_record: its run too)."""
+    return newest_record(case, index)[0]
+
+
+def newest_record(case: dict, index: dict) -> tuple:
+    """(stale, run_id) of the newest record of a case ((None, None): no record). A record is the case's
     when the knobs the case sets agree, its timer fits, and every config field both have agrees (a config
     field added since, e.g. a new knob at its default, does not make an older record another case)."""
     cfg = case.get("config") or {}
     key = (case["op"], case.get("variant", "torch"), case["dtype"], _shape_key(case["shape"]), cfg.get("study"))
     cands = index.get(key)
     if not cands:
-        return (None, None) if run else None
+        return None, None
     pred = predicted_config(case)
     timers = None if case.get("timer") in (None, "auto") else {case["timer"]}
     grid = "study" not in cfg
@@ -115,8 +119,8 @@ def newest_state(case: dict, index: dict, run: bool = False):
             continue
         if not grid and any(pred[k] != v for k, v in rc.items() if k in pred):
             continue
-        return (stale, run_id) if run else stale
-    return (None, None) if run else None
+        return stale, run_id
+    return None, None
 
 
 def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
@@ -134,7 +138,7 @@ def due(notebook: str, df) -> tuple[list[list[dict]], dict]:
         for c in cs:
             if c.get("op") == "copy":
                 continue
-            state, run_id = newest_state(c, index, run=True)
+            state, run_id = newest_record(c, index)
             if state is None:
                 n_missing += 1
                 hit = True

@@ -305,10 +305,15 @@ def rank(spec, shape: dict, dtype: str, slug: str, eligible) -> list[str]:
     return explain(spec, shape, dtype, slug, eligible)["order"]
 
 
+def ours(op: str) -> list[str]:
+    """The op's gluon-lab variants (auto's candidates besides eager torch)."""
+    from . import registry
+    return [n for n in registry.variants(op) if registry.get_variant(op, n).ours]
+
+
 def candidates(spec, shape: dict, dtype: str, slug: str) -> list[str]:
     """rank() as if every gluon-lab variant of the op took the shape (what a page shows without a GPU)."""
-    from . import registry
-    return rank(spec, shape, dtype, slug, [v for v in registry.variants(spec.name) if registry.get_variant(spec.name, v).ours])
+    return rank(spec, shape, dtype, slug, ours(spec.name))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -338,8 +343,7 @@ def signature(inputs) -> tuple:
 def eligible_variants(spec, inputs) -> list[str]:
     """The gluon-lab variants of the op whose checks accept these inputs here."""
     from . import registry
-    return [n for n in registry.variants(spec.name)
-            if registry.get_variant(spec.name, n).ours and registry.eligible(registry.get_variant(spec.name, n), inputs)]
+    return [n for n in ours(spec.name) if registry.eligible(registry.get_variant(spec.name, n), inputs)]
 
 
 def choose(spec, inputs) -> str:

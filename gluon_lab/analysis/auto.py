@@ -36,7 +36,7 @@ def holdout_records(df):
     return d[d["run_id"] == d.sort_values("timestamp")["run_id"].iloc[-1]].copy()
 
 
-def _shape(op: str, s: dict) -> str:
+def _shape(s: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in s.items())
 
 
@@ -56,7 +56,7 @@ def holdout_table(df):
         best = min(ours, key=lambda v: ours[v].ms_median) if ours else None
         ok = a is not None and bool(a.passed) and not cm.is_missing(a.ms_median)
         chosen = (a.config or {}).get("chosen") if a is not None else None
-        rows.append({"op": op, "dtype": SHORT.get(dt, dt), "shape": _shape(op, json.loads(s)), "chosen": chosen,
+        rows.append({"op": op, "dtype": SHORT.get(dt, dt), "shape": _shape(json.loads(s)), "chosen": chosen,
                      "auto ms": a.ms_median if ok else math.nan, "best": best,
                      "best ms": ours[best].ms_median if best else math.nan,
                      "torch ms": t.ms_median if t is not None and t.passed else math.nan,
