@@ -347,6 +347,9 @@ def clone_inputs(inputs) -> tuple:
 
 #: a graph-timed norm case on the H200 (check, capture, >= 100 ms of replays), for plan estimates
 SECONDS_PER_CASE = 0.4
+# config keys a call="api" case may carry: labels of the case (its study, how cuDNN picks, what auto chose and
+# read), never a knob (the public function runs the heuristic config)
+API_LABELS = frozenset({"study", "chosen", "table_seed", "heuristic", "cudnn_benchmark"})
 
 
 class Session:
@@ -383,7 +386,24 @@ class Session:
         function (fast-path plan replay, outputs allocated per call; heuristic config only).
         variant="auto" (call="api" only): the public function's default; the record names the variant the
         selection model chose (config.chosen) and the table it read (config.table_seed); its hash is None
-        (a rule over the other variants' records, as the dispatch study's auto)."""
+        (a rule over the other variants' records, as the dispatch study's auto).
+        config.cudnn_benchmark (a label of the case, not a knob): torch.backends.cudnn.benchmark is set to it
+        for this case, so the record says how cuDNN picked its algorithm whoever runs the case (a notebook's
+        plan, refresh, the held-out check)."""
+        torch = _torch()
+        want = (config or {}).get("cudnn_benchmark")
+        if want is None or bool(want) == torch.backends.cudnn.benchmark:
+            return self._measure(op, variant, shape, dtype, timer=timer, config=config, eps=eps, scale=scale,
+                                 call=call, rotation=rotation)
+        before = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = bool(want)
+        try:
+            return self._measure(op, variant, shape, dtype, timer=timer, config=config, eps=eps, scale=scale,
+                                 call=call, rotation=rotation)
+        finally:
+            torch.backends.cudnn.benchmark = before
+
+    def _measure(self, op, variant, shape, dtype, *, timer, config, eps, scale, call, rotation) -> Record:
         torch = _torch()
         spec = specs.get(op)
         inputs = make_inputs(op, shape, dtype, seed=self.next_seed(), scale=scale)
@@ -410,7 +430,7 @@ class Session:
             if cfg_obj is not None:  # the record carries the full config the kernel ran with
                 base["config"] = {**rec_config, **dataclasses.asdict(cfg_obj)}  # resolved knobs win; extras stay
             if call == "api":
-                if set(rec_config) - {"study", "chosen", "table_seed"}:
+                if set(rec_config) - API_LABELS:
                     raise ValueError(f"call='api' runs the heuristic config: no knob overrides, got {sorted(rec_config)}")
                 base["config"]["call"] = "api"
             corr = check_correctness(op, variant, inputs, scalars, config=cfg_obj, call=call)

@@ -304,12 +304,15 @@ def measure_decoder_block(session, shapes=BLOCK_SHAPES, repeats: int = 2, hidden
 
 
 def run_ceilings(results_dir: str = "results", quick: bool = False, plan: CeilingsPlan | None = None,
-                 parts=("grid", "dispatch", "fastpath-grid", "block", "auto-check")):
+                 parts=("grid", "dispatch", "fastpath-grid", "block", "auto-evidence", "auto-check")):
     plan = plan or (CeilingsPlan.quick() if quick else CeilingsPlan())
     recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan) if "grid" in parts else [])
+    from . import holdout
     if "auto-check" in parts:  # first: the held-out check reads the table the other parts do not change
-        from . import holdout
-        recs += holdout.measure(s, plan_shapes(), plan=holdout.HoldoutPlan.quick() if quick else None)
+        recs += holdout.measure(s, holdout.exclude_keys(), plan=holdout.HoldoutPlan.quick() if quick else None)
+    if "auto-evidence" in parts:  # votes in the next table (`select`), not in the one the check above read
+        recs += s.sweep(holdout.evidence_cases(holdout.EvidencePlan.quick() if quick else None),
+                        desc=f"00-ceilings {holdout.EVIDENCE_STUDY}")
     if "dispatch" in parts:
         recs += measure_dispatch(s)
     if "fastpath-grid" in parts:
@@ -1437,8 +1440,9 @@ def notebook_cases(notebook: str) -> list[dict]:
     import sys
     ex = sys.modules[__name__]
     if notebook == "00-ceilings":
+        from . import holdout
         p = ex.CeilingsPlan()
-        return ex.plan_cases(p) + ex.fastpath_grid_cases(p)
+        return ex.plan_cases(p) + ex.fastpath_grid_cases(p) + holdout.evidence_cases()
     if notebook == "01-tma-caching":
         return ex.tma_caching_cases(ex.TmaCachingPlan(), ("rms", "others", "ln-sweep", "small-m", "regs", "sweep"))
     if notebook == "02-chunked-reductions":

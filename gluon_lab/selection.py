@@ -50,7 +50,8 @@ H_MIN = 0.5  # ... at least this (half an octave of the dimension that matters m
 NEAR = 2.5  # a variant is scored only with a cell of its own within this; else the op's default decides
 DTYPE_STEP = {"same": 0.0, "itemsize": 0.5, "other": 1.5}
 # config keys that name a record's study / conditions, not a knob it overrode
-STUDY_META = frozenset({"study", "heuristic", "sm_clock_mhz", "call"})
+STUDY_META = frozenset({"study", "heuristic", "sm_clock_mhz", "call", "table_seed", "chosen"})
+CHECK_STUDY = "auto-check"  # gluon_lab.holdout.STUDY
 
 _table: dict | None = None
 _decisions: dict = {}
@@ -71,10 +72,14 @@ def _votes(df):
     df = currency.mark_stale(df, registry.current_hash)  # every current record: a case re-measured in a later run
     # leaves its older run's cell intact (the fit pairs records of one run only)
     df = df[~df["stale"]]
+    learned = superseded_checks(df)
     keep = []
     for i, r in df.iterrows():
         cfg = r["config"] or {}
-        if "study" in cfg and not (cfg.get("heuristic") or (r["variant"] == FALLBACK and not set(cfg) - STUDY_META)):
+        if cfg.get("study") == CHECK_STUDY:
+            if r["run_id"] not in learned:
+                continue  # the newest check is the test of the table it read: it never votes in that table
+        elif "study" in cfg and not (cfg.get("heuristic") or (r["variant"] == FALLBACK and not set(cfg) - STUDY_META)):
             continue  # a study's configs do not vote; its heuristic-marked cases and its plain torch cases do
         try:
             v = registry.get_variant(r["op"], r["variant"])
@@ -91,6 +96,19 @@ def _votes(df):
                 continue  # a record of an override (or of an older heuristic) does not speak for auto
         keep.append(i)
     return df.loc[keep]
+
+
+def superseded_checks(df) -> set:
+    """Run ids of held-out checks (study CHECK_STUDY) that later runs have superseded: some other run of the
+    records started after the check. Such a check read a table that is gone (the evidence changed since),
+    so its cells, every variant side by side at shapes no plan measures, become evidence; the check no run
+    came after is the test of today's table and never votes in it (its draw excluded the evidence's shapes,
+    holdout.exclude_keys)."""
+    if not len(df):
+        return set()
+    is_check = df["config"].map(lambda c: (c or {}).get("study") == CHECK_STUDY)
+    newest = max(str(r)[:16] for r in set(df["run_id"]))  # run ids begin with their start, 20261203T123615Z
+    return {run for run in set(df.loc[is_check, "run_id"]) if str(run)[:16] < newest}
 
 
 def _sig(x: float) -> float:
@@ -143,7 +161,7 @@ def build(results_dir) -> dict:
     for (slug, op), cells in sorted(cells_of(df).items()):
         entries.setdefault(slug, {})[op] = {"cells": cells, "always": always_beats(cells)}
         runs.setdefault(slug, set()).update(c["run"] for c in cells)
-    blob = json.dumps(entries, sort_keys=True).encode()
+    blob = json.dumps(entries, sort_keys=True).encode() + model_source().encode()
     return {"version": VERSION,
             "rule": "per op: same-run cells of eager torch and the gluon-lab variants (current, passing, the config "
                     "auto runs); a call ranks its eligible variants by a weighted fit over the cells near it "
@@ -153,6 +171,21 @@ def build(results_dir) -> dict:
                       "near": NEAR, "dtype_step": DTYPE_STEP},
             "seed": int(hashlib.sha256(blob).hexdigest()[:8], 16),
             "runs": {k: sorted(v) for k, v in sorted(runs.items())}, "entries": entries}
+
+
+def model_source() -> str:
+    """The model's rules as code: its constants, the functions that rank (features, distance, fit, explain)
+    and every spec's bucket. They enter the seed with the evidence, so a rule change alone draws a new
+    held-out check (a check of the old rules says nothing about the new ones)."""
+    import inspect
+    from . import specs
+    parts = [json.dumps({"margin": MARGIN, "cutoff": CUTOFF, "max_cells": MAX_CELLS, "k_near": K_NEAR, "h_min": H_MIN,
+                         "near": NEAR, "dtype_step": DTYPE_STEP}, sort_keys=True)]
+    parts += [inspect.getsource(f) for f in (features, _dtype_step, distance, fit, explain)]
+    for spec in sorted(specs.all_specs(), key=lambda s: s.name):
+        if spec.bucket is not None:
+            parts.append(f"{spec.name}: {inspect.getsource(spec.bucket)}")
+    return "\n".join(parts)
 
 
 def write(table: dict, path: Path = TABLE_PATH) -> Path:
@@ -251,9 +284,10 @@ def fit(near) -> tuple[dict, dict]:
     return {v: float(sol[col[v]]) for v in vs}, evidence
 
 
-def explain(spec, shape: dict, dtype: str, slug: str, eligible) -> dict:
+def explain(spec, shape: dict, dtype: str, slug: str, eligible, skip: int | None = None) -> dict:
     """How the model ranks `eligible` (gluon-lab variant names whose check accepts the call; torch is
-    always a candidate) at a shape: {"order": [...], "why": str, "scores", "evidence", "cells"}."""
+    always a candidate) at a shape: {"order": [...], "why": str, "scores", "evidence", "cells"}. skip:
+    the index of a table cell to leave out (cross_validate)."""
     e = _entry(spec, slug)
     eligible = [v for v in eligible if v != FALLBACK]
     out = {"order": [FALLBACK], "scores": {}, "evidence": {}, "cells": 0}
@@ -262,7 +296,7 @@ def explain(spec, shape: dict, dtype: str, slug: str, eligible) -> dict:
         return out
     always = [v for v in e["always"] if v in eligible]
     f = features(spec, shape, dtype)
-    by_d = sorted(((distance(f, dtype, fc, dc), i) for i, (fc, dc, _) in enumerate(e["prepared"])))
+    by_d = sorted(((distance(f, dtype, fc, dc), i) for i, (fc, dc, _) in enumerate(e["prepared"]) if i != skip))
     by_d = [(d, i) for d, i in by_d if d <= CUTOFF][:MAX_CELLS]
     # the bandwidth adapts to the evidence: the K_NEAR-th nearest cell's distance, at least H_MIN, so a
     # well-measured region is read locally and a sparse one still from its nearest cells
@@ -300,9 +334,36 @@ def explain(spec, shape: dict, dtype: str, slug: str, eligible) -> dict:
     return out
 
 
-def rank(spec, shape: dict, dtype: str, slug: str, eligible) -> list[str]:
+def cross_validate(slug: str = "h200", ops=None):
+    """Leave-one-cell-out: per table cell that measured eager torch and a gluon-lab variant, the model's
+    choice without that cell among the variants the cell measured, and the cell's own times of it: a
+    DataFrame (op, dtype, shape, run, chosen, best, "chosen / best" = best ms / chosen ms over the
+    gluon-lab variants, "chosen / torch"). An offline estimate of what the held-out check measures (the
+    plans' cells sit on grids, so it is optimistic where the grids are dense)."""
+    import pandas as pd
+    from . import specs
+    rows = []
+    for op in ops or sorted(load_table().get("entries", {}).get(slug, {})):
+        spec = specs.get(op)
+        e = _entry(spec, slug)
+        if e is None:
+            continue
+        for i, c in enumerate(e["cells"]):
+            ms = c["ms"]
+            mine = {v: m for v, m in ms.items() if v != FALLBACK}
+            if FALLBACK not in ms or not mine:
+                continue
+            pick = rank(spec, c["shape"], c["dtype"], slug, list(mine), skip=i)[0]
+            best = min(mine, key=mine.get)
+            rows.append({"op": op, "dtype": c["dtype"], "shape": c["shape"], "run": c["run"], "chosen": pick,
+                         "best": best, "chosen / best": mine[best] / ms[pick],
+                         "chosen / torch": ms[FALLBACK] / ms[pick]})
+    return pd.DataFrame(rows)
+
+
+def rank(spec, shape: dict, dtype: str, slug: str, eligible, skip: int | None = None) -> list[str]:
     """The model's order of the eligible variants (and torch) at a shape: auto runs the first."""
-    return explain(spec, shape, dtype, slug, eligible)["order"]
+    return explain(spec, shape, dtype, slug, eligible, skip)["order"]
 
 
 def ours(op: str) -> list[str]:

@@ -6,7 +6,7 @@ fastest gluon-lab variant; a cell where auto ran that same variant reads run-to-
 torch" is torch ms / auto ms.
 
 Kernel-facing: table_seed() reads gluon_lab/selection.json (the committed table); todays_draw() asks
-gluon_lab.holdout and the plans (experiments.plan_shapes) for the cells today's code draws.
+gluon_lab.holdout (the plans' shapes and the table's cells excluded) for the cells today's code draws.
 """
 from __future__ import annotations
 
@@ -120,10 +120,10 @@ def misses(t, below: float = TARGETS["near"]):
 
 
 def todays_draw(table_seed) -> set:
-    """(op, shape, dtype) keys of the cells today's code draws for the table's seed (kernel-facing: the plans'
-    shapes come from gluon_lab.experiments)."""
-    from .. import experiments, holdout
-    return {holdout.key(*c) for c in holdout.draw(table_seed, experiments.plan_shapes())}
+    """(op, shape, dtype) keys of the cells today's code draws for the table's seed (kernel-facing: the shapes
+    it excludes come from gluon_lab.holdout.exclude_keys)."""
+    from .. import holdout
+    return {holdout.key(*c) for c in holdout.draw(table_seed, holdout.exclude_keys())}
 
 
 def seed_note(df, table_seed, drawn: set | None = None) -> str | None:
