@@ -149,10 +149,13 @@ def exclude_keys() -> set:
 
 
 def eligible_here(op: str, shape: dict, dtype: str) -> list[str]:
-    """The gluon-lab variants whose rule check accepts the shape, read on CPU inputs (no GPU): what a plan
-    lists for a cell. On the GPU, selection.eligible_variants() also asks for the device."""
-    from . import bench, registry, selection
-    inputs = bench.make_inputs(op, shape, dtype, seed=0, device_="cpu")
+    """The gluon-lab variants whose rule check accepts the shape, read on meta inputs (the op's own input maker:
+    shapes, strides, views; no data, no GPU, no CPU compute, so a process that forks later, as `launches`
+    does, holds no torch thread pool): what a plan lists for a cell. On the GPU,
+    selection.eligible_variants() also asks for the device."""
+    from . import registry, selection
+    from .launches import meta_inputs
+    inputs = meta_inputs(op, shape, dtype)
     out = []
     for n in selection.ours(op):
         v = registry.get_variant(op, n)
@@ -190,8 +193,8 @@ class EvidencePlan:
     row_ops: tuple = ("rms_norm", "layer_norm", "add_rms_norm")
     row_cells: tuple = tuple((M, N) for M in (1, 12, 64) for N in (2000, 4096, 4999, 14336))
     group_cells: tuple = ((1, 64, 32, 8, 8, "channels_last"), (4, 256, 32, 8, 8, "nchw"),
-                          (2, 512, 32, 16, 16, "channels_last"), (1, 96, 16, 14, 14, "nchw"),
-                          (8, 128, 32, 12, 12, "channels_last"), (2, 320, 32, 24, 24, "nchw"))
+                          (2, 512, 32, 16, 16, "channels_last"), (8, 128, 32, 12, 12, "channels_last"),
+                          (2, 320, 32, 24, 24, "nchw"))
     conv_ops: tuple = ("conv2d", "conv2d_input_grad", "conv2d_weight_grad")
     conv_cells: tuple = ((1, 64, 128, 8, 3, 1), (2, 256, 256, 8, 3, 1), (4, 128, 64, 14, 1, 1),
                          (1, 512, 512, 7, 3, 1), (2, 96, 192, 16, 3, 2), (8, 64, 64, 12, 1, 2))  # B Ci Co H R stride

@@ -73,7 +73,7 @@ def predicted_config(case: dict) -> dict:
             pass  # the record will be a failed one; its case is still this
     if case.get("call") == "api":
         cfg["call"] = "api"
-    return cfg
+    return json.loads(json.dumps(cfg))  # as a record stores it: tuples are lists (group_norm's threads / warps)
 
 
 def cell_of(case: dict) -> tuple:

@@ -47,10 +47,11 @@ CUTOFF = 4.0  # feature units: a cell further than this is not read
 MAX_CELLS = 32  # the nearest cells read (the fit stays a few hundred rows: ~1 ms on the first call)
 K_NEAR = 6  # the bandwidth: the distance of the K_NEAR-th nearest cell ...
 H_MIN = 0.5  # ... at least this (half an octave of the dimension that matters most)
-NEAR = 2.5  # a variant is scored only with a cell of its own within this; else the op's default decides
+NEAR = 3.0  # a variant is scored only with a cell of its own within this; else the op's default decides (2.5 -> 3.0:
+# leave-one-cell-out over the 2026-12-03 table, selection.cross_validate, lifted conv dgrad 0.897 -> 0.939 geomean, no op lower)
 DTYPE_STEP = {"same": 0.0, "itemsize": 0.5, "other": 1.5}
 # config keys that name a record's study / conditions, not a knob it overrode
-STUDY_META = frozenset({"study", "heuristic", "sm_clock_mhz", "call", "table_seed", "chosen"})
+STUDY_META = frozenset({"study", "heuristic", "sm_clock_mhz", "call", "table_seed", "chosen", "cudnn_benchmark"})
 CHECK_STUDY = "auto-check"  # gluon_lab.holdout.STUDY
 
 _table: dict | None = None

@@ -101,3 +101,23 @@ def test_graph_timer_refuses_shared_output_buffers():
     bench.check_distinct_outputs([a, b, (torch.empty(2), torch.empty(2))])
     with pytest.raises(RuntimeError, match="share an output buffer"):
         bench.check_distinct_outputs([a, a[:]])
+
+
+def test_cudnn_benchmark_in_a_case_config_sets_cudnn_for_that_case():
+    """config.cudnn_benchmark labels how cuDNN picked its algorithm: bench sets it for the case whoever runs it
+    (a plan, refresh, the held-out check) and restores it after."""
+    import torch
+    from gluon_lab import bench
+    seen = []
+
+    class Fake:
+        def _measure(self, *a, **k):
+            seen.append(torch.backends.cudnn.benchmark)
+            return "rec"
+
+    before = torch.backends.cudnn.benchmark
+    for want in (True, False, None):
+        assert bench.Session.measure(Fake(), "conv2d", "torch", {}, "bfloat16",
+                                     config=None if want is None else {"cudnn_benchmark": want}) == "rec"
+        assert torch.backends.cudnn.benchmark == before
+    assert seen == [True, False, before]

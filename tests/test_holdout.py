@@ -96,3 +96,38 @@ def test_a_failed_auto_is_a_miss():
     assert (~t["auto passed"]).sum() == 1
     assert auto.holdout_targets(t).set_index("target")["met"].iloc[3] == False  # noqa: E712
     assert "boom" in auto.misses(t)["note"].str.cat()
+
+
+def test_half_the_gemm_and_instance_norm_draws_are_aligned():
+    a = holdout.draw(4321, set())
+    mm = [s for op, s, _ in a if op == "matmul"]
+    assert any(s["N"] % 8 == 0 and s["K"] % 8 == 0 for s in mm)  # a Gluon GEMM takes these
+    assert any(s["N"] % 8 or s["K"] % 8 for s in mm)  # and eager torch alone the others
+
+
+def test_the_draw_avoids_the_tables_cells(monkeypatch):
+    from gluon_lab import selection
+    first = holdout.draw(77, experiments.plan_shapes())
+    op, shape, dt = first[0]
+    monkeypatch.setattr(selection, "_table", {"seed": 77, "entries": {"h200": {op: {"cells": [
+        {"shape": shape, "dtype": dt, "run": "r", "ms": {"torch": 1.0}}], "always": []}}}})
+    assert holdout.key(op, shape, dt) in holdout.exclude_keys()
+    assert holdout.key(op, shape, dt) not in {holdout.key(*c) for c in holdout.draw(77, holdout.exclude_keys())}
+
+
+def test_the_evidence_grid_lists_what_takes_each_cell_and_is_a_plan_part():
+    cases = holdout.evidence_cases()
+    by = {}
+    for c in cases:
+        by.setdefault(holdout.key(c["op"], c["shape"], c["dtype"]), []).append(c["variant"])
+        assert c["call"] == "api" and c["config"]["study"] == holdout.EVIDENCE_STUDY
+        assert c["config"].get("heuristic") is (None if c["variant"] == "torch" else True)  # they vote
+        assert c["config"].get("cudnn_benchmark") is (True if c["variant"] == "torch" and c["op"].startswith("conv")
+                                                      else None)
+    assert all(v[0] == "torch" and len(v) >= 2 for v in by.values())
+    odd = by[holdout.key("rms_norm", {"M": 12, "N": 4999}, "bfloat16")]
+    assert odd == ["torch", "gluon-regs"]  # the TMA / vector-load variants refuse an odd row
+    assert "gluon-tma" in by[holdout.key("rms_norm", {"M": 12, "N": 4096}, "bfloat16")]
+    assert set(by) <= experiments.plan_shapes()  # the check never draws them
+    ops = {k[0] for k in by}
+    assert {"rms_norm", "group_norm", "conv2d", "conv2d_input_grad", "conv2d_weight_grad"} <= ops

@@ -81,3 +81,15 @@ def test_newest_run_composes_refreshed_cells():
     assert not got["stale"].any()
     only_a = notebook.newest_run(df[df.run_id == "A"])
     assert set(only_a["run_id"]) == {"A"} and len(only_a) == 4
+
+
+def test_a_study_case_with_tuple_knobs_finds_its_record():
+    """predicted_config is what a record stores (JSON: tuples are lists), so a study case whose resolved config
+    holds tuples (group_norm gluon-chunked's threads / warps) is not 'missing' after it was measured."""
+    from gluon_lab import holdout, refresh
+    c = next(c for c in holdout.evidence_cases() if c["op"] == "group_norm" and c["variant"] == "gluon-chunked")
+    pred = refresh.predicted_config(c)
+    assert isinstance(pred["threads"], list)
+    index = {(c["op"], c["variant"], c["dtype"], refresh._shape_key(c["shape"]), c["config"]["study"]):
+             [(json.loads(json.dumps(pred)), "cudagraph", False, "r1")]}
+    assert refresh.newest_record(c, index) == (False, "r1")

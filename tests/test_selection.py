@@ -316,3 +316,48 @@ def test_fixture_model_skips_ineligible_and_never_takes_eager_torch_for_an_alway
     assert got[0] in odd and "gluon-tma" not in got  # gluon-tma refuses N % 8 != 0: never a candidate
     far = selection.explain(spec, {"M": 1, "N": 4100}, "bfloat16", "h200", odd)  # 14 octaves of rows away
     assert far["cells"] == 0 and far["order"][0] == next(v for v in always if v in odd)
+
+
+def test_a_superseded_check_votes_and_the_newest_never_does(tmp_path, fake_variant):
+    """A held-out check is the test of the table it read; once a later run exists (the evidence changed, so
+    the table it checked is gone), its cells are evidence like any plan's."""
+    th = registry.get_variant("rms_norm", "torch").code_hash()
+    gh = fake_variant.code_hash()
+    chk = {"study": "auto-check", "table_seed": 5, "call": "api"}
+    p = tmp_path / "h200" / "nb.jsonl"
+    results.append_records(p, [
+        _rec("torch", 512, 3000, 1.0, th, config=chk, run_id="20261201T000000Z-aaaaaaaa"),
+        _rec("gluon-test", 512, 3000, 0.1, gh, config=chk, run_id="20261201T000000Z-aaaaaaaa"),
+        _rec("auto", 512, 3000, 0.1, None, config={**chk, "chosen": "gluon-test"}, run_id="20261201T000000Z-aaaaaaaa"),
+    ])
+    assert selection.build(tmp_path)["entries"] == {}  # the newest run: the test, no vote
+    results.append_records(p, [  # a later run (a refresh, the evidence grid) supersedes the check
+        _rec("torch", 4096, 4096, 1.0, th, run_id="20261202T000000Z-bbbbbbbb"),
+        _rec("gluon-test", 4096, 4096, 0.5, gh, run_id="20261202T000000Z-bbbbbbbb"),
+        _rec("torch", 700, 300, 1.0, th, config={**chk, "table_seed": 6}, run_id="20261202T000000Z-cccccccc"),
+        _rec("gluon-test", 700, 300, 0.2, gh, config={**chk, "table_seed": 6}, run_id="20261202T000000Z-cccccccc"),
+    ])
+    cells = {(c["run"][:9], c["shape"]["M"]): c["ms"] for c in selection.build(tmp_path)["entries"]["h200"]["rms_norm"]["cells"]}
+    assert cells == {("20261201T", 512): {"gluon-test": 0.1, "torch": 1.0},  # auto's record is no variant's: no column
+                     ("20261202T", 4096): {"gluon-test": 0.5, "torch": 1.0}}  # the second check (newest) does not vote
+
+
+def test_the_seed_follows_the_model_rules(tmp_path, fake_variant, monkeypatch):
+    th = registry.get_variant("rms_norm", "torch").code_hash()
+    results.append_records(tmp_path / "h200" / "nb.jsonl", [
+        _rec("torch", 4096, 4096, 1.0, th), _rec("gluon-test", 4096, 4096, 0.5, fake_variant.code_hash())])
+    a = selection.build(tmp_path)["seed"]
+    monkeypatch.setattr(selection, "NEAR", selection.NEAR + 0.5)  # a rule changes, the evidence does not
+    assert selection.build(tmp_path)["seed"] != a
+
+
+def test_cross_validation_leaves_each_cell_out(monkeypatch):
+    cells = [_cell(4096, 4096, {"torch": 1.0, "gluon-a": 0.5, "gluon-b": 0.6}),
+             _cell(4096, 5120, {"torch": 1.0, "gluon-a": 0.5, "gluon-b": 0.7}),
+             _cell(8192, 4096, {"torch": 1.0, "gluon-a": 0.8, "gluon-b": 0.4})]  # b wins here only
+    monkeypatch.setattr(selection, "_table", _table(cells))
+    d = selection.cross_validate(ops=["rms_norm"])
+    assert len(d) == 3 and set(d["best"]) == {"gluon-a", "gluon-b"}
+    r = d[d["shape"].map(lambda s: s["M"]) == 8192].iloc[0]
+    assert r["chosen"] == "gluon-a" and r["chosen / best"] == pytest.approx(0.4 / 0.8)  # the others say a
+    assert (d["chosen / torch"] > 1).all()
