@@ -221,11 +221,18 @@ cm.show(cm.missing_note(ana.block_records(df), "the compiled-block study"), ana.
 # M / N / K, ...; fp16 reads bf16's cells, fp32 bf16's at equal bytes where it has none of its own),
 # never eager torch while an eligible variant beat it in every measured cell, the op's default where
 # nothing is near. This section checks it where it was not fitted: shapes drawn at random from the table's
-# seed (a hash of its evidence, so each rebuilt table gets a new draw), log-uniform in each dimension, odd
-# sizes included, every op and dtype; per cell, in one run, auto beside eager torch and every gluon-lab
-# variant that takes the inputs, all through the public API and graph-timed. **auto / best** is the fastest
-# gluon-lab variant's time over auto's (1.0: as fast); where auto ran that same variant it reads the noise
-# of two timings of one kernel (±1–6% on the H200).
+# seed (a hash of its evidence and of the model's rules, so each rebuilt table gets a new draw), log-uniform
+# in each dimension, odd sizes included (half the GEMM and instance-norm draws 16-byte aligned, so a Gluon
+# variant takes them), every op and dtype, none of them a plan's shape or a table cell; per cell, in one run,
+# auto beside eager torch and every gluon-lab variant that takes the inputs, all through the public API and
+# graph-timed. **auto / best** is the fastest gluon-lab variant's time over auto's (1.0: as fast); where auto
+# ran that same variant it reads the noise of two timings of one kernel (±1–6% on the H200).
+#
+# What the table learns from: the plans' cells, the part `auto-evidence` (a fixed grid where the pattern
+# pages' grids are thin: decode-sized rows, small group norms, small-image convolutions;
+# `gluon_lab.holdout.EvidencePlan`), and every *earlier* check: once a later run exists, a check's cells
+# (every variant side by side) vote like a plan's, and the newest check, the one shown here, never votes in
+# the table it checked. `selection.cross_validate()` is the offline estimate (leave one cell out).
 
 # %%
 auto_t = auto.holdout_table(df)
