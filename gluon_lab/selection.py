@@ -4,11 +4,13 @@ The table (``python -m gluon_lab select`` = ``build`` + ``write`` -> ``gluon_lab
 holds the evidence, per GPU and op:
 
 * ``cells``: one per (run, shape, dtype): the median ms of eager torch and of every gluon-lab variant
-  measured there at the config auto runs (passing, current, newest per case; no study's override).
+  measured there at the config auto runs (passing, current records of any run; no study's override; the
+  cells of held-out checks a later run has superseded, ``superseded_checks``, included).
 * ``always``: the gluon-lab variants that beat eager torch in every cell where both were measured,
   fastest op-wide first (the op's default, and the no-eager-torch rule below).
-* ``seed``: a hash of the evidence, so the held-out check (notebook 00, ``auto-check``) draws new shapes
-  each time the table changes and its rules cannot be fitted to one draw.
+* ``seed``: a hash of the evidence and of the model's rules (``model_source``), so the held-out check
+  (notebook 00, ``auto-check``) draws new shapes each time either changes and the rules cannot be fitted to
+  one draw.
 
 The model (``rank``; ``choose`` runs it once per call signature, then it is one dict lookup):
 
