@@ -11,8 +11,9 @@ inputs, graph-timed side by side. Records carry config {"study": "auto-check", "
 newest check never votes in the table it checked; once a later run supersedes it, its cells are evidence
 (selection.superseded_checks), and the next draw avoids them.
 
-    cells = draw(seed, exclude_keys())    # [(op, shape, dtype), ...] on any machine
-    measure(session, exclude_keys())      # the records (a GPU)
+    ex = exclude_keys(experiments.plan_shapes())
+    cells = draw(seed, ex)                # [(op, shape, dtype), ...] on any machine
+    measure(session, ex)                  # the records (a GPU)
     analysis.auto.holdout_table(df)       # the page's table, summary and targets
     evidence_cases()                      # the evidence grid's cases (a plan part of 00: refresh measures it)
 """
@@ -137,11 +138,12 @@ def draw(seed: int, exclude: set, plan: HoldoutPlan | None = None) -> list[tuple
     return out
 
 
-def exclude_keys() -> set:
-    """What the check never draws: every notebook plan's shapes (the evidence grid below included) and every
-    cell of the committed table (superseded checks' cells vote there: selection.superseded_checks)."""
-    from . import experiments, selection
-    out = set(experiments.plan_shapes())
+def exclude_keys(plan_shapes: set) -> set:
+    """What the check never draws: every notebook plan's shapes (experiments.plan_shapes(), the evidence grid
+    below included) and every cell of the committed table (superseded checks' cells vote there:
+    selection.superseded_checks)."""
+    from . import selection
+    out = set(plan_shapes)
     for ops in selection.load_table().get("entries", {}).values():
         for op, e in ops.items():
             out |= {key(op, c["shape"], c["dtype"]) for c in e.get("cells", ())}
@@ -231,7 +233,7 @@ def _evidence_cases(plan: EvidencePlan) -> str:
 # the check
 
 def measure(session, exclude: set, seed: int | None = None, plan: HoldoutPlan | None = None) -> list:
-    """Measure the held-out cells (seed: the committed table's; exclude: exclude_keys()). Per cell: auto,
+    """Measure the held-out cells (seed: the committed table's; exclude: exclude_keys(...)). Per cell: auto,
     eager torch, every gluon-lab variant that takes the inputs (checked on the cell's own inputs), all
     through the public API. A cell that cannot be built (the spec refuses the shape) is a failed auto
     record, named."""

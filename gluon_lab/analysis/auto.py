@@ -122,8 +122,8 @@ def misses(t, below: float = TARGETS["near"]):
 def todays_draw(table_seed) -> set:
     """(op, shape, dtype) keys of the cells today's code draws for the table's seed (kernel-facing: the shapes
     it excludes come from gluon_lab.holdout.exclude_keys)."""
-    from .. import holdout
-    return {holdout.key(*c) for c in holdout.draw(table_seed, holdout.exclude_keys())}
+    from .. import experiments, holdout
+    return {holdout.key(*c) for c in holdout.draw(table_seed, holdout.exclude_keys(experiments.plan_shapes()))}
 
 
 def seed_note(df, table_seed, drawn: set | None = None) -> str | None:
