@@ -182,19 +182,15 @@ def patch(model: nn.Module, *, variant: str = "auto", rms_norm: bool = True, lay
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
     rep = PatchReport()
+    swap_class = {k: v for k, v, on in ((nn.RMSNorm, RMSNorm, rms_norm), (nn.LayerNorm, LayerNorm, layer_norm)) if on}
     for name, m in list(model.named_modules()):
         cls = type(m).__name__
         if isinstance(m, (RMSNorm, LayerNorm)):
             continue
-        if type(m) is nn.RMSNorm:
-            if rms_norm:
-                m.__class__ = RMSNorm
-                m.variant = variant
-                rep.swapped.append((name, cls))
-            continue
-        if type(m) is nn.LayerNorm:
-            if layer_norm:
-                m.__class__ = LayerNorm
+        ours = swap_class.get(type(m))
+        if ours is not None or type(m) in (nn.RMSNorm, nn.LayerNorm):
+            if ours is not None:
+                m.__class__ = ours  # a subclass that adds only `variant`: the module's state stays as it is
                 m.variant = variant
                 rep.swapped.append((name, cls))
             continue
