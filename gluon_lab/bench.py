@@ -392,11 +392,9 @@ class Session:
         plan, refresh, the held-out check)."""
         torch = _torch()
         want = (config or {}).get("cudnn_benchmark")
-        if want is None or bool(want) == torch.backends.cudnn.benchmark:
-            return self._measure(op, variant, shape, dtype, timer=timer, config=config, eps=eps, scale=scale,
-                                 call=call, rotation=rotation)
         before = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = bool(want)
+        if want is not None:
+            torch.backends.cudnn.benchmark = bool(want)
         try:
             return self._measure(op, variant, shape, dtype, timer=timer, config=config, eps=eps, scale=scale,
                                  call=call, rotation=rotation)

@@ -170,10 +170,15 @@ def build(results_dir) -> dict:
                     "auto runs); a call ranks its eligible variants by a weighted fit over the cells near it "
                     f"(gluon_lab.selection): the lowest score if {MARGIN} x faster than torch, never torch while an "
                     "eligible variant beat it in every cell, the op's default where nothing is near",
-            "model": {"margin": MARGIN, "cutoff": CUTOFF, "max_cells": MAX_CELLS, "k_near": K_NEAR, "h_min": H_MIN,
-                      "near": NEAR, "dtype_step": DTYPE_STEP},
+            "model": model_params(),
             "seed": int(hashlib.sha256(blob).hexdigest()[:8], 16),
             "runs": {k: sorted(v) for k, v in sorted(runs.items())}, "entries": entries}
+
+
+def model_params() -> dict:
+    """The model's constants (the table records them; model_source hashes them)."""
+    return {"margin": MARGIN, "cutoff": CUTOFF, "max_cells": MAX_CELLS, "k_near": K_NEAR, "h_min": H_MIN,
+            "near": NEAR, "dtype_step": DTYPE_STEP}
 
 
 def model_source() -> str:
@@ -182,8 +187,7 @@ def model_source() -> str:
     held-out check (a check of the old rules says nothing about the new ones)."""
     import inspect
     from . import specs
-    parts = [json.dumps({"margin": MARGIN, "cutoff": CUTOFF, "max_cells": MAX_CELLS, "k_near": K_NEAR, "h_min": H_MIN,
-                         "near": NEAR, "dtype_step": DTYPE_STEP}, sort_keys=True)]
+    parts = [json.dumps(model_params(), sort_keys=True)]
     parts += [inspect.getsource(f) for f in (features, _dtype_step, distance, fit, explain)]
     for spec in sorted(specs.all_specs(), key=lambda s: s.name):
         if spec.bucket is not None:
