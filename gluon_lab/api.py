@@ -22,7 +22,12 @@ from .registry import check_runnable, data_rule, get_variant
 
 def call(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
     """Run the op: through the call signature's plan when one is kept (gluon_lab.fastpath), else
-    the full path below (validate, resolve, check, run), which also records the plan."""
+    the full path below (validate, resolve, check, run), which also records the plan. An op with a
+    backward op (a row norm whose `<op>_backward` exists) whose input requires grad goes through its
+    custom op instead, whose autograd formula runs the backward op (gluon_lab.library); variant='torch'
+    keeps torch's own autograd."""
+    if variant != "torch" and backward_of(spec.name) is not None and _needs_grad(spec, inputs):
+        return _differentiable(spec, inputs, scalars, variant)
     if fastpath.enabled:
         return fastpath.call(spec, inputs, scalars, variant, prepare)
     return slow_call(spec, inputs, scalars, variant)
@@ -60,6 +65,30 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
     return v, scalars
 
 
+_BACKWARD: dict = {}
+
+
+def backward_of(name: str):
+    """The backward op's spec of forward op `name` (specs of family row_norm_backward name their forward),
+    or None."""
+    if not _BACKWARD:
+        _BACKWARD.update({s.forward: s for s in specs.family("row_norm_backward")})
+        _BACKWARD.setdefault(None, None)
+    return _BACKWARD.get(name)
+
+
+def _differentiable(spec, inputs: tuple, scalars: dict, variant: str):
+    """The op through its custom op, so the dispatcher's autograd records it (forward: the same variant
+    choice as without grad; backward: the backward op, gluon_lab.library)."""
+    scalars = spec.validate(*inputs, **scalars)
+    if variant != "auto":
+        get_variant(spec.name, variant)  # an unknown variant is an error before anything runs
+    if spec.empty_outputs(inputs) is not None:
+        return spec.eager(*inputs, **scalars)  # no elements: torch's op gives empty outputs with their grad_fn
+    from .library import op
+    return op(spec.name, call)(*inputs, *scalars.values(), variant)
+
+
 def _needs_grad(spec, inputs) -> str | None:
     """The first input that requires grad while grad mode is on (None when no backward is needed)."""
     if not torch.is_grad_enabled():
@@ -81,11 +110,13 @@ def make_public(spec):
     scalars_kw = "".join(f"{k}={k}, " for k in spec.scalars)
     inplace = getattr(spec, "inplace", None)
     traced = f"        _op({args})\n        return {inplace}\n" if inplace else f"        return _op({args})\n"
-    # while compiling, a call that needs the gradient takes the eager formulation (traced as torch ops,
-    # as api.call's auto / torch would run it); the custom op refuses grad by name
+    # while compiling, a call that needs the gradient emits the custom op where the op has a backward op (AOT
+    # autograd traces its autograd formula), else takes the eager formulation (traced as torch ops, as
+    # api.call's auto / torch would run it); the custom op of an op without a backward refuses grad by name
+    eager_grad = "('torch', )" if backward_of(spec.name) is not None else "('auto', 'torch')"
     src = (f"def {spec.name}({', '.join(params)}, *, variant='auto'):\n"
            f"    if _compiling():\n"
-           f"        if variant in ('auto', 'torch') and _needs_grad(_spec, ({inputs})):\n"
+           f"        if variant in {eager_grad} and _needs_grad(_spec, ({inputs})):\n"
            f"            return _spec.eager({inputs}{scalars_kw})\n"
            f"{traced}"
            f"    return _call(_spec, ({inputs}), {{{scalars}}}, variant)\n")

@@ -1423,8 +1423,15 @@ EXPERIMENTS["06-convolution"] = run_conv
 # ----------------------------------------------------------------------------------------------
 # every notebook's cases (refresh, and currency's study knobs, read them)
 
+def _run_backward(*a, **k):
+    from .backward_plan import run_backward
+    return run_backward(*a, **k)
+
+
+EXPERIMENTS["07-backward"] = _run_backward
+
 NOTEBOOKS = ("00-ceilings", "01-tma-caching", "02-chunked-reductions", "03-multibuffer-pipelining",
-             "04-warp-specialization", "05-fused-qk-norm-rope", "06-convolution")
+             "04-warp-specialization", "05-fused-qk-norm-rope", "06-convolution", "07-backward")
 
 
 def plan_shapes() -> set:
@@ -1456,4 +1463,7 @@ def notebook_cases(notebook: str) -> list[dict]:
         return ex.qk_norm_rope_cases(ex.QkNormRopePlan(), ("sweep", "dims", "tma-sweep", "fused-sweep", "persistent-sweep"))
     if notebook == "06-convolution":
         return ex.conv_cases(ex.ConvPlan(), tuple(p for p in ex.CONV_PARTS if p != "timeline"))
+    if notebook == "07-backward":
+        from .backward_plan import PARTS, BackwardPlan, backward_cases
+        return backward_cases(BackwardPlan(), PARTS)
     raise ValueError(f"unknown notebook {notebook!r}; known: {sorted(ex.EXPERIMENTS)}")

@@ -13,9 +13,14 @@ mode it calls `api.call` directly (no dispatcher hop on the host path), while be
 * The fake (meta) kernel validates with the spec's rules that do not need data (shape, dtype,
   device, strides, ranks), then runs the spec's eager torch formulation on the fake inputs, which
   gives every op's output shapes and dtypes without a per-op table.
-* Autograd: the registration has an autograd formula whose backward raises a clear error naming the
-  op (no backward kernel yet): that is where a backward kernel plugs in. A compiled graph that needs
-  the gradient therefore fails at compile time, naming the op, instead of returning a detached output.
+* Autograd: an op with a backward op (rms_norm, layer_norm, add_rms_norm: `<op>_backward`, pattern 7) gets
+  `register_autograd` with a formula that saves x (add+RMSNorm: s, its second output) and the weight, and
+  calls the backward op's custom op (variant: the forward's where the backward op has it, else auto; the
+  statistics are recomputed from x in the backward, which reads x anyway). Eager `loss.backward()` and a
+  compiled graph (AOT autograd traces both custom ops) run it. Every other op's autograd formula raises a
+  clear error naming the op (no backward kernel): a compiled graph that needs its gradient fails at
+  compile time, naming the op, instead of returning a detached output.
+* The real kernel runs under torch.no_grad(): it is below autograd, whatever its inputs' requires_grad.
 """
 from __future__ import annotations
 
@@ -58,7 +63,8 @@ def _register(spec, call) -> None:
 
     def real(*args):
         inputs, scalars, variant = _split(spec, args)
-        out = call(spec, inputs, scalars, variant)
+        with torch.no_grad():  # below autograd: the formula (if any) is the custom op's, never the kernel's graph
+            out = call(spec, inputs, scalars, variant)
         return None if inplace else out
 
     def fake(*args):
@@ -83,6 +89,9 @@ def _register(spec, call) -> None:
     _LIB.impl(spec.name, real, "CPU")
     _LIB.impl(spec.name, real, "CUDA")
     torch.library.register_fake(qual, fake, lib=_LIB)
+    bspec = _backward_spec(spec.name)
+    if bspec is not None:
+        setup_context, backward = _norm_autograd(spec, bspec, call)
     if not inplace:
         torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_LIB)
     else:
@@ -102,6 +111,44 @@ def _register(spec, call) -> None:
                 return overload()(*args)
 
         _LIB.impl(spec.name, autograd, "Autograd")
+
+
+def _backward_spec(name: str):
+    for s in specs.family("row_norm_backward"):
+        if s.forward == name:
+            return s
+    return None
+
+
+def _norm_autograd(spec, bspec, call):
+    """(setup_context, backward) of a row norm: save x (add+RMSNorm: s = x + residual, the forward's second
+    output) and the weight; the backward calls the backward op's custom op with the statistics recomputed
+    (None) and returns dx (twice for add+RMSNorm: the gradient of x and of residual), dw (and db)."""
+    residual = spec.row.residual
+
+    def setup_context(ctx, inputs, output):
+        ins, scalars, variant = _split(spec, inputs)
+        named = spec.named(ins)
+        ctx.save_for_backward(output[1] if residual else named["x"], named["weight"])
+        ctx.eps, ctx.variant = scalars["eps"], variant
+
+    def backward(ctx, *grads):
+        from .registry import variants
+        x, w = ctx.saved_tensors
+        bop = op(bspec.name, call)
+        bv = ctx.variant if ctx.variant in variants(bspec.name) else "auto"
+        dy = grads[0].contiguous() if grads[0] is not None else torch.zeros_like(x)  # e.g. sum().backward(): stride 0
+        if residual:
+            ds = grads[1].contiguous() if grads[1] is not None else None
+            dx, dw = bop(dy, x, w, ds, None, ctx.eps, bv)
+            return dx, dx, dw, None, None
+        if bspec.kind == "layer":
+            dx, dw, db = bop(dy, x, w, None, None, ctx.eps, bv)
+            return dx, dw, db, None, None
+        dx, dw = bop(dy, x, w, None, ctx.eps, bv)
+        return dx, dw, None, None
+
+    return setup_context, backward
 
 
 _REGISTERED: set = set()

@@ -23,7 +23,8 @@ from typing import Callable
 
 from . import device, specs
 
-PATTERNS = ("baseline", "tma-caching", "chunked", "pipelined", "warp-specialized", "fused-rope", "implicit-gemm")  # display order
+PATTERNS = ("baseline", "tma-caching", "chunked", "pipelined", "warp-specialized", "fused-rope", "implicit-gemm",
+            "backward")  # display order
 
 
 @dataclass(frozen=True, eq=False)

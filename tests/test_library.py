@@ -82,9 +82,41 @@ def test_bad_input_keeps_its_clear_error_through_the_op():
 
 def test_the_autograd_registration_refuses_a_backward_by_name():
     x = torch.randn(4, 64, requires_grad=True)
-    y = torch.ops.gluon_lab.rms_norm(x, torch.ones(64), 1e-6, "torch")
-    with pytest.raises(NotImplementedError, match="gluon_lab::rms_norm has no backward kernel yet"):
+    y = torch.ops.gluon_lab.l2_norm(x, 1e-12, "torch")  # l2_norm has no backward op
+    with pytest.raises(NotImplementedError, match="gluon_lab::l2_norm has no backward kernel yet"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "add_rms_norm"])
+def test_the_norms_custom_ops_differentiate_through_their_backward_ops(name):
+    """register_autograd: the custom op's gradient (its backward op's torch variant on the CPU) equals torch's
+    autograd of the eager formula (fp32), for x, the weight (and bias; add+RMSNorm: residual too)."""
+    g = _g()
+    x = torch.randn(5, 72, generator=g)
+    r = torch.randn(5, 72, generator=g)
+    w = torch.rand(72, generator=g) + 0.5
+    b = torch.randn(72, generator=g)
+    ins = {"rms_norm": (x, w), "layer_norm": (x, w, b), "add_rms_norm": (x, r, w)}[name]
+    spec = specs.get(name)
+    mine = [t.clone().requires_grad_() for t in ins]
+    theirs = [t.clone().requires_grad_() for t in ins]
+    out = getattr(torch.ops.gluon_lab, name)(*mine, *spec.scalars.values(), "torch")
+    ref = spec.eager(*theirs, **spec.scalars)
+    outs, refs = (out, ref) if isinstance(out, tuple) else ((out, ), (ref, ))
+    dys = [torch.randn_like(o) for o in outs]
+    torch.autograd.backward(outs, dys)
+    torch.autograd.backward(refs, dys)
+    for a, b_ in zip(mine, theirs):
+        torch.testing.assert_close(a.grad, b_.grad, atol=2e-5, rtol=2e-5)
+
+
+def test_a_double_backward_is_refused_by_name():
+    x = torch.randn(4, 64, requires_grad=True)
+    w = torch.rand(64, requires_grad=True)
+    y = torch.ops.gluon_lab.rms_norm(x, w, 1e-6, "torch")
+    (gx, ) = torch.autograd.grad(y.pow(2).sum(), (x, ), create_graph=True)
+    with pytest.raises(NotImplementedError, match="gluon_lab::rms_norm_backward has no backward kernel yet"):
+        gx.sum().backward()
 
 
 @pytest.mark.gpu

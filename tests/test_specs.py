@@ -11,7 +11,7 @@ import gluon_lab as gll
 from gluon_lab import bench, specs
 
 PKG = Path(gll.__file__).resolve().parent
-SHAPES = {"row_norm": {"M": 7, "N": 40}, "matmul": {"M": 5, "N": 24, "K": 9},
+SHAPES = {"row_norm": {"M": 7, "N": 40}, "row_norm_backward": {"M": 7, "N": 40}, "matmul": {"M": 5, "N": 24, "K": 9},
           "group_norm": {"B": 2, "C": 6, "H": 5, "W": 3, "G": 3, "layout": "nchw"},
           "qk_norm_rope": {"T": 5, "Hq": 4, "Hk": 2, "D": 64, "R": 64},
           "conv": {"B": 2, "Ci": 16, "Co": 24, "H": 9, "W": 8, "R": 3, "stride": 2, "pad": 1}}

@@ -186,6 +186,7 @@ def matmul_triton(a, b, out=None, BM=128, BN=256, BK=64, GROUP_M=8, num_stages=3
 # kernels; peers (Liger) where installed.
 
 import functools  # noqa: E402
+import importlib  # noqa: E402
 import types  # noqa: E402
 
 from .. import specs  # noqa: E402
@@ -370,3 +371,95 @@ def layer_norm_quack(x, weight, bias, eps=1e-5, out=None):
     N = x.shape[-1]
     y = _quack().layernorm_fwd(x.reshape(-1, N), _fp32_param(weight), _fp32_param(bias), eps=eps)
     return y.reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# the peers' backward (issue 31): each library's own backward function, called directly with the statistics
+# its forward saves (the bench makes them; the libraries' autograd Functions call the same functions)
+
+def _liger_settings(N: int):
+    from liger_kernel.ops.utils import calculate_settings
+    return calculate_settings(N)
+
+
+@register("rms_norm_backward", "liger", pattern="baseline", available=_liger_available,
+          roots=_liger_roots("rms_norm", "_rms_norm_backward_kernel"),
+          description="Liger-Kernel rms_norm_backward (casting_mode='gemma': fp32 math; grid = #SMs, fp32 "
+                      "partials, torch .sum(0))")
+def rms_norm_backward_liger(dy, x, weight, rstd=None, eps=1e-6, out=None):
+    m = importlib.import_module("liger_kernel.ops.rms_norm")
+    N = x.shape[-1]
+    x2 = x.reshape(-1, N)
+    r = rstd.reshape(-1) if rstd is not None else m.rms_norm_forward(x, weight, eps, 0.0, "gemma", None)[2]
+    bs, nw = _liger_settings(N)
+    dx, dw = m.rms_norm_backward(dy.reshape(-1, N), x2, weight, r, 0.0, 1, bs, nw, False, None)
+    return dx.view(x.shape), dw
+
+
+@register("layer_norm_backward", "liger", pattern="baseline", available=_liger_available,
+          roots=_liger_roots("layer_norm", "_layer_norm_backward_kernel"),
+          description="Liger-Kernel layer_norm_backward (grid = #SMs, fp32 partials, torch .sum(0))")
+def layer_norm_backward_liger(dy, x, weight, mean=None, rstd=None, eps=1e-5, out=None):
+    m = importlib.import_module("liger_kernel.ops.layer_norm")
+    N = x.shape[-1]
+    x2 = x.reshape(-1, N)
+    if rstd is None:
+        _, _, mean, rstd, _, _ = m.layer_norm_forward(x, weight, weight, eps)
+    dx, dw, db = m.layer_norm_backward(dy.reshape(-1, N), x2, weight, weight, mean.reshape(-1), rstd.reshape(-1))
+    return dx.view(x.shape), dw, db
+
+
+@register("add_rms_norm_backward", "liger", pattern="baseline", available=_liger_available,
+          roots=_liger_roots("fused_add_rms_norm", "_fused_add_rms_norm_backward_kernel"),
+          description="Liger-Kernel fused_add_rms_norm_backward (casting_mode='gemma')")
+def add_rms_norm_backward_liger(dy, s, weight, ds=None, rstd=None, eps=1e-6, out=None):
+    import torch
+    m = importlib.import_module("liger_kernel.ops.fused_add_rms_norm")
+    N = s.shape[-1]
+    s2 = s.reshape(-1, N)
+    if rstd is None:
+        rstd = importlib.import_module("liger_kernel.ops.rms_norm").rms_norm_forward(s, weight, eps, 0.0, "gemma",
+                                                                                      None)[2]
+    bs, nw = _liger_settings(N)
+    ds2 = ds.reshape(-1, N) if ds is not None else torch.zeros_like(s2)  # Liger needs a tensor
+    dx, _, dw = m.fused_add_rms_norm_backward(dy.reshape(-1, N), ds2, s2, weight, rstd.reshape(-1), 0.0, 1, bs, nw,
+                                              2, False)
+    return dx.view(s.shape), dw
+
+
+@register("rms_norm_backward", "quack", pattern="baseline", available=_quack_available,
+          description="QuACK quack.rmsnorm.rmsnorm_bwd (CuTe DSL; persistent partials, torch .sum(0))")
+def rms_norm_backward_quack(dy, x, weight, rstd=None, eps=1e-6, out=None):
+    q = _quack()
+    N = x.shape[-1]
+    x2 = x.reshape(-1, N)
+    if rstd is None:
+        rstd = q.rmsnorm_fwd(x2, weight, eps=eps, store_rstd=True)[2]
+    dx, dw, _, _ = q.rmsnorm_bwd(x2, weight, dy.reshape(-1, N), rstd.reshape(-1))
+    return dx.view(x.shape), dw
+
+
+@register("layer_norm_backward", "quack", pattern="baseline", available=_quack_available,
+          description="QuACK quack.rmsnorm.layernorm_bwd (fp32 weight, cast once per parameter version)")
+def layer_norm_backward_quack(dy, x, weight, mean=None, rstd=None, eps=1e-5, out=None):
+    q = _quack()
+    N = x.shape[-1]
+    x2 = x.reshape(-1, N)
+    w32 = _fp32_param(weight)
+    if rstd is None:
+        _, rstd, mean = q.layernorm_fwd(x2, w32, w32, eps=eps, return_rstd=True, return_mean=True)
+    dx, dw, db = q.layernorm_bwd(x2, w32, dy.reshape(-1, N), rstd.reshape(-1), mean.reshape(-1), has_bias=True)
+    return dx.view(x.shape), dw, db
+
+
+@register("add_rms_norm_backward", "quack", pattern="baseline", available=_quack_available,
+          description="QuACK quack.rmsnorm.rmsnorm_bwd(dresidual_out=ds, has_residual=True)")
+def add_rms_norm_backward_quack(dy, s, weight, ds=None, rstd=None, eps=1e-6, out=None):
+    q = _quack()
+    N = s.shape[-1]
+    s2 = s.reshape(-1, N)
+    if rstd is None:
+        rstd = q.rmsnorm_fwd(s2, weight, eps=eps, store_rstd=True)[2]
+    dx, dw, _, dres = q.rmsnorm_bwd(s2, weight, dy.reshape(-1, N), rstd.reshape(-1),
+                                    dresidual_out=None if ds is None else ds.reshape(-1, N), has_residual=ds is not None)
+    return (dres if dres is not None else dx).view(s.shape), dw

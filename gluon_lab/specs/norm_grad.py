@@ -1,5 +1,6 @@
 """The row norms' backward: float64 references in closed form, the saved statistics, and the byte model
-(pattern 7, issue 31). The backward ops' specs and kernels read these; nothing here is an op yet.
+(pattern 7, issue 31), and the backward ops' specs: rms_norm_backward, layer_norm_backward and
+add_rms_norm_backward (public ops with variants like every forward; the forward ops' autograd calls them).
 
 With xhat = (x - mean) * rstd (mean = 0 for RMSNorm), g = dy * w (dy where there is no weight) and row
 means over the N columns:
@@ -22,6 +23,11 @@ mean and rstd = 1 / sqrt(var + eps) for LayerNorm, inv for L2Norm.
 Nothing here imports torch at import time.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._base import ITEMSIZE, Operand, OpSpec, define
+from ._rules import check_eps, check_like, check_tensor
 
 
 def rms_stats(x, eps: float):
@@ -102,3 +108,223 @@ def backward_bytes(M: int, N: int, itemsize: int, *, weight: bool = True, bias: 
     t["partials"] = 2 * partial_rows * N * 4 * per
     t["total"] = sum(t.values())
     return t
+
+
+# ----------------------------------------------------------------------------------------------
+# the backward ops: dy and the forward's saved tensors in, the gradients out
+
+@dataclass(frozen=True, eq=False)
+class RowNormBackwardSpec(OpSpec):
+    """A row norm's backward: outputs dx (x's shape and dtype) and the parameter gradients ((N,), in the
+    weight's dtype). forward: the forward op's name; kind: its statistics ("rms" | "layer"). A subclass, so
+    the plain OpSpec every other variant's staleness hash covers stays as it was."""
+    forward: str = ""
+    kind: str = "rms"
+
+    def _params(self, inputs):
+        return [self.named(inputs)["weight"]] * (len(self.outputs) - 1)
+
+    def empty_outputs(self, inputs):
+        import torch
+        x = self.named(inputs)["x" if "x" in self.input_names else "s"]
+        if x.numel():
+            return None
+        return (torch.empty_like(x), *(torch.zeros_like(w) for w in self._params(inputs)))  # a sum over no rows
+
+    def alloc_outputs(self, inputs, fill: float | None = None):
+        import torch
+        x = self.named(inputs)["x" if "x" in self.input_names else "s"]
+        outs = (torch.empty_like(x), *(torch.empty_like(w) for w in self._params(inputs)))
+        if fill is not None:
+            for o in outs:
+                o.fill_(fill)
+        return outs
+
+
+def _stats_view(name, t, x):
+    """A saved statistic: fp32, one per row of x (shape x.shape[:-1], (..., 1) or (M,)), on x's device."""
+    import torch
+    check_tensor(name, t, ndim_min=0, dtypes=("float32", ))
+    M = x.numel() // max(x.shape[-1], 1)
+    if t.dtype != torch.float32 or t.numel() != M:
+        raise ValueError(f"{name} must be the forward's fp32 statistic, one per row of x ({M} values, shape "
+                         f"{tuple(x.shape[:-1])}); got {tuple(t.shape)} {t.dtype}")
+    if t.device != x.device:
+        raise ValueError(f"{name} must be on x's device ({x.device}); got {t.device}")
+
+
+def _validate_bwd(kind: str, residual: bool):
+    xn = "s" if residual else "x"
+
+    def validate(dy, *rest, eps):
+        it = dict(zip(("s", "weight", "ds", "rstd") if residual else
+                      (("x", "weight", "mean", "rstd") if kind == "layer" else ("x", "weight", "rstd")), rest))
+        x = it[xn]
+        check_tensor(xn, x)
+        N = x.shape[-1]
+        check_like("dy", dy, x, tuple(x.shape), f"{xn}'s shape {tuple(x.shape)}", xn)
+        w = it["weight"]
+        if w is None:
+            raise ValueError(f"weight is required (shape (N,) with N = {xn}.shape[-1] = {N})")
+        check_like("weight", w, x, (N, ), f"shape ({N},) to match {xn}.shape[-1]", xn)
+        if residual and it.get("ds") is not None:
+            check_like("ds", it["ds"], x, tuple(x.shape), f"{xn}'s shape {tuple(x.shape)}", xn)
+        if kind == "layer" and (it.get("mean") is None) != (it.get("rstd") is None):
+            raise ValueError("mean and rstd are the forward's statistics together: pass both or neither")
+        for n in ("mean", "rstd"):
+            if it.get(n) is not None:
+                _stats_view(n, it[n], x)
+        return {"eps": check_eps(eps)}
+    return validate
+
+
+def _shape_bwd(dy, *rest):
+    N = dy.shape[-1]
+    return {"M": dy.numel() // max(N, 1), "N": N}
+
+
+def _bucket_bwd(shape, itemsize=2):
+    from .norms import _bucket
+    return _bucket(shape, itemsize)
+
+
+def _bytes_bwd(kind: str, residual: bool):
+    def nbytes(shape, dtype):
+        return backward_bytes(shape["M"], shape["N"], ITEMSIZE[dtype], weight=True, bias=kind == "layer",
+                              residual=residual, stats_per_row=2 if kind == "layer" else 1)["total"]
+    return nbytes
+
+
+def _rows_stats(x, kind, eps):
+    if kind == "layer":
+        mu, rstd = layer_stats(x, eps)
+        return mu.float().reshape(x.shape[:-1]), rstd.float().reshape(x.shape[:-1])
+    return (rms_stats(x, eps).float().reshape(x.shape[:-1]), )
+
+
+def _inputs_bwd(kind: str, residual: bool, eps: float):
+    def make(shape, dtype, rnd, scale=1.0):
+        M, N = shape["M"], shape["N"]
+        x = rnd(M, N, std=scale)
+        dy = rnd(M, N)
+        w = rnd(N, mean=1.0, std=0.5)
+        stats = _rows_stats(x, kind, eps)
+        if residual:
+            return (dy, x, w, rnd(M, N), *stats)
+        return (dy, x, w, *stats)
+    return make
+
+
+# float64 references, the eager backward torch's autograd runs, and the fp32 formula for torch.compile
+
+def rms_bwd_reference(dy, x, weight, rstd=None, eps=1e-6):
+    dx, dw = rms_norm_backward_reference(x, weight, dy, eps)
+    return dx, dw
+
+
+def layer_bwd_reference(dy, x, weight, mean=None, rstd=None, eps=1e-5):
+    dx, dw, db = layer_norm_backward_reference(x, weight, None, dy, eps)
+    return dx, dw, dy.double().reshape(-1, dy.shape[-1]).sum(0)
+
+
+def add_rms_bwd_reference(dy, s, weight, ds=None, rstd=None, eps=1e-6):
+    dx, dw = rms_norm_backward_reference(s, weight, dy, eps)
+    return (dx if ds is None else dx + ds.double()), dw
+
+
+def _stat(t, x):
+    return None if t is None else t.reshape(*x.shape[:-1], 1)
+
+
+def rms_bwd_eager(dy, x, weight, rstd=None, eps=1e-6):
+    """What eager autograd of F.rms_norm runs: on CUDA aten._fused_rms_norm_backward on the saved rstd
+    (computed by aten._fused_rms_norm when none is given); on the CPU the closed form (fp32)."""
+    import torch
+    N = x.shape[-1]
+    if not x.is_cuda:  # the fused kernels are CUDA-only (on the CPU eager autograd differentiates the composite
+        return rms_bwd_formula(dy, x, weight, rstd, eps)  # formula; below autograd: the same math in closed form)
+    r = _stat(rstd, x)
+    if r is None:
+        r = torch.ops.aten._fused_rms_norm(x, [N], weight, eps)[1]
+    return torch.ops.aten._fused_rms_norm_backward(dy, x, [N], r, weight, [True, True])
+
+
+def layer_bwd_eager(dy, x, weight, mean=None, rstd=None, eps=1e-5):
+    """What eager autograd of F.layer_norm runs: aten.native_layer_norm_backward on the saved mean and rstd."""
+    import torch
+    N = x.shape[-1]
+    m, r = _stat(mean, x), _stat(rstd, x)
+    if r is None:
+        _, m, r = torch.ops.aten.native_layer_norm(x, [N], weight, None, eps)
+    return torch.ops.aten.native_layer_norm_backward(dy, x, [N], m, r, weight, weight, [True, True, True])
+
+
+def add_rms_bwd_eager(dy, s, weight, ds=None, rstd=None, eps=1e-6):
+    dx, dw = rms_bwd_eager(dy, s, weight, rstd, eps)
+    return (dx if ds is None else dx + ds), dw
+
+
+def rms_bwd_formula(dy, x, weight, rstd, eps: float):
+    xf, dyf = x.float(), dy.float()
+    r = (xf * xf).mean(-1, keepdim=True).add(eps).rsqrt() if rstd is None else _stat(rstd, x)
+    xhat = xf * r
+    g = dyf * weight.float()
+    dx = r * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+    return dx.to(x.dtype), (dyf * xhat).reshape(-1, x.shape[-1]).sum(0).to(weight.dtype)
+
+
+def layer_bwd_formula(dy, x, weight, mean, rstd, eps: float):
+    xf, dyf = x.float(), dy.float()
+    if rstd is None:
+        m = xf.mean(-1, keepdim=True)
+        r = (xf - m).pow(2).mean(-1, keepdim=True).add(eps).rsqrt()
+    else:
+        m, r = _stat(mean, x), _stat(rstd, x)
+    xhat = (xf - m) * r
+    g = dyf * weight.float()
+    dx = r * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    N = x.shape[-1]
+    return (dx.to(x.dtype), (dyf * xhat).reshape(-1, N).sum(0).to(weight.dtype),
+            dyf.reshape(-1, N).sum(0).to(weight.dtype))
+
+
+def add_rms_bwd_formula(dy, s, weight, ds, rstd, eps: float):
+    dx, dw = rms_bwd_formula(dy, s, weight, rstd, eps)
+    return (dx if ds is None else (dx.float() + ds.float()).to(s.dtype)), dw
+
+
+def _bwd_spec(name, forward, kind, residual, *, doc, eps, reference, eager, formula, flops_per_elem, marker):
+    xn = "s" if residual else "x"
+    ops = [Operand("dy", doc="the gradient reaching y, x's shape"),
+           Operand(xn, doc="the forward's input" + (" s = x + residual (its second output)" if residual else ""))]
+    ops.append(Operand("weight", doc="(N,)"))
+    if residual:
+        ops.append(Operand("ds", optional=True, doc="the gradient reaching s (None: s was not used)"))
+    if kind == "layer":
+        ops.append(Operand("mean", optional=True, doc="the forward's fp32 mean per row (None: recomputed)"))
+    ops.append(Operand("rstd", optional=True, doc="the forward's fp32 rstd per row (None: recomputed)"))
+    outs = ("dx", "dw", "db") if kind == "layer" else ("dx", "dw")
+    return define(RowNormBackwardSpec(
+        name=name, family="row_norm_backward", inputs=tuple(ops), outputs=outs, doc=doc,
+        validate=_validate_bwd(kind, residual), reference=reference, eager=eager, formula=formula,
+        shape_of=_shape_bwd, shape_keys=("M", "N"), bytes=_bytes_bwd(kind, residual),
+        flops=lambda shape: flops_per_elem * shape["M"] * shape["N"], make_inputs=_inputs_bwd(kind, residual, eps),
+        scalars={"eps": eps}, bucket=_bucket_bwd, tolerance={"bfloat16": (4e-2, 2e-2), "float16": (1e-2, 1e-2),
+                                                             "float32": (1e-4, 1e-4)},
+        marker=marker, forward=forward, kind=kind))
+
+
+RMS_NORM_BACKWARD = _bwd_spec(
+    "rms_norm_backward", "rms_norm", "rms", False, eps=1e-6, reference=rms_bwd_reference, eager=rms_bwd_eager,
+    formula=rms_bwd_formula, flops_per_elem=8, marker="o",
+    doc="(dx, dw) of y = rms_norm(x, weight, eps) given dy; rstd: the forward's fp32 statistic (None: recomputed).")
+LAYER_NORM_BACKWARD = _bwd_spec(
+    "layer_norm_backward", "layer_norm", "layer", False, eps=1e-5, reference=layer_bwd_reference,
+    eager=layer_bwd_eager, formula=layer_bwd_formula, flops_per_elem=11, marker="s",
+    doc="(dx, dw, db) of y = layer_norm(x, weight, bias, eps) given dy; mean / rstd: the forward's fp32 "
+        "statistics (None: recomputed).")
+ADD_RMS_NORM_BACKWARD = _bwd_spec(
+    "add_rms_norm_backward", "add_rms_norm", "rms", True, eps=1e-6, reference=add_rms_bwd_reference,
+    eager=add_rms_bwd_eager, formula=add_rms_bwd_formula, flops_per_elem=9, marker="D",
+    doc="(dx, dw) of (y, s) = add_rms_norm(x, residual, weight, eps) given dy and ds: dx is the gradient of "
+        "both x and residual (s = x + residual).")

@@ -1,0 +1,96 @@
+"""The row norms' backward (gluon-regs of rms_norm_backward / layer_norm_backward / add_rms_norm_backward) on the
+CPU: the sm_90 code shows the pattern (x and dy read once in 16-byte vectors, dx written once, the partial rows
+stored once per program, no float atomics, no spills where the heuristic keeps the partials in registers), the
+config's rules, and bad input refused with a clear message."""
+import pytest
+import torch
+
+import gluon_lab as gll
+from gluon_lab import codegen, registry, specs
+from gluon_lab.kernels import norm_backward as B
+
+OPS = tuple(s.name for s in specs.family("row_norm_backward"))
+GRID_NS = (1536, 2560, 2880, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 14336, 16384)  # 01-03's hidden sizes <= 16K
+
+
+def test_the_backward_ops_exist_with_their_peers_and_kernel():
+    for op in OPS:
+        vs = registry.variants(op, available_only=False)
+        assert {"torch", "inductor", "liger", "quack", "gluon-regs"} <= set(vs), (op, vs)
+        assert registry.get_variant(op, "gluon-regs").pattern == "backward"
+    assert specs.get("layer_norm_backward").outputs == ("dx", "dw", "db")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("N", [1000, 4096, 5120, 12288])
+def test_census_shows_the_pattern(op, dtype, N):
+    spec = specs.get(op)
+    cfg = B.BwdConfig.make(N, dtype, spec.kind == "layer")
+    _, c = codegen.inspect_variant(op, "gluon-regs", N=N, dtype=dtype)
+    e = B.ITEMSIZE[dtype]
+    v = cfg.elems(N) * e // 16  # 16-byte vectors per thread of one [ROWS, BLOCK] tile of an input
+    rows = 2 + ("ds" in spec.input_names)  # x, dy (, ds): each read once, no second global read; w: one row
+    assert c["ld_global_by_bits"][128] == rows * v + v // cfg.rows
+    stats = (2 if spec.kind == "layer" else 1) * cfg.rows  # the forward's fp32 mean / rstd: one scalar per row
+    assert c["ld_global_by_bits"].get(32, 0) == stats
+    params = 1 + (spec.kind == "layer")  # the partial rows: dw (and db), fp32, once per program
+    assert c["st_global_by_bits"] == {128: v + params * cfg.elems(N) // cfg.rows * 4 // 16}
+    assert c["tma_load"] == 0 and "atom" not in "".join(c["sass"])  # no float atomics: deterministic dw
+    if cfg.partials == 0:
+        assert c["smem_bytes"] <= 256 and c["spill_bytes"] == 0
+    else:  # long rows: the fp32 partials live in shared memory instead of registers
+        assert c["smem_bytes"] >= cfg.block(N) * 4 * params
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_heuristic_configs_of_the_grid_compile_within_the_register_file(op):
+    """Every heuristic config of the 07 grid's hidden sizes (bf16): no spills up to 8192-lane tiles; the
+    16384-lane tiles (partials in smem, 16 warps at ptxas's 128-register cap) spill at most 24 B per thread
+    (RMSNorm; LayerNorm none): named here and on the 07 page, not hidden."""
+    spec = specs.get(op)
+    for N in GRID_NS:
+        cfg = B.BwdConfig.make(N, "bfloat16", spec.kind == "layer")
+        _, c = codegen.inspect_variant(op, "gluon-regs", N=N, dtype="bfloat16")
+        assert c["registers"] <= 65536 // (32 * cfg.num_warps * cfg.ctas_per_sm), (N, cfg, c["registers"])
+        limit = 0 if cfg.block(N) <= 8192 or spec.kind == "layer" else 24
+        assert c["spill_bytes"] <= limit, (N, cfg, c["spill_bytes"])
+
+
+def test_colsum_compiles_to_a_fixed_order_reduce():
+    from gluon_lab.codegen import census, compile_sm90
+    c = census(compile_sm90(**{k: v for k, v in B.colsum_codegen_spec(4096, "bfloat16").items() if k != "options"}))
+    assert c["spill_bytes"] == 0 and "atom" not in "".join(c["sass"])
+
+
+def test_config_rules_name_the_knob():
+    with pytest.raises(ValueError, match=r"next_power_of_2\(N\) must be <= 16384"):
+        B.BwdConfig.make(20480, "bfloat16", False).validate(20480, "bfloat16", False)
+    with pytest.raises(ValueError, match="num_warps must be a power of 2"):
+        B.BwdConfig(num_warps=3).validate(4096, "bfloat16", False)
+    with pytest.raises(ValueError, match="ctas_per_sm"):
+        B.BwdConfig(num_warps=4, ctas_per_sm=5).validate(4096, "bfloat16", False)
+    with pytest.raises(ValueError, match="partials=1 keeps"):
+        B.BwdConfig(num_warps=16, partials=1, ctas_per_sm=2).validate(16384, "bfloat16", True)
+    with pytest.raises(ValueError, match=">= 256 for bfloat16"):
+        B.BwdConfig.make(100, "bfloat16", False).validate(100, "bfloat16", False)
+
+
+def test_bad_input_is_named_before_anything_runs():
+    x, dy, w = torch.randn(4, 64), torch.randn(4, 64), torch.rand(64)
+    with pytest.raises(ValueError, match=r"dy must have x's shape \(4, 64\)"):
+        gll.rms_norm_backward(torch.randn(4, 32), x, w)
+    with pytest.raises(TypeError, match="dy.dtype must equal x.dtype"):
+        gll.rms_norm_backward(dy.double().float().half(), x, w)
+    with pytest.raises(ValueError, match="rstd must be the forward's fp32 statistic, one per row of x"):
+        gll.rms_norm_backward(dy, x, w, torch.ones(5))
+    with pytest.raises(ValueError, match="mean and rstd are the forward's statistics together"):
+        gll.layer_norm_backward(dy, x, w, torch.zeros(4), None)
+    with pytest.raises(ValueError, match="runs on a CUDA GPU"):
+        gll.rms_norm_backward(dy, x, w, variant="gluon-regs")
+
+
+def test_empty_input_gives_empty_dx_and_zero_parameter_gradients():
+    x, w = torch.randn(0, 64), torch.rand(64)
+    dx, dw, db = gll.layer_norm_backward(x, x, w, variant="gluon-regs")
+    assert dx.shape == (0, 64) and torch.equal(dw, torch.zeros(64)) and torch.equal(db, torch.zeros(64))

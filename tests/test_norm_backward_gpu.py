@@ -1,0 +1,159 @@
+"""The row norms' backward on the H200, through the public API: every backward variant against float64 (ragged
+M, odd N, strided rows, bf16 / fp16 / fp32, NaN rows, M = 1, poisoned outputs), determinism, and the autograd
+path: loss.backward() through gll.rms_norm / layer_norm / add_rms_norm runs the Gluon backward, opcheck with
+the autograd checks, and a torch.compile(fullgraph=True) training step that traces both directions as custom
+ops."""
+import pytest
+import torch
+
+import gluon_lab as gll
+from gluon_lab import bench, registry
+
+pytestmark = pytest.mark.gpu
+OPS = ("rms_norm_backward", "layer_norm_backward", "add_rms_norm_backward")
+
+
+def _variants(op):
+    return [v for v in registry.variants(op) if v not in ("inductor", )]
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("M,N", [(1, 4096), (7, 1000), (1027, 2880), (333, 5120), (64, 12288), (2, 16384)])
+def test_backward_variants_match_float64(op, dtype, M, N):
+    inputs = bench.make_inputs(op, {"M": M, "N": N}, dtype, seed=M + N)
+    for v in _variants(op):
+        if v == "liger" and dtype != "bfloat16":
+            continue  # Liger is compared in bf16 (its casting modes); its fp32 path is not ours to test
+        if v == "quack" and op == "layer_norm_backward" and dtype != "float32":
+            continue
+        if not registry.eligible(registry.get_variant(op, v), inputs):
+            continue
+        res = bench.check_correctness(op, v, inputs, call="api" if v == "gluon-regs" else "fn")
+        assert res["passed"], (v, res)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_recomputed_statistics_match_the_saved_ones(op):
+    inputs = list(bench.make_inputs(op, {"M": 515, "N": 3584}, "bfloat16", seed=3))
+    with_stats = getattr(gll, op)(*inputs, variant="gluon-regs")
+    n = 2 if op == "layer_norm_backward" else 1
+    without = getattr(gll, op)(*inputs[:-n], *([None] * n), variant="gluon-regs")
+    ref = bench.reference_outputs(op, inputs, None)
+    for a, b, r in zip(with_stats, without, ref):
+        torch.testing.assert_close(a.double(), r, atol=4e-2, rtol=2e-2)
+        torch.testing.assert_close(b.double(), r, atol=4e-2, rtol=2e-2)
+
+
+def test_strided_rows_and_leading_dims():
+    big = torch.randn(300, 3072 + 64, device="cuda", dtype=torch.bfloat16)
+    x = big[:, :3072]  # row stride 3136: not contiguous, 16-byte multiple
+    dy = torch.randn(300, 3072 + 8, device="cuda", dtype=torch.bfloat16)[:, :3072]
+    w = torch.rand(3072, device="cuda", dtype=torch.bfloat16) + 0.5
+    got = gll.rms_norm_backward(dy, x, w, variant="gluon-regs")
+    ref = gll.rms_norm_backward(dy.contiguous(), x.contiguous(), w, variant="torch")
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g.float(), r.float(), atol=4e-2, rtol=2e-2)
+    x3 = torch.randn(4, 6, 2048, device="cuda", dtype=torch.bfloat16)
+    dy3 = torch.randn_like(x3)
+    w3 = torch.rand(2048, device="cuda", dtype=torch.bfloat16)
+    dx, dw, db = gll.layer_norm_backward(dy3, x3, w3, variant="gluon-regs")
+    rdx, rdw, rdb = bench.reference_outputs("layer_norm_backward", (dy3, x3, w3, None, None), None)
+    assert dx.shape == x3.shape
+    torch.testing.assert_close(dx.double(), rdx, atol=4e-2, rtol=2e-2)
+    torch.testing.assert_close(db.double(), rdb, atol=4e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_a_nan_row_stays_in_its_row_of_dx(op):
+    inputs = list(bench.make_inputs(op, {"M": 64, "N": 4096}, "bfloat16", seed=5))
+    inputs[1][9, 17] = float("nan")  # x (or s): row 9
+    dx = getattr(gll, op)(*inputs, variant="gluon-regs")[0]
+    assert torch.isnan(dx[9]).all()
+    assert torch.isfinite(torch.cat([dx[:9], dx[10:]])).all()
+    ref = getattr(gll, op)(*inputs, variant="torch")
+    for g, r in zip(getattr(gll, op)(*inputs, variant="gluon-regs")[1:], ref[1:]):
+        assert torch.equal(torch.isnan(g), torch.isnan(r))  # dw / db: the NaN column(s) as torch's
+
+
+def test_dw_is_bitwise_deterministic():
+    inputs = bench.make_inputs("layer_norm_backward", {"M": 8191, "N": 5120}, "bfloat16", seed=1)
+    a = gll.layer_norm_backward(*inputs, variant="gluon-regs")
+    b = gll.layer_norm_backward(*inputs, variant="gluon-regs")
+    for u, v in zip(a, b):
+        assert torch.equal(u, v)
+
+
+# ---- autograd -----------------------------------------------------------------------------------
+
+def _leaf(*shape, dtype=torch.bfloat16, seed=0, offset=0.0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(*shape, device="cuda", generator=g) + offset).to(dtype).requires_grad_()
+
+
+@pytest.mark.parametrize("variant", ["gluon-regs", "gluon-tma", "auto"])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm"])
+def test_loss_backward_through_the_public_op_matches_float64_autograd(op, variant):
+    M, N = 515, 4096
+    x, r = _leaf(M, N, seed=1), _leaf(M, N, seed=2)
+    w, b = _leaf(N, seed=3, offset=1.0), _leaf(N, seed=4)
+    args = {"rms_norm": (x, w), "layer_norm": (x, w, b), "add_rms_norm": (x, r, w)}[op]
+    out = getattr(gll, op)(*args, variant=variant)
+    outs = out if isinstance(out, tuple) else (out, )
+    assert all("gluon_lab" in type(o.grad_fn).__name__ for o in outs)
+    dys = [torch.randn_like(o) for o in outs]
+    torch.autograd.backward(outs, dys)
+    ref_args = [a.detach().double().requires_grad_() for a in args]
+    spec = gll.specs.get(op)
+    ref = spec.eager(*ref_args, **spec.scalars)
+    torch.autograd.backward(ref if isinstance(ref, tuple) else (ref, ), [d.double() for d in dys])
+    for a, ra in zip(args, ref_args):
+        torch.testing.assert_close(a.grad.double(), ra.grad, atol=6e-2, rtol=3e-2)
+
+
+def test_the_gluon_backward_runs_under_loss_backward():
+    from gluon_lab.kernels import norm_backward
+    calls = []
+    real = norm_backward.launch
+    norm_backward.launch = lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+    try:
+        x, w = _leaf(256, 4096, seed=5), _leaf(4096, seed=6, offset=1.0)
+        gll.rms_norm(x, w, variant="gluon-regs").float().pow(2).mean().backward()
+    finally:
+        norm_backward.launch = real
+    assert calls == ["rms"] and x.grad is not None and w.grad is not None
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm"])
+def test_opcheck_with_the_autograd_checks(op):
+    from torch.library import opcheck
+    x, r = _leaf(64, 2048, seed=1), _leaf(64, 2048, seed=2)
+    w, b = _leaf(2048, seed=3, offset=1.0), _leaf(2048, seed=4)
+    args = {"rms_norm": (x, w, 1e-6), "layer_norm": (x, w, b, 1e-5), "add_rms_norm": (x, r, w, 1e-6)}[op]
+    opcheck(getattr(torch.ops.gluon_lab, op).default, (*args, "gluon-regs"),
+            test_utils=("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def test_compiled_training_step_traces_both_directions_as_custom_ops():
+    from torch._dynamo.testing import CompileCounterWithBackend
+    import torch._inductor.utils as iu
+
+    def step(x, w, b):
+        h = gll.rms_norm(x, w, variant="gluon-regs")
+        return gll.layer_norm(h, w, b, variant="gluon-regs").float().pow(2).mean()
+
+    x, w, b = _leaf(512, 4096, seed=1), _leaf(4096, seed=2, offset=1.0), _leaf(4096, seed=3)
+    cnt = CompileCounterWithBackend("inductor")
+    fn = torch.compile(step, fullgraph=True, backend=cnt)
+    loss, (code, *rest) = iu.run_and_get_code(fn, x, w, b)
+    loss.backward()
+    codes = "\n".join([code, *rest])
+    assert cnt.frame_count == 1
+    for name in ("gluon_lab.rms_norm.default", "gluon_lab.layer_norm.default"):
+        assert name in codes
+    grads = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    step(x, w, b).backward()  # eager, the same ops
+    for g, t in zip(grads, (x, w, b)):
+        torch.testing.assert_close(g.float(), t.grad.float(), atol=2e-2, rtol=2e-2)
