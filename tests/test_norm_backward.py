@@ -38,7 +38,8 @@ def test_census_shows_the_pattern(op, dtype, N):
     assert c["st_global_by_bits"] == {128: v + params * cfg.elems(N) // cfg.rows * 4 // 16}
     assert c["tma_load"] == 0 and "atom" not in "".join(c["sass"])  # no float atomics: deterministic dw
     if cfg.partials == 0:
-        assert c["smem_bytes"] <= 256 and c["spill_bytes"] == 0
+        assert c["smem_bytes"] <= 256
+        assert c["spill_bytes"] == 0 or cfg.block(N) == 16384  # the measured exception (BwdConfig.heuristic)
     else:  # long rows: the fp32 partials live in shared memory instead of registers
         assert c["smem_bytes"] >= cfg.block(N) * 4 * params
 
@@ -46,14 +47,14 @@ def test_census_shows_the_pattern(op, dtype, N):
 @pytest.mark.parametrize("op", OPS)
 def test_heuristic_configs_of_the_grid_compile_within_the_register_file(op):
     """Every heuristic config of the 07 grid's hidden sizes (bf16): no spills up to 8192-lane tiles; the
-    16384-lane tiles (partials in smem, 16 warps at ptxas's 128-register cap) spill at most 24 B per thread
-    (RMSNorm; LayerNorm none): named here and on the 07 page, not hidden."""
+    16384-lane tiles (16 warps at ptxas's 128-register cap, partials in registers: faster than in smem though
+    they spill, BwdConfig.heuristic) spill at most 1 KB per thread: named here and on the 07 page, not hidden."""
     spec = specs.get(op)
     for N in GRID_NS:
         cfg = B.BwdConfig.make(N, "bfloat16", spec.kind == "layer")
         _, c = codegen.inspect_variant(op, "gluon-regs", N=N, dtype="bfloat16")
         assert c["registers"] <= 65536 // (32 * cfg.num_warps * cfg.ctas_per_sm), (N, cfg, c["registers"])
-        limit = 0 if cfg.block(N) <= 8192 or spec.kind == "layer" else 24
+        limit = 0 if cfg.block(N) <= 8192 else 1024
         assert c["spill_bytes"] <= limit, (N, cfg, c["spill_bytes"])
 
 

@@ -103,12 +103,17 @@ def test_loss_backward_through_the_public_op_matches_float64_autograd(op, varian
     assert all("gluon_lab" in type(o.grad_fn).__name__ for o in outs)
     dys = [torch.randn_like(o) for o in outs]
     torch.autograd.backward(outs, dys)
-    ref_args = [a.detach().double().requires_grad_() for a in args]
-    spec = gll.specs.get(op)
-    ref = spec.eager(*ref_args, **spec.scalars)
-    torch.autograd.backward(ref if isinstance(ref, tuple) else (ref, ), [d.double() for d in dys])
-    for a, ra in zip(args, ref_args):
-        torch.testing.assert_close(a.grad.double(), ra.grad, atol=6e-2, rtol=3e-2)
+    if op == "add_rms_norm":  # s = x + residual is rounded to bf16 by the forward: the closed form rounds it too
+        from gluon_lab.specs import norm_grad
+        refs = norm_grad.add_rms_norm_backward_reference(x.detach(), r.detach(), w.detach(), *dys)
+    else:
+        ref_args = [a.detach().double().requires_grad_() for a in args]
+        spec = gll.specs.get(op)
+        ref = spec.eager(*ref_args, **spec.scalars)
+        torch.autograd.backward(ref if isinstance(ref, tuple) else (ref, ), [d.double() for d in dys])
+        refs = [ra.grad for ra in ref_args]
+    for a, rg in zip(args, refs):
+        torch.testing.assert_close(a.grad.double(), rg, atol=6e-2, rtol=3e-2)
 
 
 def test_the_gluon_backward_runs_under_loss_backward():

@@ -206,15 +206,26 @@ class BwdConfig:
     @classmethod
     def heuristic(cls, N: int, dtype: str, layer: bool, M: int | None = None) -> "BwdConfig":
         """From the sm_90 census (ptxas -v, bf16 and fp32, N = 1000 ... 16384; tests/test_norm_backward.py
-        checks every heuristic config compiles without spills):
+        checks every heuristic config's registers and spills):
         - ELEMS fp32 elements per thread of a [ROWS, BLOCK] tile: warps = BLOCK / (32 x ELEMS), 4..16. At 16
           elements x, dy, w and the register partials took 94-128 registers (RMSNorm 94-119, LayerNorm
           120-128); at 32 elements 160-243, which leaves one 8-warp program per SM;
         - so two programs per SM up to 8 warps (2 x 256 threads x 128 registers = the register file), one at 16;
-        - BLOCK = 16384 at 16 warps is 32 elements: the partials move to shared memory (RMSNorm 128 registers,
-          LayerNorm 123-128, under the 128 cap at 512 threads; 32 warps would cap at 64 and spill 88-224 B);
-        - rows of <= 1024 lanes: 2 rows per program (one 16-byte vector per thread and row)."""
+        - rows of <= 1024 lanes: 2 rows per program (one 16-byte vector per thread and row).
+        Then two exceptions, measured (07 'bwd-config' study, H200, bf16, M = 16384, run 20261203T164940Z-6d982063, warps
+        4 / 8 / 16 x programs per SM 1 / 2 / 4 x partials in registers / smem; 'bwd-config' table on the page):
+        - 16384-lane tiles (8192 < N <= 16384): 16 warps, one program per SM, partials in *registers*, though
+          ptxas spills 40-904 B there (RMSNorm 12288: 40 B; LayerNorm 12288: 280 B): the spills stay in L1 and
+          cost less than the smem partials' per-row round trip (RMSNorm N = 12288: 327 vs 487 us, LayerNorm
+          566 vs 627 us; 8 warps LayerNorm 532 us spills more and is not taken);
+        - RMSNorm (no db) with 8192-lane tiles (4096 < N <= 8192): 4 warps, 2 programs per SM, partials in smem,
+          64 elements of x and of dy per thread at 255 registers: 218 us vs 255 for 16 warps x 1 program (the
+          best of the other 17 configs); LayerNorm keeps 16 warps x 1 (286 us, the best of its 15)."""
         B = cls.block(N)
+        if B >= 16384:
+            return cls(num_warps=16, rows=1, ctas_per_sm=1, partials=0)
+        if not layer and B == 8192 and B // (vec(dtype) * 32) >= 4:
+            return cls(num_warps=4, rows=1, ctas_per_sm=2, partials=1)
         rows = 2 if B <= 1024 else 1
         nw = max(4, min(16, B * rows // (32 * ELEMS)))
         nw = max(1, min(nw, B // (vec(dtype) * 32)))
