@@ -111,9 +111,11 @@ def test_bad_input_on_a_planned_signature_keeps_its_error():
             gll.rms_norm(x, w[:100], variant="gluon-tma")
         with pytest.raises(ValueError, match="contiguous in its last dimension"):
             gll.rms_norm(torch.randn(4096, 16, device="cuda", dtype=torch.bfloat16).t(), w, variant="gluon-tma")
-    x.requires_grad_(True)
-    with pytest.raises(RuntimeError, match="has no backward yet"):
-        gll.rms_norm(x, w, variant="gluon-tma")
+    x.requires_grad_(True)  # rms_norm has a backward op: under grad it leaves the fast path for its custom op
+    y = gll.rms_norm(x, w, variant="gluon-tma")
+    assert "gluon_lab" in type(y.grad_fn).__name__
+    with pytest.raises(RuntimeError, match="has no backward yet"):  # an op without one still refuses grad
+        gll.l2_norm(x, variant="gluon-tma")
 
 
 def test_cuda_graph_capture_of_replays():
