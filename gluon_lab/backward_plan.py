@@ -51,7 +51,7 @@ def copy_shape(op: str, M: int, N: int, dtype: str) -> dict:
 
 def backward_cases(plan: BackwardPlan, parts=PARTS) -> list[dict]:
     from . import registry
-    from .experiments import resolves
+    from .plan_common import resolves
     cases = []
 
     def grid(Ms, Ns, dtype, variants, study=None):
@@ -96,7 +96,7 @@ def backward_cases(plan: BackwardPlan, parts=PARTS) -> list[dict]:
 
 
 def run_backward(results_dir: str = "results", quick: bool = False, plan: BackwardPlan | None = None, parts=PARTS):
-    from .experiments import measure_plan
+    from .plan_common import measure_plan
     plan = plan or (BackwardPlan.quick() if quick else BackwardPlan())
     recs, s = measure_plan(NB, results_dir, quick, backward_cases(plan, parts))
     return recs, s.save()

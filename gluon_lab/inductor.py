@@ -19,9 +19,10 @@ dtype, x is bf16 / fp16 / fp32 on one of the `devices` (CUDA by default). An RMS
 `a + b` (same shape and dtype) becomes one `add_rms_norm(a, b, w)` whose second output replaces
 every other use of the sum (the residual stream).
 
-What it does not touch: graphs that need a backward (a norm whose intermediates are saved for the
-backward has extra users and does not match: the custom ops have no backward kernel yet), norms
-over several dims, mixed-dtype weights. The Hugging Face form rounds twice (to x's dtype, then
+Graphs that need a backward: a norm whose intermediates are saved for the backward has extra users
+and does not match here; gluon_lab.inductor_training rewrites those before AOT autograd (installed
+with this pass: `install`, `rewrite` and `options` turn both on), so the custom ops' autograd formulas
+differentiate them. Not touched: norms over several dims, mixed-dtype weights. The Hugging Face form rounds twice (to x's dtype, then
 after the weight); the fused kernel rounds once, which moves a result by at most one bf16 ulp.
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ import torch
 
 DEVICES = ("cuda", )
 _counts: dict = {}
-_state: dict = {"pass": None, "previous": None}
+_state: dict = {"pass": None, "previous": None, "pre": None, "pre_previous": None}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,7 +264,9 @@ def options(devices=DEVICES) -> dict:
     a plain torch.compile of the same model: the backends differ)."""
     import gluon_lab  # noqa: F401
     from torch._inductor import config
-    return {"post_grad_custom_pre_pass": _make_pass(config.post_grad_custom_pre_pass, devices)}
+    from .inductor_training import make_pass
+    return {"post_grad_custom_pre_pass": _make_pass(config.post_grad_custom_pre_pass, devices),
+            "pre_grad_custom_pass": make_pass(devices, _counts, config.pre_grad_custom_pass)}
 
 
 def install(devices=DEVICES) -> None:
@@ -275,9 +278,13 @@ def install(devices=DEVICES) -> None:
         if _state["pass"].devices == tuple(devices):
             return
         uninstall()
+    from .inductor_training import make_pass
     _state["previous"] = config.post_grad_custom_pre_pass
     _state["pass"] = _make_pass(_state["previous"], devices)
     config.post_grad_custom_pre_pass = _state["pass"]
+    _state["pre_previous"] = config.pre_grad_custom_pass
+    _state["pre"] = make_pass(devices, _counts, _state["pre_previous"])
+    config.pre_grad_custom_pass = _state["pre"]
 
 
 def uninstall() -> None:
@@ -285,7 +292,9 @@ def uninstall() -> None:
     from torch._inductor import config
     if _state["pass"] is not None and config.post_grad_custom_pre_pass is _state["pass"]:
         config.post_grad_custom_pre_pass = _state["previous"]
-    _state["pass"] = _state["previous"] = None
+    if _state["pre"] is not None and config.pre_grad_custom_pass is _state["pre"]:
+        config.pre_grad_custom_pass = _state["pre_previous"]
+    _state["pass"] = _state["previous"] = _state["pre"] = _state["pre_previous"] = None
 
 
 def installed() -> bool:

@@ -123,13 +123,20 @@ def test_what_the_ops_cannot_take_is_left_alone():
     assert ops == {"rms_norm": 1}, ops
 
 
-def test_graphs_that_need_a_backward_are_not_touched():
+def test_graphs_that_need_a_backward_run_the_custom_op_and_its_backward():
+    """The post-grad patterns cannot match a training graph (the norm's intermediates are saved for the
+    backward); the pre-grad training rewrite (gluon_lab.inductor_training) replaces the norm before AOT
+    autograd, so the forward graph calls the custom op and the gradient is its backward op's."""
     m = torch.nn.RMSNorm(N, eps=1e-6)
     x = torch.randn(3, N, requires_grad=True)
     out, ops = _compile(m, x, grad=True)
-    assert ops == {}, ops  # the norm's intermediates are saved for the backward: no match
+    assert ops == {"rms_norm": 1}, ops
     out.sum().backward()
-    assert x.grad is not None and m.weight.grad is not None
+    x2 = x.detach().clone().requires_grad_()
+    w2 = m.weight.detach().clone().requires_grad_()
+    F.rms_norm(x2, (N, ), w2, 1e-6).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(m.weight.grad, w2.grad)
 
 
 def test_cuda_only_by_default():
