@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 NB = "07-backward"
 OPS = ("rms_norm_backward", "layer_norm_backward", "add_rms_norm_backward")
-PARTS = ("grid", "dtypes", "bwd-config", "bwd-stats")
+PARTS = ("grid", "dtypes", "bwd-config", "bwd-stats")  # the plan's cases; "train-step" is a measurement of its own
+TRAIN_SHAPES = ((1, 2048), (4, 2048))  # (batch, sequence) of the training-step study, Llama-2-7B-shaped block
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,73 @@ def backward_cases(plan: BackwardPlan, parts=PARTS) -> list[dict]:
     return cases
 
 
-def run_backward(results_dir: str = "results", quick: bool = False, plan: BackwardPlan | None = None, parts=PARTS):
+def measure_training_step(session, shapes=TRAIN_SHAPES, repeats: int = 2, hidden: int = 4096, heads: int = 32,
+                          mlp: int = 11008, dtype: str = "bfloat16") -> list:
+    """A training step of a Llama-style decoder block (gluon_lab.blocks.LlamaBlock: nn.RMSNorm x 2, bf16, random
+    weights): loss = block(x).float().pow(2).mean(); loss.backward(), compiled twice (torch.compile, and
+    torch.compile with gluon_lab.inductor.options(): the training rewrite puts the norms' custom ops and their
+    backward ops in the graphs) and timed side by side in one run (do_bench, alternating `repeats` times per
+    shape). Each record: op "llama_block", study "train-step", variant "compiled" / "compiled+gluon-lab", the
+    gradients' max error against the eager step's (passed: within bf16 tolerance), the custom ops in the code."""
+    import re
+    import torch
+    from torch._inductor.utils import run_and_get_code
+    from . import bench, device, inductor
+    from .blocks import LlamaBlock
+    from .results import Record
+    dt = bench.torch_dtype(dtype)
+    blk = LlamaBlock(hidden, heads, mlp, dtype=dt, device="cuda")
+
+    def step(x):
+        loss = blk(x).float().pow(2).mean()
+        loss.backward()
+        return loss
+
+    variants = {"compiled": torch.compile(step, dynamic=False),
+                "compiled+gluon-lab": torch.compile(step, dynamic=False, options=inductor.options())}
+    recs = []
+    for B, S in shapes:
+        shape = {"B": B, "S": S, "H": hidden}
+        g = torch.Generator(device="cuda").manual_seed(session.next_seed())
+        x = torch.randn(B, S, hidden, device="cuda", dtype=dt, generator=g)
+        blk.zero_grad(set_to_none=True)
+        step(x)
+        ref = [p.grad.float().clone() for p in blk.parameters()]
+        info = {}
+        for name, fn in variants.items():
+            blk.zero_grad(set_to_none=True)
+            _, code = run_and_get_code(fn, x)  # compiles (first call per shape) and keeps the code
+            ops = re.findall(r"torch\.ops\.gluon_lab\.(\w+)\.default\(", "\n".join(code))
+            err = max((p.grad.float() - r).abs().max().item() for p, r in zip(blk.parameters(), ref))
+            scale = max(r.abs().max().item() for r in ref)
+            info[name] = {"custom_ops": {o: ops.count(o) for o in sorted(set(ops))}, "max_abs_err": err,
+                          "passed": bool(err <= 5e-2 * max(scale, 1e-3))}
+        for r in range(repeats):
+            for name, fn in variants.items():
+                t = bench.time_do_bench(lambda fn=fn, x=x: fn(x))
+                clock = device.sm_clock_mhz()
+                fl = 3 * blk.flops(B, S)  # forward + backward (~2x the forward)
+                recs.append(Record(
+                    op="llama_block", variant=name, pattern="compiled-model", shape=shape, dtype=dtype,
+                    config={"study": "train-step", "repeat": r, "custom_ops": info[name]["custom_ops"],
+                            "hidden": hidden, "heads": heads, "mlp": mlp, "sm_clock_mhz": clock},
+                    ms_median=t.ms_median, ms_min=t.ms_min, ms_max=t.ms_max, n_reps=t.n_reps, timer=t.timer,
+                    bytes=None, flops=fl, tflops=fl / (t.ms_median * 1e-3) / 1e12, passed=info[name]["passed"],
+                    max_abs_err=info[name]["max_abs_err"], kernel_source_hash=None,
+                    notes="whole-step time (forward + backward, gradients accumulated); hash None: it rests on "
+                          "Inductor, cuBLAS and the variants auto chose, whose own records carry their hashes",
+                    **session.prov))
+        del x
+        torch.cuda.synchronize()
+    session.records.extend(recs)
+    return recs
+
+
+def run_backward(results_dir: str = "results", quick: bool = False, plan: BackwardPlan | None = None,
+                 parts=PARTS + ("train-step", )):
     from .plan_common import measure_plan
     plan = plan or (BackwardPlan.quick() if quick else BackwardPlan())
     recs, s = measure_plan(NB, results_dir, quick, backward_cases(plan, parts))
+    if "train-step" in parts:
+        recs += measure_training_step(s, shapes=((1, 512), ) if quick else TRAIN_SHAPES)
     return recs, s.save()

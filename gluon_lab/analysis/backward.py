@@ -316,3 +316,27 @@ def takeaways(df) -> list:
     lines.append("The dw / db partials are 1–15% of the bytes by the model (more at small M): a few programs per SM, "
                  "not one per row tile.")
     return lines
+
+
+def training_step(df) -> list:
+    """The 'train-step' study: per (B, S), the compiled training step's median ms without and with the rewrite
+    (the median over the run's repeats), with / without, the custom ops in the code, the gradients' check."""
+    if not len(df):
+        return [cm.missing_note(df, "the training step")]
+    d = df[(df.op == "llama_block") & (cm.config_value(df, "study") == "train-step")] if "config_key" in df else df[:0]
+    if not len(d):
+        return ["**Training step: missing** (the plan's 'train-step' part has not run on this GPU yet: "
+                "`python -m gluon_lab bench 07-backward --parts train-step`)."]
+    d = cm.newest_run(d).copy()
+    d["ops"] = cm.config_value(d, "custom_ops").map(lambda o: ", ".join(f"{k} x{v}" for k, v in (o or {}).items()) or "-")
+    p = d.groupby(["B", "S", "variant"]).agg(ms=("ms_median", "median"), ok=("passed", "all"), ops=("ops", "first"))
+    rows = []
+    for (B, S), sub in p.groupby(level=[0, 1]):
+        sub = sub.droplevel([0, 1])
+        if not {"compiled", "compiled+gluon-lab"} <= set(sub.index):
+            continue
+        a, b = sub.loc["compiled"], sub.loc["compiled+gluon-lab"]
+        rows.append({"B": int(B), "S": int(S), "compiled ms": round(a.ms, 3), "with the rewrite ms": round(b.ms, 3),
+                     "with / without": round(a.ms / b.ms, 3), "custom ops (rewrite)": b.ops,
+                     "gradients = eager's": bool(a.ok and b.ok)})
+    return [cm.section_line(d, "training step"), pd.DataFrame(rows)]
