@@ -116,9 +116,9 @@ cm.show(cm.missing_note(allrec, "the 07 grid"))
 # **A known flaw in these records' staleness (2026-12-03):** the layer_norm / add_rms_norm gluon-regs records of
 # the runs of 2026-12-03 carry a source hash that no machine reproduces at their commit: the measuring process
 # had already launched rms_norm's backward, which fills `norm_backward._SMS` (the SM-count cache, a module
-# constant the code hash reads), before it hashed them. They are therefore marked STALE below although the
-# kernels that ran are this code's at every shape; the rms_norm records were hashed before the first launch and
-# are current. The fix (a cache the hash does not read) is a kernel-module change and lands with its GPU-suite
+# constant the code hash reads), before it hashed them. They are therefore marked STALE below, also where the
+# kernels that ran are this code's (the 07 grid run's, measured at the heuristic this code has); the rms_norm
+# records were hashed before the first launch, and their staleness is real. The fix (a cache the hash does not read) is a kernel-module change and lands with its GPU-suite
 # record.
 
 # %%
