@@ -14,9 +14,10 @@ the flattened normalized dims. Where the public op cannot take the call the forw
 weight of another dtype than x (mixed precision with fp32 parameters), a dtype the op does not take
 (float64), x's trailing dims not `normalized_shape`.
 
-Autograd: while grad is needed, `variant="auto"` runs eager torch (the gluon-lab kernels have no backward
-yet, gluon_lab.api), so these modules train today with torch's gradients, and take the Gluon backward
-where the op gains one (issue 31) with no change here.
+Autograd: the public ops rms_norm / layer_norm have backward ops (pattern 7), so under grad these modules'
+forward runs the op's custom op and `loss.backward()` its backward op (gluon_lab.library: the forward's
+variant where the backward op has it, else auto); where the public op cannot take the call, torch's own
+forward and gradient.
 
 Hugging Face-style RMSNorm (`LlamaRMSNorm`, `Qwen2RMSNorm`, `MistralRMSNorm`, ...: a class named
 *RMSNorm with one 1-D `weight` and a float `variance_epsilon` or `eps`) is replaced by a `RMSNorm` that

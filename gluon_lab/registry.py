@@ -44,8 +44,9 @@ class Variant:
     available: Callable[[], bool] = lambda: True
     description: str = ""
     # differentiable: fn is built from torch ops autograd records (eager torch, torch.compile of the
-    # formula). The gluon-lab kernels have no backward yet: api.call refuses inputs that require
-    # grad for them; a backward kernel plugs in here (and in the custom op's registration).
+    # formula). A gluon-lab kernel variant is not: an op with a backward op (<op>_backward, pattern 7)
+    # differentiates through its custom op's autograd formula (gluon_lab.library), and api.call refuses
+    # inputs that require grad for every other op's kernels.
     differentiable: bool = False
     # data_guard(*inputs): the variant enforces the spec's data rule (InPlaceOpSpec.data_check) on the GPU
     # and this raises what the GPU recorded on an earlier call (no sync); api and the fast path call it in
