@@ -9,7 +9,7 @@ Dynamo's torch-level graph (Inductor's `config.pre_grad_custom_pass`, installed 
 mode on and x or the weight requires grad); graphs that need no backward are left to the post-grad rewrite.
 
 Matched spellings: `torch.rms_norm` / `F.rms_norm` (what `nn.RMSNorm` traces to; eps None is
-`torch.finfo(dtype).eps`, as torch's), `F.layer_norm` / `torch.layer_norm` (`nn.LayerNorm`), and the Hugging
+fp32's machine epsilon, as torch's fused kernel uses for bf16 / fp16 / fp32), `F.layer_norm` / `torch.layer_norm` (`nn.LayerNorm`), and the Hugging
 Face Llama formula (`h.to(float32)`, `pow(2).mean(-1, keepdim=True)`, `torch.rsqrt(v + eps)`, `h * rsqrt`,
 `.to(dtype)`, `weight * …`). An RMSNorm whose input is `a + b` (same shape and dtype) becomes one
 `add_rms_norm(a, b, w)` whose second output replaces every other use of the sum. The rules of the post-grad
@@ -101,7 +101,8 @@ def _rms(graph, out, x, w, eps, counts) -> None:
 def _hf_rms(r):
     """From a torch.rsqrt node: (x, w, eps, out) of the Hugging Face Llama RMSNorm formula, or None."""
     add = r.args[0] if r.args else None
-    if not (isinstance(add, torch.fx.Node) and add.op == "call_function" and add.target in _ADD and len(add.args) == 2):
+    if not (isinstance(add, torch.fx.Node) and add.op == "call_function" and add.target in _ADD and len(add.args) == 2
+            and not add.kwargs):  # torch.add(v, eps, alpha=...) is not v + eps
         return None
     v, eps = add.args
     if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0 or not isinstance(v, torch.fx.Node):
@@ -133,7 +134,8 @@ def _hf_rms(r):
     if not (out.op == "call_function" and out.target in _MUL and len(out.args) == 2 and back in out.args):
         return None
     w = out.args[0] if out.args[1] is back else out.args[1]
-    return (x, w, float(eps), out) if isinstance(w, torch.fx.Node) else None
+    chain = (back, muls[0], r, add, v, p, h)  # the formula's nodes, last first: erased once they have no users
+    return (x, w, float(eps), out, chain) if isinstance(w, torch.fx.Node) else None
 
 
 def rewrite_graph(graph: torch.fx.Graph, devices, counts: dict) -> None:
@@ -147,7 +149,7 @@ def rewrite_graph(graph: torch.fx.Graph, devices, counts: dict) -> None:
             if not (isinstance(x, torch.fx.Node) and isinstance(w, torch.fx.Node) and _row_ok(x, (w, ), devices)
                     and _last_dim(shape, x) and _needs_grad((x, w)) and not isinstance(eps, torch.fx.Node)):
                 continue
-            eps = torch.finfo(_ev(x).dtype).eps if eps is None else float(eps)
+            eps = torch.finfo(torch.float32).eps if eps is None else float(eps)  # torch's default: its fp32 math's
             _rms(graph, n, x, w, eps, counts)
             graph.erase_node(n)
         elif n.target in (torch.layer_norm, F.layer_norm):
@@ -164,12 +166,14 @@ def rewrite_graph(graph: torch.fx.Graph, devices, counts: dict) -> None:
             m = _hf_rms(n)
             if m is None:
                 continue
-            x, w, eps, out = m
+            x, w, eps, out, chain = m
             if not (_row_ok(x, (w, ), devices) and _needs_grad((x, w))):
                 continue
             _rms(graph, out, x, w, eps, counts)
             graph.erase_node(out)
-    graph.eliminate_dead_code()
+            for c in chain:  # only the formula's own nodes: never a dead-looking in-place update of the user's
+                if not c.users:
+                    graph.erase_node(c)
     graph.lint()
 
 

@@ -65,6 +65,13 @@ def _register(spec, call) -> None:
         inputs, scalars, variant = _split(spec, args)
         with torch.no_grad():  # below autograd: the formula (if any) is the custom op's, never the kernel's graph
             out = call(spec, inputs, scalars, variant)
+        if isinstance(out, tuple):  # a custom op's outputs may not alias one another (a variant's dw / db may be
+            seen, fixed = set(), []  # views of one buffer): each later alias becomes its own copy (N elements)
+            for o in out:
+                key = o.untyped_storage().data_ptr() if isinstance(o, torch.Tensor) and o.numel() else None
+                fixed.append(o.clone() if key is not None and key in seen else o)
+                seen.add(key)
+            out = tuple(fixed)
         return None if inplace else out
 
     def fake(*args):
@@ -77,10 +84,10 @@ def _register(spec, call) -> None:
             return tuple(torch.empty_like(o) for o in outs)
         return torch.empty_like(outs)
 
-    def setup_context(ctx, inputs, output):
+    def refuse_setup_context(ctx, inputs, output):
         pass
 
-    def backward(ctx, *grads):
+    def refuse_backward(ctx, *grads):
         raise NotImplementedError(
             f"{NAMESPACE}::{spec.name} has no backward kernel yet: compute its gradient with variant='torch' "
             "outside the compiled region, or run the forward under torch.no_grad()")
@@ -90,8 +97,8 @@ def _register(spec, call) -> None:
     _LIB.impl(spec.name, real, "CUDA")
     torch.library.register_fake(qual, fake, lib=_LIB)
     bspec = _backward_spec(spec.name)
-    if bspec is not None:
-        setup_context, backward = _norm_autograd(spec, bspec, call)
+    setup_context, backward = (_norm_autograd(spec, bspec, call) if bspec is not None
+                               else (refuse_setup_context, refuse_backward))
     if not inplace:
         torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_LIB)
     else:
@@ -129,17 +136,23 @@ def _norm_autograd(spec, bspec, call):
     def setup_context(ctx, inputs, output):
         ins, scalars, variant = _split(spec, inputs)
         named = spec.named(ins)
-        ctx.save_for_backward(output[1] if residual else named["x"], named["weight"])
+        ctx.save_for_backward(output[1] if residual else named["x"], named["weight"], named.get("bias"))
         ctx.eps, ctx.variant = scalars["eps"], variant
 
     def backward(ctx, *grads):
-        from .registry import variants
-        x, w = ctx.saved_tensors
+        from .registry import eligible, get_variant, variants
+        x, w, b = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward (torch's formula on the saved
+            return _differentiable_backward(spec, x, w, b, grads, ctx.eps)  # tensors), not the kernels'
         bop = op(bspec.name, call)
-        bv = ctx.variant if ctx.variant in variants(bspec.name) else "auto"
         dy = grads[0].contiguous() if grads[0] is not None else torch.zeros_like(x)  # e.g. sum().backward(): stride 0
+        ds = grads[1].contiguous() if residual and grads[1] is not None else None
+        bins = {"rms": (dy, x, w, None), "layer": (dy, x, w, None, None)}[bspec.kind] if not residual else \
+            (dy, x, w, ds, None)
+        bv = ctx.variant if ctx.variant in variants(bspec.name) else "auto"
+        if bv != "auto" and not eligible(get_variant(bspec.name, bv), bins):
+            bv = "auto"  # the forward's variant takes shapes its backward does not (e.g. longer rows): auto decides
         if residual:
-            ds = grads[1].contiguous() if grads[1] is not None else None
             dx, dw = bop(dy, x, w, ds, None, ctx.eps, bv)
             return dx, dx, dw, None, None
         if bspec.kind == "layer":
@@ -149,6 +162,25 @@ def _norm_autograd(spec, bspec, call):
         return dx, dw, None, None
 
     return setup_context, backward
+
+
+def _differentiable_backward(spec, x, w, b, grads, eps):
+    """The gradients as torch ops autograd records (a double backward: create_graph=True): torch's eager norm
+    re-run on the saved tensors and differentiated with create_graph (rms_norm, layer_norm; add+RMSNorm refuses
+    by name)."""
+    import torch.nn.functional as F
+    if spec.row.residual:  # the saved s is this op's own output: differentiating through it from inside its own
+        raise NotImplementedError(  # backward re-enters the node (it hung); refused by name instead
+            f"{NAMESPACE}::{spec.name} has no double backward (create_graph=True): call it with variant='torch' "
+            "(torch's own autograd) where second derivatives are needed")
+    N = x.shape[-1]
+    ins = [x, w, b] if spec.row.bias else [x, w]
+    y = F.layer_norm(x, (N, ), w, b, eps) if spec.row.bias else F.rms_norm(x, (N, ), w, eps)
+    dy = grads[0] if grads[0] is not None else torch.zeros_like(y)
+    need = [t for t in ins if t.requires_grad]
+    got = dict(zip(map(id, need), torch.autograd.grad(y, need, dy, create_graph=True, allow_unused=True)))
+    gi = [got.get(id(t)) for t in ins]
+    return (*gi, None, None)
 
 
 _REGISTERED: set = set()

@@ -98,3 +98,23 @@ def test_the_llama_block_of_the_training_step_study_trains_through_the_custom_op
     assert gli.stats() == {"rms_norm": 1, "add_rms_norm": 1}, gli.stats()
     for p, r in zip(blk.parameters(), ref):
         torch.testing.assert_close(p.grad, r, atol=1e-5, rtol=1e-4)
+
+
+def test_the_pass_keeps_the_user_s_in_place_updates_and_torch_s_default_eps():
+    """Only the formula's own nodes are erased (an unused in-place update looks dead to FX but is not), and
+    nn.RMSNorm's eps=None becomes fp32's machine epsilon, as torch's kernels use (small inputs: eps matters)."""
+    norm = torch.nn.RMSNorm(64, dtype=torch.bfloat16)  # eps=None: fp32's 1.2e-7, not bf16's 7.8e-3
+    x = (1e-3 * torch.randn(4, 64)).bfloat16().requires_grad_()
+    buf = torch.zeros(3)
+
+    def f(x, buf):
+        buf.add_(1)
+        return norm(x)
+
+    gli.reset_stats()
+    torch._dynamo.reset()
+    with gli.rewrite(devices=("cpu", )), torch._inductor.config.patch(force_disable_caches=True):
+        y = torch.compile(f, fullgraph=True)(x, buf)
+    assert gli.stats() == {"rms_norm": 1}
+    assert torch.equal(buf, torch.ones(3))
+    torch.testing.assert_close(y.float(), norm(x).float(), atol=2e-2, rtol=2e-2)  # |y| ~ 1 (bf16's eps: ~0.01)

@@ -110,13 +110,34 @@ def test_the_norms_custom_ops_differentiate_through_their_backward_ops(name):
         torch.testing.assert_close(a.grad, b_.grad, atol=2e-5, rtol=2e-5)
 
 
-def test_a_double_backward_is_refused_by_name():
-    x = torch.randn(4, 64, requires_grad=True)
-    w = torch.rand(64, requires_grad=True)
-    y = torch.ops.gluon_lab.rms_norm(x, w, 1e-6, "torch")
-    (gx, ) = torch.autograd.grad(y.pow(2).sum(), (x, ), create_graph=True)
-    with pytest.raises(NotImplementedError, match="gluon_lab::rms_norm_backward has no backward kernel yet"):
-        gx.sum().backward()
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_a_double_backward_matches_torch(name):
+    """create_graph=True: the backward is torch's formula on the saved tensors, so second derivatives (a
+    gradient penalty) equal torch's."""
+    import torch.nn.functional as F
+    g = _g()
+    x = torch.randn(4, 32, generator=g)
+    w = torch.rand(32, generator=g) + 0.5
+    b = torch.randn(32, generator=g)
+    res = []
+    for ours in (True, False):
+        a = [t.clone().requires_grad_() for t in ((x, w, b) if name == "layer_norm" else (x, w))]
+        if ours:
+            y = getattr(gll, name)(*a)
+        else:
+            y = F.layer_norm(a[0], (32, ), a[1], a[2], 1e-5) if name == "layer_norm" else F.rms_norm(a[0], (32, ), a[1], 1e-6)
+        gr = torch.autograd.grad(y.pow(2).sum(), a, create_graph=True)
+        res.append(torch.autograd.grad(sum(t.pow(2).sum() for t in gr), a))
+    for u, v in zip(*res):
+        torch.testing.assert_close(u, v, atol=1e-4, rtol=1e-4)
+
+
+def test_add_rms_norm_refuses_a_double_backward_by_name():
+    x, r, w = (torch.randn(4, 64, requires_grad=True), torch.randn(4, 64, requires_grad=True),
+               torch.rand(64, requires_grad=True))
+    y, s = gll.add_rms_norm(x, r, w)
+    with pytest.raises(NotImplementedError, match="gluon_lab::add_rms_norm has no double backward"):
+        torch.autograd.grad(y.pow(2).sum(), (x, ), create_graph=True)
 
 
 @pytest.mark.gpu

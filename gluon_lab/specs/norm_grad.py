@@ -167,6 +167,8 @@ def _validate_bwd(kind: str, residual: bool):
         if w is None:
             raise ValueError(f"weight is required (shape (N,) with N = {xn}.shape[-1] = {N})")
         check_like("weight", w, x, (N, ), f"shape ({N},) to match {xn}.shape[-1]", xn)
+        if N > 1 and w.stride(0) != 1:
+            raise ValueError(f"weight must be contiguous (stride 1; got stride {w.stride(0)}): pass weight.contiguous()")
         if residual and it.get("ds") is not None:
             check_like("ds", it["ds"], x, tuple(x.shape), f"{xn}'s shape {tuple(x.shape)}", xn)
         if kind == "layer" and (it.get("mean") is None) != (it.get("rstd") is None):
