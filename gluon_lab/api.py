@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from . import fastpath, specs
+from .specs.norm_grad import backward_of
 from .registry import check_runnable, data_rule, get_variant
 
 
@@ -63,18 +64,6 @@ def prepare(spec, inputs: tuple, scalars: dict, variant: str = "auto"):
             "inputs, or use variant='torch' (or 'auto', which takes torch when grad is needed)")
     check_runnable(v, inputs)
     return v, scalars
-
-
-_BACKWARD: dict = {}
-
-
-def backward_of(name: str):
-    """The backward op's spec of forward op `name` (specs of family row_norm_backward name their forward),
-    or None."""
-    if not _BACKWARD:
-        _BACKWARD.update({s.forward: s for s in specs.family("row_norm_backward")})
-        _BACKWARD.setdefault(None, None)
-    return _BACKWARD.get(name)
 
 
 def _differentiable(spec, inputs: tuple, scalars: dict, variant: str):

@@ -96,7 +96,7 @@ def _register(spec, call) -> None:
     _LIB.impl(spec.name, real, "CPU")
     _LIB.impl(spec.name, real, "CUDA")
     torch.library.register_fake(qual, fake, lib=_LIB)
-    bspec = _backward_spec(spec.name)
+    bspec = specs.norm_grad.backward_of(spec.name)
     setup_context, backward = (_norm_autograd(spec, bspec, call) if bspec is not None
                                else (refuse_setup_context, refuse_backward))
     if not inplace:
@@ -118,13 +118,6 @@ def _register(spec, call) -> None:
                 return overload()(*args)
 
         _LIB.impl(spec.name, autograd, "Autograd")
-
-
-def _backward_spec(name: str):
-    for s in specs.family("row_norm_backward"):
-        if s.forward == name:
-            return s
-    return None
 
 
 def _norm_autograd(spec, bspec, call):

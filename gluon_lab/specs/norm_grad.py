@@ -24,6 +24,7 @@ Nothing here imports torch at import time.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ._base import ITEMSIZE, Operand, OpSpec, define
@@ -139,6 +140,14 @@ class RowNormBackwardSpec(OpSpec):
             for o in outs:
                 o.fill_(fill)
         return outs
+
+
+@functools.lru_cache(maxsize=None)
+def backward_of(name: str):
+    """The backward op's spec of forward op `name` (the specs of family row_norm_backward name their forward), or
+    None. Cached: api.call asks on every call."""
+    from ._base import family
+    return next((s for s in family("row_norm_backward") if s.forward == name), None)
 
 
 def _stats_view(name, t, x):
