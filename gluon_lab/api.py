@@ -74,8 +74,15 @@ def _differentiable(spec, inputs: tuple, scalars: dict, variant: str):
         get_variant(spec.name, variant)  # an unknown variant is an error before anything runs
     if spec.empty_outputs(inputs) is not None:
         return spec.eager(*inputs, **scalars)  # no elements: torch's op gives empty outputs with their grad_fn
-    from .library import op
+    from .library import TRAIN_VARIANTS, op, train_op
+    if variant in TRAIN_VARIANTS:  # the training forward: the op's outputs and the statistics its backward reads
+        return train_outputs(spec, train_op(spec.name, call)(*inputs, *scalars.values(), variant))
     return op(spec.name, call)(*inputs, *scalars.values(), variant)
+
+
+def train_outputs(spec, outs):
+    """The op's own outputs of its training forward's (which appends the statistics)."""
+    return outs[0] if len(spec.outputs) == 1 else tuple(outs[:len(spec.outputs)])
 
 
 def _needs_grad(spec, inputs) -> str | None:
@@ -99,6 +106,9 @@ def make_public(spec):
     scalars_kw = "".join(f"{k}={k}, " for k in spec.scalars)
     inplace = getattr(spec, "inplace", None)
     traced = f"        _op({args})\n        return {inplace}\n" if inplace else f"        return _op({args})\n"
+    if backward_of(spec.name) is not None:  # a grad-needing call emits the training forward (saves the statistics)
+        traced = (f"        if variant in ('auto', 'gluon-regs') and _needs_grad(_spec, ({inputs})):\n"
+                  f"            return _train_outputs(_spec, _train({args}))\n") + traced
     # while compiling, a call that needs the gradient emits the custom op where the op has a backward op (AOT
     # autograd traces its autograd formula), else takes the eager formulation (traced as torch ops, as
     # api.call's auto / torch would run it); the custom op of an op without a backward refuses grad by name
@@ -111,7 +121,10 @@ def make_public(spec):
            f"    return _call(_spec, ({inputs}), {{{scalars}}}, variant)\n")
     from .library import op
     ns = {"_call": call, "_spec": spec, "_op": op(spec.name, call), "_compiling": torch.compiler.is_compiling,
-          "_needs_grad": _needs_grad}
+          "_needs_grad": _needs_grad, "_train_outputs": train_outputs}
+    if backward_of(spec.name) is not None:
+        from .library import train_op
+        ns["_train"] = train_op(spec.name, call)
     exec(compile(src, f"<gluon_lab.api.{spec.name}>", "exec"), ns)
     fn = ns[spec.name]
     fn.__doc__ = spec.doc

@@ -7,14 +7,18 @@ cell a copy of the backward's compulsory bytes' worth of rows (its bandwidth ref
 then every variant that takes the shape (inductor at M = 16384 only: one compile per shape; torch = what eager autograd runs, inductor = torch.compile of the
 closed-form backward, Liger, QuACK when installed, gluon-regs). 'dtypes': fp16 and fp32 on a subset.
 'bwd-config': gluon-regs's knobs (warps x programs per SM x partials) at M = 16384; 'bwd-stats': the
-forward's statistics read vs recomputed from x (the autograd path recomputes)."""
+forward's statistics read vs recomputed from x (the training forward saves them; the plain op's autograd
+recomputes). 'timeline': the INSTRUMENT build's per-tile %globaltimer stamps of every persistent program, with
+the column reduce timed on its own beside the whole op (capture_timeline)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 NB = "07-backward"
 OPS = ("rms_norm_backward", "layer_norm_backward", "add_rms_norm_backward")
-PARTS = ("grid", "dtypes", "bwd-config", "bwd-stats")  # the plan's cases; "train-step" is a measurement of its own
+PARTS = ("grid", "dtypes", "bwd-config", "bwd-stats")  # the plan's cases; "train-step" and "timeline" are their own
+TIMELINE_SHAPES = (("rms_norm_backward", 8192, 4096), ("layer_norm_backward", 8192, 14336))  # <= 63 tiles a program
+TRACE_FIELDS = ("start", "stats_ready", "folded")  # norm_bwd_kernel's stamps per tile; the last row: the program's end
 TRAIN_SHAPES = ((1, 2048), (4, 2048))  # (batch, sequence) of the training-step study, Llama-2-7B-shaped block
 
 
@@ -31,7 +35,7 @@ class BackwardPlan:
     other_Ns: tuple = (2880, 4096, 8192)
     other_variants: tuple = ("torch", "inductor", "gluon-regs")
     sweep_M: int = 16384
-    sweep_Ns: tuple = (2880, 4096, 8192, 12288)
+    sweep_Ns: tuple = (2880, 4096, 8192, 12288, 14336, 16384)
     sweep_ops: tuple = ("rms_norm_backward", "layer_norm_backward")
     sweep_warps: tuple = (4, 8, 16)
     sweep_ctas: tuple = (1, 2, 4)
@@ -158,11 +162,44 @@ def measure_training_step(session, shapes=TRAIN_SHAPES, repeats: int = 2, hidden
     return recs
 
 
+def capture_timeline(shapes=TIMELINE_SHAPES, dtype: str = "bfloat16") -> dict:
+    """The INSTRUMENT build of the gluon-regs backward at its heuristic config, per (op, M, N): every program's
+    per-tile stamps {key: {"op", "shape", "config", "ns": [[[start, stats_ready, folded], ... per tile, [end] * 3],
+    ... per program], "G", "op_us", "reduce_us"}} (experiments.record_stamps: the second of two launches), with the
+    uninstrumented op (do_bench median, us) and its column reduce alone (colsum_kernel over the G partial rows)."""
+    import torch
+    from . import bench, registry
+    from .experiments import record_stamps
+    from .kernels import norm_backward as B
+    out = {}
+    for op, M, N in shapes:
+        v = registry.get_variant(op, "gluon-regs")
+        shape = {"M": M, "N": N}
+        inputs = bench.make_inputs(op, shape, dtype, seed=23)
+        eps = v.spec.scalars["eps"]
+        cfg = v.resolve(shape, dtype, {})
+        got = record_stamps(lambda c, trace: v.fn(*inputs, eps=eps, config=c, trace=trace), {"heuristic": cfg},
+                            len(TRACE_FIELDS))["heuristic"]
+        G = B.grid_size(M, cfg, B._sms(torch.device("cuda")))
+        params = len(v.spec.outputs) - 1
+        ws = torch.randn(params * G, N, device="cuda")
+        buf = torch.empty(params, N, device="cuda", dtype=bench.torch_dtype(dtype))
+        reduce_t = bench.time_do_bench(lambda: B.colsum_kernel[(B.cdiv(N, B.COLSUM["BN"]), params)](
+            ws, buf, G, N=N, **B.COLSUM))
+        op_t = bench.time_do_bench(lambda: v.fn(*inputs, eps=eps, config=cfg))
+        out[f"{op} {M}x{N}"] = {"op": op, "shape": shape, "G": G, "op_us": op_t.ms_median * 1e3,
+                                "reduce_us": reduce_t.ms_median * 1e3, **got}
+    return {"dtype": dtype, "fields": list(TRACE_FIELDS), "timelines": out}
+
+
 def run_backward(results_dir: str = "results", quick: bool = False, plan: BackwardPlan | None = None,
-                 parts=PARTS + ("train-step", )):
+                 parts=PARTS + ("train-step", "timeline")):
+    from .experiments import save_timeline
     from .plan_common import measure_plan
     plan = plan or (BackwardPlan.quick() if quick else BackwardPlan())
     recs, s = measure_plan(NB, results_dir, quick, backward_cases(plan, parts))
     if "train-step" in parts:
         recs += measure_training_step(s, shapes=((1, 512), ) if quick else TRAIN_SHAPES)
+    if "timeline" in parts:
+        save_timeline(s, results_dir, NB, capture_timeline)
     return recs, s.save()

@@ -1,6 +1,7 @@
 """The Inductor rewrite for training graphs: RMSNorm / LayerNorm / add + RMSNorm of a graph that needs the
-backward become gluon-lab's custom ops *before* AOT autograd, which then differentiates them through their
-registered autograd formulas (gluon_lab.library): the forward and the backward both run gluon-lab's ops.
+backward become gluon-lab's training forwards (`torch.ops.gluon_lab.<op>_train`: the op's outputs and the fp32
+statistics) *before* AOT autograd, which then differentiates them through their registered autograd formulas
+(gluon_lab.library): the forward and the backward both run gluon-lab's ops, the backward on the saved statistics.
 
 gluon_lab.inductor's post-grad rewrite sees a training graph after AOT autograd has split it: the norm's
 intermediates are saved for a backward already written in ATen, so nothing matches. This pass runs on
@@ -61,10 +62,12 @@ def _last_dim(shape, x) -> bool:
 
 
 def _emit(graph, anchor, op, args, like):
+    """A training forward `op` (outputs y, then the statistics) before anchor: its y, standing in for `like`."""
     with graph.inserting_before(anchor):
         new = graph.call_function(op, args)
-    new.meta["example_value"] = like.meta.get("example_value")
-    return new
+        y = graph.call_function(operator.getitem, (new, 0))
+    y.meta["example_value"] = like.meta.get("example_value")
+    return y
 
 
 def _summand(x):
@@ -84,7 +87,7 @@ def _rms(graph, out, x, w, eps, counts) -> None:
     order = {n: i for i, n in enumerate(graph.nodes)}
     if ab is not None and order[w] < order[x]:
         with graph.inserting_after(x):
-            fused = graph.call_function(gl.add_rms_norm.default, (ab[0], ab[1], w, eps, "auto"))
+            fused = graph.call_function(gl.add_rms_norm_train.default, (ab[0], ab[1], w, eps, "auto"))
         with graph.inserting_after(fused):
             y = graph.call_function(operator.getitem, (fused, 0))
             s = graph.call_function(operator.getitem, (fused, 1))
@@ -94,7 +97,7 @@ def _rms(graph, out, x, w, eps, counts) -> None:
         x.replace_all_uses_with(s)
         counts["add_rms_norm"] = counts.get("add_rms_norm", 0) + 1
         return
-    out.replace_all_uses_with(_emit(graph, out, gl.rms_norm.default, (x, w, eps, "auto"), out))
+    out.replace_all_uses_with(_emit(graph, out, gl.rms_norm_train.default, (x, w, eps, "auto"), out))
     counts["rms_norm"] = counts.get("rms_norm", 0) + 1
 
 
@@ -159,7 +162,7 @@ def rewrite_graph(graph: torch.fx.Graph, devices, counts: dict) -> None:
                     and _row_ok(x, (w, b), devices) and _last_dim(shape, x) and _needs_grad((x, w, b))
                     and isinstance(eps, (int, float))):
                 continue
-            n.replace_all_uses_with(_emit(graph, n, gl.layer_norm.default, (x, w, b, float(eps), "auto"), n))
+            n.replace_all_uses_with(_emit(graph, n, gl.layer_norm_train.default, (x, w, b, float(eps), "auto"), n))
             graph.erase_node(n)
             counts["layer_norm"] = counts.get("layer_norm", 0) + 1
         elif n.target is torch.rsqrt:

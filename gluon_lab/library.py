@@ -99,6 +99,8 @@ def _register(spec, call) -> None:
     bspec = specs.norm_grad.backward_of(spec.name)
     setup_context, backward = (_norm_autograd(spec, bspec, call) if bspec is not None
                                else (refuse_setup_context, refuse_backward))
+    if bspec is not None:
+        _register_train(spec, bspec, call)
     if not inplace:
         torch.library.register_autograd(qual, backward, setup_context=setup_context, lib=_LIB)
     else:
@@ -120,41 +122,129 @@ def _register(spec, call) -> None:
         _LIB.impl(spec.name, autograd, "Autograd")
 
 
-def _norm_autograd(spec, bspec, call):
+def _norm_autograd(spec, bspec, call, stats: int = 0):
     """(setup_context, backward) of a row norm: save x (add+RMSNorm: s = x + residual, the forward's second
-    output) and the weight; the backward calls the backward op's custom op with the statistics recomputed
-    (None) and returns dx (twice for add+RMSNorm: the gradient of x and of residual), dw (and db)."""
+    output), the weight and, for the training forward `<op>_train` (stats = its number of statistics outputs,
+    the last ones), the forward's fp32 statistics; the backward calls the backward op's custom op with those
+    statistics (None for the plain op: recomputed from x) and returns dx (twice for add+RMSNorm: the gradient of
+    x and of residual), dw (and db)."""
     residual = spec.row.residual
 
     def setup_context(ctx, inputs, output):
         ins, scalars, variant = _split(spec, inputs)
         named = spec.named(ins)
-        ctx.save_for_backward(output[1] if residual else named["x"], named["weight"], named.get("bias"))
+        saved = tuple(output[len(output) - stats:]) if stats else ()
+        if saved:
+            ctx.mark_non_differentiable(*saved)
+        ctx.save_for_backward(output[1] if residual else named["x"], named["weight"], named.get("bias"), *saved)
         ctx.eps, ctx.variant = scalars["eps"], variant
 
     def backward(ctx, *grads):
         from .registry import eligible, get_variant, variants
-        x, w, b = ctx.saved_tensors
+        x, w, b, *saved = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: a differentiable backward (torch's formula on the saved
             return _differentiable_backward(spec, x, w, b, grads, ctx.eps)  # tensors), not the kernels'
         bop = op(bspec.name, call)
         dy = grads[0].contiguous() if grads[0] is not None else torch.zeros_like(x)  # e.g. sum().backward(): stride 0
         ds = grads[1].contiguous() if residual and grads[1] is not None else None
-        bins = {"rms": (dy, x, w, None), "layer": (dy, x, w, None, None)}[bspec.kind] if not residual else \
-            (dy, x, w, ds, None)
+        st = tuple(saved) if saved else (None, ) * (2 if bspec.kind == "layer" else 1)
+        bins = (dy, x, w, ds, *st) if residual else (dy, x, w, *st)
         bv = ctx.variant if ctx.variant in variants(bspec.name) else "auto"
         if bv != "auto" and not eligible(get_variant(bspec.name, bv), bins):
             bv = "auto"  # the forward's variant takes shapes its backward does not (e.g. longer rows): auto decides
         if residual:
-            dx, dw = bop(dy, x, w, ds, None, ctx.eps, bv)
+            dx, dw = bop(*bins, ctx.eps, bv)
             return dx, dx, dw, None, None
         if bspec.kind == "layer":
-            dx, dw, db = bop(dy, x, w, None, None, ctx.eps, bv)
+            dx, dw, db = bop(*bins, ctx.eps, bv)
             return dx, dw, db, None, None
-        dx, dw = bop(dy, x, w, None, ctx.eps, bv)
+        dx, dw = bop(*bins, ctx.eps, bv)
         return dx, dw, None, None
 
     return setup_context, backward
+
+
+TRAIN_VARIANTS = ("auto", "gluon-regs", "torch")  # what a training forward `<op>_train` runs (train_forward)
+
+
+def train_name(name: str) -> str:
+    return f"{name}_train"
+
+
+def _register_train(spec, bspec, call) -> None:
+    """`gluon_lab::<op>_train`: the forward that also returns its fp32 statistics (rstd; mean and rstd for
+    LayerNorm, shape x.shape[:-1]) after the op's own outputs, with the autograd formula that hands them to
+    the backward op. What a grad-needing gll.<op> call (variant auto or gluon-regs), its compiled form and the
+    training rewrite run."""
+    nstats = 2 if bspec.kind == "layer" else 1
+    head = schema(spec)
+    args = head[head.index("("):head.index(") ->") + 1]
+    name = train_name(spec.name)
+    _LIB.define(f"{name}{args} -> ({', '.join(['Tensor'] * (len(spec.outputs) + nstats))})")
+
+    def real(*args):
+        inputs, scalars, variant = _split(spec, args)
+        with torch.no_grad():
+            return train_forward(spec, inputs, scalars["eps"], variant)
+
+    def fake(*args):
+        inputs, scalars, variant = _split(spec, args)
+        spec.validate(*inputs, **scalars)
+        x = spec.named(inputs)["x"]
+        outs = tuple(torch.empty_like(x) for _ in spec.outputs)
+        return outs + tuple(torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) for _ in range(nstats))
+
+    _LIB.impl(name, real, "CPU")
+    _LIB.impl(name, real, "CUDA")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIB)
+    setup_context, backward = _norm_autograd(spec, bspec, call, stats=nstats)
+    torch.library.register_autograd(f"{NAMESPACE}::{name}", backward, setup_context=setup_context, lib=_LIB)
+
+
+def train_forward(spec, inputs, eps: float, variant: str):
+    """(outputs..., [mean,] rstd) of a row norm's training forward. variant gluon-regs: the Gluon kernel that
+    saves the statistics in the same pass (kernels/norm_train.py; its errors are gluon-regs's); auto: that
+    kernel where gluon-regs takes the input, else torch; torch: aten's fused forward, which returns the
+    statistics itself (on the CPU the closed form, the statistics computed beside it)."""
+    from .registry import eligible, get_variant
+    if variant not in TRAIN_VARIANTS:
+        raise ValueError(f"variant of {train_name(spec.name)} must be one of {TRAIN_VARIANTS}; got {variant!r}")
+    a = spec.named(inputs)
+    x, r, w, b = a["x"], a.get("residual"), a.get("weight"), a.get("bias")
+    if variant != "torch" and x.numel():
+        v = get_variant(spec.name, "gluon-regs")
+        if variant == "gluon-regs" or eligible(v, inputs):
+            from .kernels import norm_train
+            from .registry import check_runnable
+            check_runnable(v, inputs)  # named gluon-regs: its clear error where it cannot run
+            return norm_train.launch(spec, x, r, w, b, eps)
+    return torch_train_forward(spec, x, r, w, b, eps)
+
+
+def torch_train_forward(spec, x, r, w, b, eps: float):
+    """The training forward in torch: aten._fused_rms_norm / aten.native_layer_norm on CUDA (what eager
+    autograd of F.rms_norm / F.layer_norm saves), the closed form on the CPU; statistics fp32 of x.shape[:-1]."""
+    s = x + r if spec.row.residual else x
+    N, lead = x.shape[-1], x.shape[:-1]
+    if spec.row.stats == "layer":
+        if s.is_cuda:
+            y, mean, rstd = torch.ops.aten.native_layer_norm(s, [N], w, b, eps)
+        else:
+            sf = s.float()
+            mean = sf.mean(-1, keepdim=True)
+            rstd = (sf - mean).pow(2).mean(-1, keepdim=True).add(eps).rsqrt()
+            y = spec.eager(s, w, b, eps)
+        stats = (mean.float().reshape(lead).contiguous(), rstd.float().reshape(lead).contiguous())
+    else:
+        if s.is_cuda:
+            y, rstd = torch.ops.aten._fused_rms_norm(s, [N], w, eps)
+        else:
+            sf = s.float()
+            rstd = sf.pow(2).mean(-1, keepdim=True).add(eps).rsqrt()
+            y = torch.nn.functional.rms_norm(s, (N, ), w, eps)
+        stats = (rstd.float().reshape(lead).contiguous(), )
+    outs = (y, s) if spec.row.residual else (y, )
+    return outs + stats
 
 
 def _differentiable_backward(spec, x, w, b, grads, eps):
@@ -187,3 +277,10 @@ def op(name: str, call):
         _register(spec, call)
         _REGISTERED.add(name)
     return getattr(getattr(torch.ops, NAMESPACE), name)
+
+
+def train_op(name: str, call):
+    """The training forward of a row norm with a backward op (torch.ops.gluon_lab.<name>_train), registered
+    with the op itself."""
+    op(name, call)
+    return getattr(getattr(torch.ops, NAMESPACE), train_name(name))

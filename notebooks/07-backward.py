@@ -55,7 +55,7 @@ results_dir = None         # None: the repository's results/; else a path (relat
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
 run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
 compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
-parts = ["grid", "dtypes", "bwd-config", "bwd-stats", "train-step"]  # measure mode: which parts of the plan run
+parts = ["grid", "dtypes", "bwd-config", "bwd-stats", "train-step", "timeline"]  # measure mode: which parts run
 
 # %%
 from gluon_lab.analysis import common as cm, backward as ana
@@ -150,11 +150,26 @@ cm.show(ana.ceiling_table(allrec))
 #
 # From the byte model: the G programs write G fp32 partial rows per parameter and the reduce reads them back.
 # With a few programs per SM that is 1–15% of the compulsory bytes (most at small M, LayerNorm's two
-# parameters); one program per row tile would make it as large as x itself. (Modelled: the reduce runs inside
-# the op's timing; it is not timed on its own yet.)
+# parameters); one program per row tile would make it as large as x itself. The timeline below also times
+# the column reduce on its own, beside the whole op.
 
 # %%
 cm.show(ana.partials_share(allrec))
+
+# %% [markdown]
+# ### A measured timeline of the persistent programs
+#
+# The INSTRUMENT build of `norm_bwd_kernel` (`INSTRUMENT=True`, `backward_plan.capture_timeline`) stamps
+# `%globaltimer` three times per row tile of every program: the tile's start, its statistics ready (x and dy
+# arrived and reduced: the data wait), and its partials folded in (dx stored); and once when the program's
+# partial row is stored. RMSNorm 8192 × 4096 (partials in registers, two programs per SM) and LayerNorm
+# 8192 × 14336 (one 16-warp program per SM, partials in shared memory).
+
+# %%
+TL = ana.load_timeline(ctx)
+cm.show(ana.timeline_note(ctx, TL, allrec))
+cm.show(ana.timeline_stats(TL))
+fig = ana.timeline_figure(TL)
 
 # %% [markdown]
 # ## 6. Studies
@@ -178,10 +193,12 @@ cm.show(ana.dtype_table(allrec))
 # %% [markdown]
 # ## 8. Autograd
 #
-# `gll.rms_norm(x, w)` with an input that requires grad goes through its custom op
-# (`torch.ops.gluon_lab.rms_norm`), whose `register_autograd` formula saves x (s for add+RMSNorm) and the
-# weight and calls `torch.ops.gluon_lab.rms_norm_backward` — the forward's variant where the backward op has it,
-# else `auto`. Under `torch.compile(fullgraph=True)` AOT autograd traces both custom ops. The GPU tests
+# `gll.rms_norm(x, w)` with an input that requires grad (variant `auto` or `gluon-regs`) goes through its
+# training forward `torch.ops.gluon_lab.rms_norm_train` (`kernels/norm_train.py`: gluon-regs plus one fp32 store
+# of rstd per row; mean too for LayerNorm; aten's fused forward where gluon-regs cannot take the input), whose
+# `register_autograd` formula saves x (s for add+RMSNorm), the weight and the statistics and calls
+# `torch.ops.gluon_lab.rms_norm_backward` on them — the forward's variant where the backward op has it, else
+# `auto`. Other named variants go through the plain custom op, whose backward recomputes the statistics. Under `torch.compile(fullgraph=True)` AOT autograd traces both custom ops. The GPU tests
 # (`tests/test_norm_backward_gpu.py`) check the gradients against float64 autograd, `torch.library.opcheck`
 # with the autograd checks, and a compiled training step. Here on the CPU, the same path with the torch
 # variants:
@@ -202,8 +219,9 @@ print(type(y.grad_fn).__name__, tuple(x.grad.shape), tuple(w.grad.shape))
 # block(x).float().pow(2).mean(); loss.backward()` under `torch.compile`, and under `torch.compile` with
 # `gluon_lab.inductor.options()`, whose training rewrite (`gluon_lab.inductor_training`) turns the norms into
 # gluon-lab's custom ops before AOT autograd (x + residual before the second norm becomes one `add_rms_norm`).
-# Target: with ≥ 1.0× without, gradients equal to the eager step's within bf16 tolerance. (Not measured: a
-# timeline of the persistent programs.)
+# The rewrite emits the training forwards (`gluon_lab::rms_norm_train`, `add_rms_norm_train`: y and the fp32
+# rstd), so the backward ops read the saved statistics. Target: with ≥ 1.0× without, gradients equal to the
+# eager step's within bf16 tolerance.
 
 # %%
 cm.show(*ana.training_step(allrec))

@@ -58,6 +58,18 @@ def test_heuristic_configs_of_the_grid_compile_within_the_register_file(op):
         assert c["spill_bytes"] <= limit, (N, cfg, c["spill_bytes"])
 
 
+@pytest.mark.parametrize("kind,N", [("rms", 4096), ("layer", 14336)])
+def test_the_instrumented_build_reads_the_globaltimer_only_when_asked(kind, N):
+    from gluon_lab.codegen import census, compile_sm90
+    kw = dict(has_db=kind == "layer", has_stats=True, has_ds=False)
+    plain = compile_sm90(**{k: v for k, v in B.codegen_spec(kind, N, "bfloat16", **kw).items() if k != "options"})
+    inst = compile_sm90(**{k: v for k, v in B.codegen_spec(kind, N, "bfloat16", instrument=True, **kw).items()
+                           if k != "options"})
+    assert "globaltimer" not in plain.asm["ptx"]
+    assert inst.asm["ptx"].count("%globaltimer") == 5  # per tile: start, statistics ready, folded; the end (2 reads)
+    assert census(inst)["spill_bytes"] <= census(plain)["spill_bytes"] + 64
+
+
 def test_colsum_compiles_to_a_fixed_order_reduce():
     from gluon_lab.codegen import census, compile_sm90
     c = census(compile_sm90(**{k: v for k, v in B.colsum_codegen_spec(4096, "bfloat16").items() if k != "options"}))

@@ -135,8 +135,77 @@ def test_opcheck_with_the_autograd_checks(op):
     x, r = _leaf(64, 2048, seed=1), _leaf(64, 2048, seed=2)
     w, b = _leaf(2048, seed=3, offset=1.0), _leaf(2048, seed=4)
     args = {"rms_norm": (x, w, 1e-6), "layer_norm": (x, w, b, 1e-5), "add_rms_norm": (x, r, w, 1e-6)}[op]
-    opcheck(getattr(torch.ops.gluon_lab, op).default, (*args, "gluon-regs"),
-            test_utils=("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+    for name in (op, f"{op}_train"):
+        opcheck(getattr(torch.ops.gluon_lab, name).default, (*args, "gluon-regs"),
+                test_utils=("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm"])
+@pytest.mark.parametrize("M,N", [(1, 4096), (7, 1000), (1027, 2880), (333, 5120), (3, 24576)])
+def test_the_training_forward_saves_float64_statistics_and_the_inference_output(op, dtype, M, N):
+    """gluon_lab::<op>_train (gluon-regs): y (and s) bit-equal to the inference gluon-regs's, and the fp32 mean /
+    rstd per row equal to float64's; its outputs are poisoned first (fresh buffers each call: NaN never passes)."""
+    from gluon_lab import specs
+    from gluon_lab.specs import norm_grad
+    spec = specs.get(op)
+    dt = bench.torch_dtype(dtype)
+    x, r = _leaf(M, N, seed=7).detach().to(dt), _leaf(M, N, seed=8).detach().to(dt)
+    w, b = _leaf(N, seed=9, offset=1.0).detach().to(dt), _leaf(N, seed=10).detach().to(dt)
+    ins = {"rms_norm": (x, w), "layer_norm": (x, w, b), "add_rms_norm": (x, r, w)}[op]
+    eps = spec.scalars["eps"]
+    poison = torch.full((64 << 20, ), float("nan"), device="cuda")  # NaN in the memory the outputs will reuse
+    del poison
+    outs = getattr(torch.ops.gluon_lab, f"{op}_train")(*ins, eps, "gluon-regs")
+    plain = getattr(gll, op)(*ins, variant="gluon-regs")
+    plain = plain if isinstance(plain, tuple) else (plain, )
+    for o, p in zip(outs, plain):
+        assert torch.equal(o, p)
+    stats = outs[len(plain):]
+    s = (x + r) if op == "add_rms_norm" else x
+    want = norm_grad._rows_stats(s, "layer" if op == "layer_norm" else "rms", eps)
+    assert len(stats) == len(want)
+    for got, ref in zip(stats, want):
+        assert got.dtype == torch.float32 and got.shape == x.shape[:-1] and not got.isnan().any()
+        torch.testing.assert_close(got.double(), ref.double(), atol=1e-5, rtol=2e-5)
+
+
+def test_loss_backward_hands_the_saved_statistics_to_the_gluon_backward():
+    from gluon_lab.kernels import norm_backward
+    seen = []
+    real = norm_backward.launch
+    norm_backward.launch = lambda *a, **k: seen.append((a[0], k.get("mean") is not None,
+                                                        k.get("rstd") is not None)) or real(*a, **k)
+    try:
+        x, w, b = _leaf(300, 2880, seed=5), _leaf(2880, seed=6, offset=1.0), _leaf(2880, seed=7)
+        gll.layer_norm(gll.rms_norm(x, w), w, b).float().pow(2).mean().backward()  # auto: the training forwards
+    finally:
+        norm_backward.launch = real
+    assert seen == [("layer", True, True), ("rms", False, True)]
+
+
+def test_a_compiled_training_step_with_the_rewrite_runs_gluon_lab_both_ways():
+    """nn.RMSNorm / nn.LayerNorm of a model compiled with gluon_lab.inductor.options(): the training rewrite
+    puts the training forwards and the backward ops in the code, and the gradients equal eager's (bf16)."""
+    import torch._inductor.utils as iu
+    import gluon_lab.inductor as gli
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.RMSNorm(2880), torch.nn.Linear(2880, 2880), torch.nn.LayerNorm(2880)).cuda().to(
+        torch.bfloat16)
+    x = torch.randn(1000, 2880, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: m(x).float().pow(2).mean(), fullgraph=True, options=gli.options())
+    loss, codes = iu.run_and_get_code(fn, x)
+    loss.backward()
+    codes = "\n".join(codes)
+    for name in ("rms_norm_train", "layer_norm_train", "rms_norm_backward", "layer_norm_backward"):
+        assert f"gluon_lab.{name}.default" in codes, name
+    grads = [t.grad.float().clone() for t in (x, *m.parameters())]
+    for t in (x, *m.parameters()):
+        t.grad = None
+    m(x).float().pow(2).mean().backward()
+    for g, t in zip(grads, (x, *m.parameters())):
+        torch.testing.assert_close(g, t.grad.float(), atol=3e-2, rtol=3e-2)
 
 
 def test_compiled_training_step_traces_both_directions_as_custom_ops():
@@ -154,8 +223,8 @@ def test_compiled_training_step_traces_both_directions_as_custom_ops():
     loss.backward()
     codes = "\n".join([code, *rest])
     assert cnt.frame_count == 1
-    for name in ("gluon_lab.rms_norm.default", "gluon_lab.layer_norm.default"):
-        assert name in codes
+    for name in ("rms_norm_train", "layer_norm_train", "rms_norm_backward", "layer_norm_backward"):
+        assert f"gluon_lab.{name}.default" in codes, name  # the training forwards, their statistics to the backward
     grads = [t.grad.clone() for t in (x, w, b)]
     for t in (x, w, b):
         t.grad = None
@@ -163,3 +232,52 @@ def test_compiled_training_step_traces_both_directions_as_custom_ops():
     for g, t in zip(grads, (x, w, b)):
         torch.testing.assert_close(g.float(), t.grad.float(), atol=2e-2, rtol=2e-2)
 
+
+
+@pytest.mark.parametrize("op,M,N", [("rms_norm_backward", 1027, 4096), ("layer_norm_backward", 2000, 14336)])
+def test_the_instrumented_backward_computes_the_same_bits_and_stamps_every_tile(op, M, N):
+    """INSTRUMENT=True: the same dx / dw (/ db) bits as the plain build, one row of three ordered %globaltimer stamps
+    per row tile a program ran, and one end row per program after its last tile (backward_plan.capture_timeline)."""
+    from gluon_lab.kernels import norm_backward as B
+    from gluon_lab.kernels.pipelined import TRACE_CTAS, TRACE_ITERS
+    v = registry.get_variant(op, "gluon-regs")
+    inputs = bench.make_inputs(op, {"M": M, "N": N}, "bfloat16", seed=3)
+    eps = v.spec.scalars["eps"]
+    trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * 3, dtype=torch.int64, device="cuda")
+    got = v.fn(*inputs, eps=eps, trace=trace)
+    want = v.fn(*inputs, eps=eps)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    cfg = v.resolve({"M": M, "N": N}, "bfloat16", {})
+    G = B.grid_size(M, cfg, B._sms(torch.device("cuda")))
+    t = trace.view(TRACE_CTAS, TRACE_ITERS, 3).cpu()
+    tiles = -(-M // cfg.rows)
+    assert int((t > 0).all(-1).sum()) == tiles + G  # every tile once, and every program's end
+    for p in range(G):
+        rows = t[p][(t[p] > 0).all(-1)]
+        assert (rows[:, 1:] >= rows[:, :-1]).all() and (rows[1:, 0] >= rows[:-1, 2]).all()
+
+
+def test_capture_timeline_times_the_reduce_beside_the_op():
+    from gluon_lab.backward_plan import capture_timeline
+    tl = capture_timeline(shapes=(("layer_norm_backward", 2048, 4096), ))
+    t = tl["timelines"]["layer_norm_backward 2048x4096"]
+    assert 0 < t["reduce_us"] < t["op_us"] and len(t["ns"]) == t["G"]
+    assert all(len(p) >= 2 and all(len(r) == 3 for r in p) for p in t["ns"])
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("M,N,knobs", [(1027, 2880, {}), (333, 5120, {"partials": 1}), (4099, 1536, {"ctas_per_sm": 4}),
+                                       (70, 12288, {"num_warps": 16, "ctas_per_sm": 1})])
+def test_prefetch_changes_when_a_tile_arrives_not_the_bits(op, M, N, knobs):
+    """prefetch=True (the next tile's loads in flight while this one computes) and False: the same dx / dw (/ db)
+    bits, both against float64."""
+    v = registry.get_variant(op, "gluon-regs")
+    inputs = bench.make_inputs(op, {"M": M, "N": N}, "bfloat16", seed=M)
+    eps = v.spec.scalars["eps"]
+    cfgs = [v.resolve({"M": M, "N": N}, "bfloat16", {**knobs, "prefetch": p}) for p in (False, True)]
+    outs = [v.fn(*inputs, eps=eps, config=c) for c in cfgs]
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    res = bench.check_correctness(op, "gluon-regs", inputs, config=cfgs[1])  # poisoned outputs, float64
+    assert res["passed"], res

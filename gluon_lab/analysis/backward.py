@@ -26,7 +26,8 @@ KNOBS = ("num_warps", "ctas_per_sm", "partials")
 
 
 # ---- kernel-facing -------------------------------------------------------------------------------
-def measure(ctx: cm.Context, quick: bool = False, parts=("grid", "dtypes", "bwd-config", "bwd-stats")):
+def measure(ctx: cm.Context, quick: bool = False,
+            parts=("grid", "dtypes", "bwd-config", "bwd-stats", "train-step", "timeline")):
     from ..backward_plan import run_backward
     _, where = run_backward(results_dir=str(ctx.results_dir), quick=quick, parts=tuple(parts))
     return where
@@ -312,7 +313,7 @@ def takeaways(df) -> list:
     if len(st):
         lines.append(f"Reading the forward's statistics beats recomputing them from x by "
                      f"{100 * (st['recomputed / saved'].max() - 1):.0f}% at N ≤ 8192 (one more row reduction and barrier "
-                     "per row); autograd recomputes today, so the forward should save them.")
+                     "per row): the training forward (`gluon_lab::<op>_train`) saves them in its own pass.")
     lines.append("The dw / db partials are 1–15% of the bytes by the model (more at small M): a few programs per SM, "
                  "not one per row tile.")
     return lines
@@ -340,3 +341,93 @@ def training_step(df) -> list:
                      "with / without": round(a.ms / b.ms, 3), "custom ops (rewrite)": b.ops,
                      "gradients = eager's": bool(a.ok and b.ok)})
     return [cm.section_line(d, "training step"), pd.DataFrame(rows)]
+
+
+# ---- the measured timeline of the persistent programs (%globaltimer, INSTRUMENT build) ------------------
+def load_timeline(ctx: cm.Context):
+    from .pipelined import load_timeline as load
+    return load(ctx, NB)
+
+
+def timeline_note(ctx: cm.Context, TL, allrec, stale: str = "flag") -> str:
+    """Provenance of the timeline: its run, and whether that run's gluon-regs records of the traced ops are stale."""
+    if TL is None:
+        from .pipelined import nodata
+        return nodata(ctx, f"the measured timeline ({NB}.timeline.json is missing)", stale)
+    ops = {t["op"] for t in TL["timelines"].values()}
+    src = allrec[(allrec.run_id == TL["run_id"]) & allrec.op.isin(ops) & (allrec.variant == GLUON)] \
+        if len(allrec) else allrec
+    state = ("no gluon-regs record of that run to check the kernel source against" if not len(src)
+             else "STALE: the kernel source has changed since" if src.stale.any() else "the kernel source is unchanged since")
+    return (f"MEASURED with `%globaltimer` on **{TL['gpu']}**, run `{TL['run_id']}` ({state}); {TL['dtype']}, the "
+            "heuristic config, the second of two launches of the INSTRUMENT build.")
+
+
+def _programs(t):
+    """Per traced program: (tiles (k, 3) array of [start, stats_ready, folded] ns, its end stamp)."""
+    import numpy as np
+    out = []
+    for c in t["ns"]:
+        a = np.asarray(c, dtype=float).reshape(-1, 3)
+        if len(a) >= 2:
+            out.append((a[:-1], a[-1, 0]))
+    return out
+
+
+def timeline_stats(TL) -> pd.DataFrame:
+    """Per traced (op, shape): programs, tiles per program, medians over every tile of the wait for its data (start
+    -> statistics ready: x and dy arrived and reduced), the rest of the tile (dx and the partials), the gap to the
+    next tile, the partial-row store at the end; the spread of program end times; the column reduce timed alone
+    against the whole op (us, do_bench medians)."""
+    import numpy as np
+    rows = []
+    for key, t in (TL or {}).get("timelines", {}).items():
+        ps = _programs(t)
+        if not ps:
+            continue
+        wait = np.concatenate([a[:, 1] - a[:, 0] for a, _ in ps])
+        rest = np.concatenate([a[:, 2] - a[:, 1] for a, _ in ps])
+        gaps = [a[1:, 0] - a[:-1, 2] for a, _ in ps if len(a) > 1]
+        gap = np.concatenate(gaps) if gaps else np.zeros(0)
+        tail = np.array([end - a[-1, 2] for a, end in ps])
+        ends = np.array([end for _, end in ps])
+        c = t["config"]
+        rows.append({"traced": key, "config": f"{c['num_warps']}w x {c['ctas_per_sm']}/SM, partials "
+                                              f"{'smem' if c['partials'] else 'regs'}",
+                     "programs": len(ps), "tiles / program": f"{min(len(a) for a, _ in ps)}–{max(len(a) for a, _ in ps)}",
+                     "data wait (us)": np.median(wait) / 1e3, "dx + partials (us)": np.median(rest) / 1e3,
+                     "gap to next tile (us)": float(np.median(gap)) / 1e3 if len(gap) else float("nan"),
+                     "partial-row store (us)": np.median(tail) / 1e3,
+                     "program end spread (us)": (ends.max() - ends.min()) / 1e3,
+                     "op (us)": t["op_us"], "column reduce alone (us)": t["reduce_us"],
+                     "reduce share %": 100 * t["reduce_us"] / t["op_us"]})
+    return pd.DataFrame(rows).set_index("traced").round(2) if rows else pd.DataFrame()
+
+
+def timeline_figure(TL, programs: int = 6, tiles: int = 16):
+    """Gantt of the first `programs` persistent programs per traced shape: per tile the data wait and the rest, the
+    partial-row store at the end (first `tiles` tiles and the last); None without a timeline."""
+    import matplotlib.pyplot as plt
+    tl = (TL or {}).get("timelines", {})
+    if not tl:
+        return None
+    fig, axes = plt.subplots(len(tl), 1, figsize=(11, 1.4 + 0.45 * programs * len(tl)), squeeze=False)
+    for ax, (key, t) in zip(axes[:, 0], tl.items()):
+        ps = _programs(t)[:programs]
+        for y, (a, end) in enumerate(ps):
+            a = a / 1e3
+            show = list(range(min(tiles, len(a))))
+            ax.barh(y, a[show, 1] - a[show, 0], left=a[show, 0], color="#d62728", height=0.7,
+                    label="data wait" if y == 0 else None)
+            ax.barh(y, a[show, 2] - a[show, 1], left=a[show, 1], color="#1f77b4", height=0.7,
+                    label="dx + partials" if y == 0 else None)
+            ax.barh(y, end / 1e3 - a[-1, 2], left=a[-1, 2], color="#ff7f0e", height=0.7,
+                    label="partial-row store" if y == 0 else None)
+        ax.set_yticks(range(len(ps)), [f"program {i}" for i in range(len(ps))], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{key}: first {tiles} tiles and the end of {len(ps)} persistent programs "
+                     f"(column reduce alone: {t['reduce_us']:.1f} of {t['op_us']:.1f} us)", fontsize=9)
+        ax.set_xlabel("us from the first stamp (%globaltimer)")
+        ax.legend(loc="upper right", fontsize=7, frameon=False, ncol=3)
+    fig.tight_layout()
+    return fig

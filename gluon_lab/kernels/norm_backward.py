@@ -36,30 +36,37 @@ contiguous.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .hopper import ITEMSIZE, SMEM_LIMIT, cdiv, dtype_name, kernel_spec, short_dtype, vec
+from .pipelined import TRACE_CTAS, TRACE_ITERS, globaltimer
 
 MAX_BLOCK = 16384  # row tile (next_power_of_2(N)) in registers: x and dy as fp32; 32768 spills at any warp count
 MAX_THREADS = 1024
 KIND = {"rms": 0, "layer": 2}  # spec.row.stats of the forward -> the kernel's KIND (norm_math's numbering)
 CTAS_PER_SM = 2  # heuristic default: programs per SM (sweep: 07 'bwd-config'); more -> more partial rows
 ELEMS = 16  # heuristic: fp32 elements per thread of one row tile (registers: the census in BwdConfig.heuristic)
+SPILL_OK_N = 12288  # heuristic: the longest rows whose register partials' spills still beat smem partials
 
 
 @gluon.jit(do_not_specialize=["M", "G", "eps"])
-def norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, ds_ptr, dx_ptr, ws_ptr, M, G, dy_stride, x_stride,
-                    ds_stride, dx_stride, eps, N: gl.constexpr, BLOCK: gl.constexpr, ROWS: gl.constexpr,
-                    KIND: gl.constexpr, HAS_DB: gl.constexpr, HAS_STATS: gl.constexpr,
-                    HAS_DS: gl.constexpr, PARTIALS: gl.constexpr, ALIGNED: gl.constexpr, num_warps: gl.constexpr):
+def norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, ds_ptr, dx_ptr, ws_ptr, t_ptr, M, G, dy_stride,
+                    x_stride, ds_stride, dx_stride, eps, N: gl.constexpr, BLOCK: gl.constexpr, ROWS: gl.constexpr,
+                    KIND: gl.constexpr, HAS_DB: gl.constexpr, HAS_STATS: gl.constexpr, HAS_DS: gl.constexpr,
+                    PARTIALS: gl.constexpr, PREFETCH: gl.constexpr, ALIGNED: gl.constexpr, INSTRUMENT: gl.constexpr,
+                    num_warps: gl.constexpr):
     """Program p of G: row tiles p, p + G, ... (ROWS rows each); dx of each row, and its fp32 share of
     dw (= sum dy * xhat) and db (= sum dy) kept until the end, then written to ws[p] / ws[G + p]. KIND: 0
     RMSNorm, 2 LayerNorm. mean_ptr / rstd_ptr: the forward's fp32 statistics (HAS_STATS), else None and
     recomputed. ds_ptr (HAS_DS): add+RMSNorm's gradient reaching s, added to dx. PARTIALS: 0 registers,
-    1 shared memory."""
+    1 shared memory. INSTRUMENT (the 07 timeline's build; t_ptr None otherwise): per row tile i < TRACE_ITERS
+    of program p < TRACE_CTAS three %globaltimer stamps at t_ptr[(p * TRACE_ITERS + i) * 3 ...]: the tile's
+    start, its statistics ready (x and dy arrived), its partials folded in (dx stored); the program's
+    partial-row store is one more row, (tile = min(its tiles, TRACE_ITERS - 1)), stamped [end, end, end]."""
     dtype: gl.constexpr = x_ptr.dtype.element_ty
     VEC: gl.constexpr = 128 // dtype.primitive_bitwidth
     L: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [1, num_warps], [1, 0])
@@ -84,26 +91,50 @@ def norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, ds_ptr, dx_ptr, ws
             db_smem.store(gl.zeros([ROWS, BLOCK], gl.float32, L))
 
     tiles = gl.cdiv(M, ROWS)
+    if PREFETCH:  # software pipelining in registers: tile t + G's loads are in flight while tile t computes
+        xn = _tile(x_ptr, x_stride, pid, M, c2, col_ok, ROWS, VEC, ALIGNED, ROW_L)
+        dyn = _tile(dy_ptr, dy_stride, pid, M, c2, col_ok, ROWS, VEC, ALIGNED, ROW_L)
+        if HAS_STATS:
+            rn = _row_stat(rstd_ptr, pid, M, ROWS, ROW_L)
+            if KIND == 2:
+                mn = _row_stat(mean_ptr, pid, M, ROWS, ROW_L)
+    i = 0
     for t in range(pid, tiles, G):
+        if INSTRUMENT:
+            t0 = globaltimer()
         rows = t * ROWS + gl.arange(0, ROWS, layout=ROW_L)
         row_ok = rows < M
         mask = gl.expand_dims(row_ok, 1) & col_ok
         r64 = gl.expand_dims(rows.to(gl.int64), 1)
-        x_off = r64 * x_stride
-        dy_off = r64 * dy_stride
         dx_off = r64 * dx_stride
         if ALIGNED:
-            x_off = gl.multiple_of(x_off, [VEC, VEC])
-            dy_off = gl.multiple_of(dy_off, [VEC, VEC])
             dx_off = gl.multiple_of(dx_off, [VEC, VEC])
-        # 1. x and dy into registers, once (masked lanes and rows read 0)
-        x = gl.load(x_ptr + x_off + c2, mask=mask, other=0.0).to(gl.float32)
-        dy = gl.load(dy_ptr + dy_off + c2, mask=mask, other=0.0).to(gl.float32)
+        # 1. x and dy into registers, once (masked lanes and rows read 0): this tile's (PREFETCH: loaded during the
+        #    previous tile, and the next tile's loads issued now)
+        if PREFETCH:
+            xr = xn
+            dyr = dyn
+            xn = _tile(x_ptr, x_stride, t + G, M, c2, col_ok, ROWS, VEC, ALIGNED, ROW_L)
+            dyn = _tile(dy_ptr, dy_stride, t + G, M, c2, col_ok, ROWS, VEC, ALIGNED, ROW_L)
+        else:
+            xr = _tile(x_ptr, x_stride, t, M, c2, col_ok, ROWS, VEC, ALIGNED, ROW_L)
+            dyr = _tile(dy_ptr, dy_stride, t, M, c2, col_ok, ROWS, VEC, ALIGNED, ROW_L)
+        if HAS_DS:  # issued before the row reductions, consumed after them
+            dsr = _tile(ds_ptr, ds_stride, t, M, c2, col_ok, ROWS, VEC, ALIGNED, ROW_L)
+        x = xr.to(gl.float32)
+        dy = dyr.to(gl.float32)
         # 2. the statistics: the forward's, or recomputed from the registers
         if HAS_STATS:
-            rstd = gl.load(rstd_ptr + rows, mask=row_ok, other=0.0)
-            if KIND == 2:
-                mean = gl.load(mean_ptr + rows, mask=row_ok, other=0.0)
+            if PREFETCH:
+                rstd = rn
+                rn = _row_stat(rstd_ptr, t + G, M, ROWS, ROW_L)
+                if KIND == 2:
+                    mean = mn
+                    mn = _row_stat(mean_ptr, t + G, M, ROWS, ROW_L)
+            else:
+                rstd = _row_stat(rstd_ptr, t, M, ROWS, ROW_L)
+                if KIND == 2:
+                    mean = _row_stat(mean_ptr, t, M, ROWS, ROW_L)
         else:
             if KIND == 2:
                 mean = gl.sum(x, axis=1) / N
@@ -111,6 +142,8 @@ def norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, ds_ptr, dx_ptr, ws
                 rstd = gl.rsqrt(gl.sum(d * d, axis=1) / N + eps)
             else:
                 rstd = gl.rsqrt(gl.sum(x * x, axis=1) / N + eps)
+        if INSTRUMENT:
+            t1 = globaltimer()
         if KIND == 2:
             xhat = gl.where(mask, (x - gl.expand_dims(mean, 1)) * gl.expand_dims(rstd, 1), 0.0)
         else:
@@ -125,10 +158,7 @@ def norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, ds_ptr, dx_ptr, ws
             dxf = dxf - gl.expand_dims(gl.sum(g, axis=1) / N, 1)
         dxf = dxf * gl.expand_dims(rstd, 1)
         if HAS_DS:
-            ds_off = r64 * ds_stride
-            if ALIGNED:
-                ds_off = gl.multiple_of(ds_off, [VEC, VEC])
-            dxf = dxf + gl.load(ds_ptr + ds_off + c2, mask=mask, other=0.0).to(gl.float32)
+            dxf = dxf + dsr.to(gl.float32)
         gl.store(dx_ptr + dx_off + c2, dxf.to(dtype), mask=mask)
         # 4. this program's share of dw (and db), kept on chip
         if PARTIALS == 0:
@@ -139,6 +169,9 @@ def norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, ds_ptr, dx_ptr, ws
             dw_smem.store(dw_smem.load(L) + dy * xhat)
             if HAS_DB:
                 db_smem.store(db_smem.load(L) + dy)
+        if INSTRUMENT:
+            stamp(t_ptr, pid, i, t0, t1)
+        i += 1
 
     # 5. the partial rows, once per program (fp32)
     if PARTIALS == 0:
@@ -152,6 +185,39 @@ def norm_bwd_kernel(dy_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, ds_ptr, dx_ptr, ws
         else:
             db_part = gl.sum(db_smem.load(L), axis=0)
         gl.store(ws_ptr + (G + pid).to(gl.int64) * N + cols, db_part, mask=cols < N)
+    if INSTRUMENT:
+        end = globaltimer()
+        stamp(t_ptr, pid, gl.minimum(i, TRACE_ITERS - 1), end, end)
+
+
+@gluon.jit
+def _tile(ptr, stride, t, M, c2, col_ok, ROWS: gl.constexpr, VEC: gl.constexpr, ALIGNED: gl.constexpr,
+          ROW_L: gl.constexpr):
+    """Row tile t ([ROWS, BLOCK], rows t * ROWS ...) of an (M, N) operand in its own dtype; rows at or past M and
+    lanes at or past N read 0 (a tile past the last is fully masked: no memory traffic)."""
+    rows = t * ROWS + gl.arange(0, ROWS, layout=ROW_L)
+    off = gl.expand_dims(rows.to(gl.int64), 1) * stride
+    if ALIGNED:
+        off = gl.multiple_of(off, [VEC, VEC])
+    return gl.load(ptr + off + c2, mask=gl.expand_dims(rows < M, 1) & col_ok, other=0.0)
+
+
+@gluon.jit
+def _row_stat(ptr, t, M, ROWS: gl.constexpr, ROW_L: gl.constexpr):
+    """The fp32 statistic of row tile t's rows (0 past M)."""
+    rows = t * ROWS + gl.arange(0, ROWS, layout=ROW_L)
+    return gl.load(ptr + rows, mask=rows < M, other=0.0)
+
+
+@gluon.jit
+def stamp(t_ptr, pid, i, t0, t1):
+    """Row i of program pid's trace: [t0, t1, now] (programs and tiles past the trace's size are not kept)."""
+    if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
+        t2 = globaltimer()
+        base = (pid * TRACE_ITERS + i) * 3
+        gl.store(t_ptr + base, t0)
+        gl.store(t_ptr + base + 1, t1)
+        gl.store(t_ptr + base + 2, t2)
 
 
 @gluon.jit(do_not_specialize=["G"])
@@ -190,6 +256,7 @@ class BwdConfig:
     rows: int = 1
     ctas_per_sm: int = CTAS_PER_SM
     partials: int = 0
+    prefetch: bool = False  # True: the next row tile's x and dy (and statistics) loaded while this one computes
     recompute: bool = False  # True: ignore the forward's statistics, recompute them from x (07 'bwd-stats' study)
 
     @staticmethod
@@ -217,13 +284,16 @@ class BwdConfig:
         - 16384-lane tiles (8192 < N <= 16384): 16 warps, one program per SM, partials in *registers*, though
           ptxas spills 40-904 B there (RMSNorm 12288: 40 B; LayerNorm 12288: 280 B): the spills stay in L1 and
           cost less than the smem partials' per-row round trip (RMSNorm N = 12288: 327 vs 487 us, LayerNorm
-          566 vs 627 us; 8 warps LayerNorm 532 us spills more and is not taken);
+          566 vs 627 us; 8 warps LayerNorm 532 us spills more and is not taken). Only up to N = SPILL_OK_N:
+          past it the spills grow with the row (LayerNorm 16384 x 14336: 1.129 ms with register partials, 0.674
+          with smem partials, 07 grid run 20261203T165606Z-c0978ffd against a same-session probe), so longer rows
+          keep the partials in shared memory (the 'bwd-config' study sweeps N = 14336 and 16384 to show it);
         - RMSNorm (no db) with 8192-lane tiles (4096 < N <= 8192): 4 warps, 2 programs per SM, partials in smem,
           64 elements of x and of dy per thread at 255 registers: 218 us vs 255 for 16 warps x 1 program (the
           best of the other 17 configs); LayerNorm keeps 16 warps x 1 (286 us, the best of its 15)."""
         B = cls.block(N)
         if B >= 16384:
-            return cls(num_warps=16, rows=1, ctas_per_sm=1, partials=0)
+            return cls(num_warps=16, rows=1, ctas_per_sm=1, partials=int(N > SPILL_OK_N))
         if not layer and B == 8192 and B // (vec(dtype) * 32) >= 4:
             return cls(num_warps=4, rows=1, ctas_per_sm=2, partials=1)
         rows = 2 if B <= 1024 else 1
@@ -301,10 +371,10 @@ def grid_size(M: int, cfg: BwdConfig, sms: int) -> int:
     return max(1, min(cdiv(M, cfg.rows), sms * cfg.ctas_per_sm))
 
 
-def _constexprs(kind, N, cfg, has_db, has_stats, has_ds, aligned) -> dict:
+def _constexprs(kind, N, cfg, has_db, has_stats, has_ds, aligned, instrument=False) -> dict:
     return {"N": N, "BLOCK": cfg.block(N), "ROWS": cfg.rows, "KIND": KIND[kind], "HAS_DB": has_db,
-            "HAS_STATS": has_stats, "HAS_DS": has_ds, "PARTIALS": cfg.partials, "ALIGNED": aligned,
-            "num_warps": cfg.num_warps}
+            "HAS_STATS": has_stats, "HAS_DS": has_ds, "PARTIALS": cfg.partials, "PREFETCH": cfg.prefetch, "ALIGNED": aligned,
+            "INSTRUMENT": instrument, "num_warps": cfg.num_warps}
 
 
 COLSUM = {"BN": 128, "GR": 8, "num_warps": 4}  # 128 fp32 columns (512 B) x 8 partial rows per load: one 16-byte
@@ -312,11 +382,12 @@ COLSUM = {"BN": 128, "GR": 8, "num_warps": 4}  # 128 fp32 columns (512 B) x 8 pa
 
 
 def launch(kind: str, dy, x, weight, mean=None, rstd=None, ds=None, *, eps: float, has_db: bool = False,
-           out=None, config: BwdConfig | None = None):
+           out=None, config: BwdConfig | None = None, trace=None):
     """Run the backward: returns (dx, dw) for RMSNorm / add+RMSNorm, (dx, dw, db) for LayerNorm (has_db).
     kind: "rms" or "layer". x: the forward's input (add+RMSNorm: s = x + residual). mean / rstd: the
     forward's fp32 statistics, or None (recomputed). ds: add+RMSNorm's gradient reaching s, or None. out:
-    (dx, dw[, db]) to write (dx may alias ds: each element is read before it is written)."""
+    (dx, dw[, db]) to write (dx may alias ds: each element is read before it is written). trace: an int64
+    buffer of TRACE_CTAS x TRACE_ITERS x 3 for the INSTRUMENT build's stamps (norm_bwd_kernel), or None."""
     import torch
     cfg = check(kind, dy, x, weight, mean, rstd, ds, config=config)
     N = x.shape[-1]
@@ -331,8 +402,8 @@ def launch(kind: str, dy, x, weight, mean=None, rstd=None, ds=None, *, eps: floa
     has_stats = rstd is not None and not cfg.recompute
     norm_bwd_kernel[(G, )](
         dy2, x2, weight, mean if kind == "layer" and has_stats else None, rstd if has_stats else None, ds2, dx2, ws,
-        M, G, dy2.stride(0), x2.stride(0), ds2.stride(0) if ds2 is not None else 0, dx2.stride(0), eps,
-        **_constexprs(kind, N, cfg, has_db, has_stats, ds is not None, aligned))
+        trace, M, G, dy2.stride(0), x2.stride(0), ds2.stride(0) if ds2 is not None else 0, dx2.stride(0), eps,
+        **_constexprs(kind, N, cfg, has_db, has_stats, ds is not None, aligned, trace is not None))
     if out is None:  # one reduce launch for dw (and db): a (1 + has_db, N) buffer in the weight's dtype
         buf = torch.empty(1 + has_db, N, device=x.device, dtype=weight.dtype)
         colsum_kernel[(cdiv(N, COLSUM["BN"]), 1 + has_db)](ws, buf, G, N=N, **COLSUM)
@@ -342,28 +413,28 @@ def launch(kind: str, dy, x, weight, mean=None, rstd=None, ds=None, *, eps: floa
     return (dx, *params)
 
 
-_SMS: dict = {}
-
-
 def _sms(device) -> int:
-    key = (device.type, device.index)
-    if key not in _SMS:
-        from .hopper import num_sms
-        _SMS[key] = num_sms(device)
-    return _SMS[key]
+    return _sms_of(device.type, device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _sms_of(kind: str, index) -> int:  # a cache, not a module dict: the staleness hash reads constants it reaches
+    import torch
+    from .hopper import num_sms
+    return num_sms(torch.device(kind, index))
 
 
 def codegen_spec(kind: str, N: int, dtype: str, *, has_db: bool, has_stats: bool, has_ds: bool,
-                 config: BwdConfig | None = None) -> dict:
+                 config: BwdConfig | None = None, instrument: bool = False) -> dict:
     """compile_sm90 arguments reproducing what launch() JITs for contiguous rows of N (CPU codegen)."""
     cfg = (config or BwdConfig.heuristic(N, dtype, kind == "layer")).validate(N, dtype, kind == "layer")
     ptr = f"*{short_dtype(dtype)}"
     args = {"dy_ptr": ptr, "x_ptr": ptr, "w_ptr": ptr, "mean_ptr": "*fp32" if has_stats and kind == "layer" else None,
             "rstd_ptr": "*fp32" if has_stats else None, "ds_ptr": ptr if has_ds else None, "dx_ptr": ptr,
-            "ws_ptr": "*fp32", "M": "i32", "G": "i32", "dy_stride": N, "x_stride": N, "ds_stride": N if has_ds else 0,
+            "ws_ptr": "*fp32", "t_ptr": "*i64" if instrument else None, "M": "i32", "G": "i32", "dy_stride": N, "x_stride": N, "ds_stride": N if has_ds else 0,
             "dx_stride": N, "eps": "fp32"}
     return kernel_spec(norm_bwd_kernel, args, _constexprs(kind, N, cfg, has_db, has_stats, has_ds,
-                                                          N % vec(dtype) == 0), num_warps=cfg.num_warps)
+                                                          N % vec(dtype) == 0, instrument), num_warps=cfg.num_warps)
 
 
 def colsum_codegen_spec(N: int, dtype: str) -> dict:
@@ -375,7 +446,7 @@ def colsum_codegen_spec(N: int, dtype: str) -> dict:
 # registration: gluon-regs for every row-norm backward op
 
 KNOBS = {"num_warps": (4, 8, 16), "rows": (1, 2), "ctas_per_sm": (1, 2, 4), "partials": (0, 1),
-         "recompute": (False, True)}  # the 07 'bwd-config' study's axes
+         "prefetch": (False, True), "recompute": (False, True)}  # the 07 'bwd-config' study's axes
 
 
 def _args(spec, inputs) -> dict:
@@ -385,8 +456,9 @@ def _args(spec, inputs) -> dict:
 
 
 def _variant(spec):
-    def fn(*inputs, eps, out=None, config=None):
-        return launch(spec.kind, **_args(spec, inputs), eps=eps, has_db=spec.kind == "layer", out=out, config=config)
+    def fn(*inputs, eps, out=None, config=None, trace=None):
+        return launch(spec.kind, **_args(spec, inputs), eps=eps, has_db=spec.kind == "layer", out=out, config=config,
+                      trace=trace)
 
     def check_fn(*inputs, config=None):
         return check(spec.kind, **_args(spec, inputs), config=config)
