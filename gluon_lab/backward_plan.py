@@ -6,12 +6,13 @@ ones of 02 (1536 ... 24576), bf16, for rms_norm_backward, layer_norm_backward an
 cell a copy of the backward's compulsory bytes' worth of rows (its bandwidth reference, measured in the run),
 then every variant that takes the shape (inductor at M = 16384 only: one compile per shape; torch = what eager autograd runs, inductor = torch.compile of the
 closed-form backward, Liger, QuACK when installed, gluon-regs). 'dtypes': fp16 and fp32 on a subset.
-'bwd-config': gluon-regs's knobs (warps x programs per SM x partials) at M = 16384; 'bwd-stats': the
+'bwd-config': gluon-regs's knobs (warps x programs per SM x partials x prefetch) at M = 16384; 'bwd-stats': the
 forward's statistics read vs recomputed from x (the training forward saves them; the plain op's autograd
 recomputes). 'timeline': the INSTRUMENT build's per-tile %globaltimer stamps of every persistent program, with
 the column reduce timed on its own beside the whole op (capture_timeline)."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 NB = "07-backward"
@@ -35,16 +36,17 @@ class BackwardPlan:
     other_Ns: tuple = (2880, 4096, 8192)
     other_variants: tuple = ("torch", "inductor", "gluon-regs")
     sweep_M: int = 16384
-    sweep_Ns: tuple = (2880, 4096, 8192, 12288, 14336, 16384)
+    sweep_Ns: tuple = (1536, 2880, 4096, 8192, 12288, 16384)
     sweep_ops: tuple = ("rms_norm_backward", "layer_norm_backward")
     sweep_warps: tuple = (4, 8, 16)
     sweep_ctas: tuple = (1, 2, 4)
     sweep_partials: tuple = (0, 1)
+    sweep_prefetch: tuple = (False, True)
 
     @classmethod
     def quick(cls):
         return cls(Ms=(4096, ), Ns=(4096, 5120), other_Ns=(4096, ), sweep_Ns=(4096, ), sweep_warps=(8, ),
-                   sweep_ctas=(1, 2), sweep_partials=(0, ))
+                   sweep_ctas=(1, 2), sweep_partials=(0, ), sweep_prefetch=(False, True))
 
 
 def copy_shape(op: str, M: int, N: int, dtype: str) -> dict:
@@ -86,13 +88,12 @@ def backward_cases(plan: BackwardPlan, parts=PARTS) -> list[dict]:
         s = {"M": plan.sweep_M, "N": N}
         for op in plan.sweep_ops:
             if "bwd-config" in parts:
-                for nw in plan.sweep_warps:
-                    for k in plan.sweep_ctas:
-                        for p in plan.sweep_partials:
-                            knobs = {"num_warps": nw, "ctas_per_sm": k, "partials": p}
-                            if resolves(op, "gluon-regs", s, plan.dtype, knobs):
-                                cases.append({"op": op, "variant": "gluon-regs", "shape": s, "dtype": plan.dtype,
-                                              "config": {**knobs, "study": "bwd-config"}})
+                for nw, k, p, pf in itertools.product(plan.sweep_warps, plan.sweep_ctas, plan.sweep_partials,
+                                                      plan.sweep_prefetch):
+                    knobs = {"num_warps": nw, "ctas_per_sm": k, "partials": p, "prefetch": pf}
+                    if resolves(op, "gluon-regs", s, plan.dtype, knobs):
+                        cases.append({"op": op, "variant": "gluon-regs", "shape": s, "dtype": plan.dtype,
+                                      "config": {**knobs, "study": "bwd-config"}})
             if "bwd-stats" in parts:
                 for rc in (False, True):
                     cases.append({"op": op, "variant": "gluon-regs", "shape": s, "dtype": plan.dtype,

@@ -26,13 +26,15 @@ def test_the_backward_ops_exist_with_their_peers_and_kernel():
 @pytest.mark.parametrize("N", [1000, 4096, 5120, 12288])
 def test_census_shows_the_pattern(op, dtype, N):
     spec = specs.get(op)
-    cfg = B.BwdConfig.make(N, dtype, spec.kind == "layer")
+    cfg = B.BwdConfig.make(N, dtype, spec.kind == "layer", ds="ds" in spec.input_names)
     _, c = codegen.inspect_variant(op, "gluon-regs", N=N, dtype=dtype)
     e = B.ITEMSIZE[dtype]
     v = cfg.elems(N) * e // 16  # 16-byte vectors per thread of one [ROWS, BLOCK] tile of an input
-    rows = 2 + ("ds" in spec.input_names)  # x, dy (, ds): each read once, no second global read; w: one row
+    # x, dy (, ds): each read once, no second global read; w: one row. With prefetch the loads of x and dy (and of
+    # the statistics) are in the code twice: the first tile's before the loop, the next tile's inside it
+    rows = 2 * (1 + cfg.prefetch) + ("ds" in spec.input_names)
     assert c["ld_global_by_bits"][128] == rows * v + v // cfg.rows
-    stats = (2 if spec.kind == "layer" else 1) * cfg.rows  # the forward's fp32 mean / rstd: one scalar per row
+    stats = (2 if spec.kind == "layer" else 1) * cfg.rows * (1 + cfg.prefetch)  # the forward's fp32 mean / rstd
     assert c["ld_global_by_bits"].get(32, 0) == stats
     params = 1 + (spec.kind == "layer")  # the partial rows: dw (and db), fp32, once per program
     assert c["st_global_by_bits"] == {128: v + params * cfg.elems(N) // cfg.rows * 4 // 16}
@@ -51,7 +53,7 @@ def test_heuristic_configs_of_the_grid_compile_within_the_register_file(op):
     they spill, BwdConfig.heuristic) spill at most 1 KB per thread: named here and on the 07 page, not hidden."""
     spec = specs.get(op)
     for N in GRID_NS:
-        cfg = B.BwdConfig.make(N, "bfloat16", spec.kind == "layer")
+        cfg = B.BwdConfig.make(N, "bfloat16", spec.kind == "layer", ds="ds" in spec.input_names)
         _, c = codegen.inspect_variant(op, "gluon-regs", N=N, dtype="bfloat16")
         assert c["registers"] <= 65536 // (32 * cfg.num_warps * cfg.ctas_per_sm), (N, cfg, c["registers"])
         limit = 0 if cfg.block(N) <= 8192 else 1024
@@ -107,3 +109,15 @@ def test_empty_input_gives_empty_dx_and_zero_parameter_gradients():
     x, w = torch.randn(0, 64), torch.rand(64)
     dx, dw, db = gll.layer_norm_backward(x, x, w, variant="gluon-regs")
     assert dx.shape == (0, 64) and torch.equal(dw, torch.zeros(64)) and torch.equal(db, torch.zeros(64))
+
+
+def test_the_07_plan_sweeps_prefetch_and_times_every_backward():
+    from gluon_lab.backward_plan import PARTS, BackwardPlan, backward_cases
+    cases = backward_cases(BackwardPlan(), PARTS)
+    sweep = [c for c in cases if c.get("config", {}).get("study") == "bwd-config"]
+    assert {c["config"]["prefetch"] for c in sweep} == {False, True}
+    assert {c["op"] for c in cases if c.get("variant") == "gluon-regs"} == set(OPS)
+    for c in sweep:  # every swept config is one the kernel takes
+        spec = specs.get(c["op"])
+        B.BwdConfig.make(c["shape"]["N"], "bfloat16", spec.kind == "layer", **c["config"]).validate(
+            c["shape"]["N"], "bfloat16", spec.kind == "layer")

@@ -22,7 +22,7 @@ OPS = ("rms_norm_backward", "layer_norm_backward", "add_rms_norm_backward")
 GLUON = "gluon-regs"
 PEERS = ("torch", "inductor", "liger", "quack")
 CELL_TARGET, GEOMEAN_TARGET, CEILING_TARGET, CEILING_FROM = 1.0, 1.10, 85.0, 64 * 2 ** 20
-KNOBS = ("num_warps", "ctas_per_sm", "partials")
+KNOBS = ("num_warps", "ctas_per_sm", "partials", "prefetch")
 
 
 # ---- kernel-facing -------------------------------------------------------------------------------
@@ -42,7 +42,7 @@ def kernel_source() -> str:
 def heuristic(op: str, N: int, M: int | None = None):
     from .. import specs
     from ..kernels.norm_backward import BwdConfig
-    return BwdConfig.make(int(N), "bfloat16", specs.get(op).kind == "layer", M)
+    return BwdConfig.make(int(N), "bfloat16", specs.get(op).kind == "layer", M, "ds" in specs.get(op).input_names)
 
 
 def copy_rows(op: str, M: int, N: int) -> tuple:
@@ -208,6 +208,7 @@ def config_study(df) -> pd.DataFrame:
     s = cm.newest_run(s)
     for k in KNOBS:
         s[k] = cm.config_value(s, k).map(cm._knob)
+    s["prefetch"] = s["prefetch"].map(bool)  # runs before the knob existed recorded none: off
     rows = []
     for (op, M, N), sub in s.groupby(["op", "M", "N"]):
         h = heuristic(op, N, M)
@@ -215,7 +216,7 @@ def config_study(df) -> pd.DataFrame:
         best = sub.loc[sub.ms_median.idxmin()]
         hs = sub[[tuple(r) == hk for r in sub[list(KNOBS)].itertuples(index=False)]]
         rows.append({"op": op.replace("_backward", ""), "M": int(M), "N": int(N), "configs": len(sub),
-                     "best (warps, programs/SM, partials)": tuple(int(best[k]) for k in KNOBS),
+                     "best (warps, programs/SM, partials, prefetch)": tuple(int(best[k]) for k in KNOBS),
                      "best us": round(1000 * best.ms_median, 1), "heuristic": hk,
                      "heuristic us": round(1000 * float(hs.ms_median.min()), 1) if len(hs) else None,
                      "heuristic / best": round(float(hs.ms_median.min()) / best.ms_median, 3) if len(hs) else None})

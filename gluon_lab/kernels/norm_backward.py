@@ -48,8 +48,6 @@ from .pipelined import TRACE_CTAS, TRACE_ITERS, globaltimer
 MAX_BLOCK = 16384  # row tile (next_power_of_2(N)) in registers: x and dy as fp32; 32768 spills at any warp count
 MAX_THREADS = 1024
 KIND = {"rms": 0, "layer": 2}  # spec.row.stats of the forward -> the kernel's KIND (norm_math's numbering)
-CTAS_PER_SM = 2  # heuristic default: programs per SM (sweep: 07 'bwd-config'); more -> more partial rows
-ELEMS = 16  # heuristic: fp32 elements per thread of one row tile (registers: the census in BwdConfig.heuristic)
 SPILL_OK_N = 12288  # heuristic: the longest rows whose register partials' spills still beat smem partials
 
 
@@ -254,7 +252,7 @@ class BwdConfig:
     statistics are read (True) or recomputed from x (False; the public op passes what it is given)."""
     num_warps: int
     rows: int = 1
-    ctas_per_sm: int = CTAS_PER_SM
+    ctas_per_sm: int = 2
     partials: int = 0
     prefetch: bool = False  # True: the next row tile's x and dy (and statistics) loaded while this one computes
     recompute: bool = False  # True: ignore the forward's statistics, recompute them from x (07 'bwd-stats' study)
@@ -271,41 +269,45 @@ class BwdConfig:
         return self.partials * self.block(N) * self.rows * 4 * (2 if layer else 1)
 
     @classmethod
-    def heuristic(cls, N: int, dtype: str, layer: bool, M: int | None = None) -> "BwdConfig":
-        """From the sm_90 census (ptxas -v, bf16 and fp32, N = 1000 ... 16384; tests/test_norm_backward.py
-        checks every heuristic config's registers and spills):
-        - ELEMS fp32 elements per thread of a [ROWS, BLOCK] tile: warps = BLOCK / (32 x ELEMS), 4..16. At 16
-          elements x, dy, w and the register partials took 94-128 registers (RMSNorm 94-119, LayerNorm
-          120-128); at 32 elements 160-243, which leaves one 8-warp program per SM;
-        - so two programs per SM up to 8 warps (2 x 256 threads x 128 registers = the register file), one at 16;
-        - rows of <= 1024 lanes: 2 rows per program (one 16-byte vector per thread and row).
-        Then two exceptions, measured (07 'bwd-config' study, H200, bf16, M = 16384, run 20261203T164940Z-6d982063, warps
-        4 / 8 / 16 x programs per SM 1 / 2 / 4 x partials in registers / smem; 'bwd-config' table on the page):
-        - 16384-lane tiles (8192 < N <= 16384): 16 warps, one program per SM, partials in *registers*, though
-          ptxas spills 40-904 B there (RMSNorm 12288: 40 B; LayerNorm 12288: 280 B): the spills stay in L1 and
-          cost less than the smem partials' per-row round trip (RMSNorm N = 12288: 327 vs 487 us, LayerNorm
-          566 vs 627 us; 8 warps LayerNorm 532 us spills more and is not taken). Only up to N = SPILL_OK_N:
-          past it the spills grow with the row (LayerNorm 16384 x 14336: 1.129 ms with register partials, 0.674
-          with smem partials, 07 grid run 20261203T165606Z-c0978ffd against a same-session probe), so longer rows
-          keep the partials in shared memory (the 'bwd-config' study sweeps N = 14336 and 16384 to show it);
-        - RMSNorm (no db) with 8192-lane tiles (4096 < N <= 8192): 4 warps, 2 programs per SM, partials in smem,
-          64 elements of x and of dy per thread at 255 registers: 218 us vs 255 for 16 warps x 1 program (the
-          best of the other 17 configs); LayerNorm keeps 16 warps x 1 (286 us, the best of its 15)."""
+    def heuristic(cls, N: int, dtype: str, layer: bool, M: int | None = None, ds: bool = False) -> "BwdConfig":
+        """By the row tile B = next_power_of_2(N), from the sm_90 census (ptxas -v; tests/test_norm_backward.py
+        checks every heuristic config's registers against the register file and its spills) and a probe of
+        warps x programs per SM x partials x prefetch on the H200 (bf16, M = 16384, session of 2026-12-03,
+        recorded since by the 07 'bwd-config' study, which sweeps the same axes; its table shows the heuristic
+        against the best swept config per cell):
+        - B <= 2048: 4 warps, 4 programs per SM (2 with ds: add+RMSNorm's third input), prefetch on. One 4-warp
+          program per row tile keeps too few loads in flight: at N = 1536 the earlier 4 x 2 config took 116-165 us,
+          4 x 4 with prefetch 65 us (RMSNorm, LayerNorm), add+RMSNorm 4 x 2 with prefetch 79 us;
+        - B = 4096: 8 warps x 2, partials in registers; prefetch for LayerNorm and add+RMSNorm (LayerNorm 4096:
+          124 vs 150 us; add+RMSNorm 2880: 110 vs 134), not RMSNorm (161-166 vs 160: no gain at 124-128 registers);
+        - B = 8192: 16 warps x 1, partials in registers, prefetch (LayerNorm 8192: 222 vs 284 us; RMSNorm 8192: 211
+          vs 222 for the earlier 4 warps x 2 with smem partials; add+RMSNorm 8192: 264 vs 287);
+        - B = 16384 up to N = SPILL_OK_N: 16 warps x 1, partials in registers, no prefetch (RMSNorm 12288: 332 us,
+          the best; the spills, 40-280 B, stay in L1);
+        - past SPILL_OK_N: RMSNorm and LayerNorm 8 warps x 1 with smem partials and prefetch (RMSNorm 14336: 461 vs
+          541 us for 16 warps; LayerNorm 14336: 593 vs 672, 16384: 689 vs 707), add+RMSNorm 16 warps x 1 with smem
+          partials (its best at 14336 and 16384: a third input leaves no registers for a prefetch).
+        Programs per SM x warps never pass the register file at the census's registers (<= 128 at 16 warps per
+        SM, <= 255 at 8)."""
         B = cls.block(N)
+        nmin = B // (vec(dtype) * 32)  # warps that still give every thread one 16-byte vector
         if B >= 16384:
-            return cls(num_warps=16, rows=1, ctas_per_sm=1, partials=int(N > SPILL_OK_N))
-        if not layer and B == 8192 and B // (vec(dtype) * 32) >= 4:
-            return cls(num_warps=4, rows=1, ctas_per_sm=2, partials=1)
+            if N <= SPILL_OK_N:
+                return cls(num_warps=16, ctas_per_sm=1, partials=0)
+            return cls(num_warps=16, ctas_per_sm=1, partials=1) if ds else \
+                cls(num_warps=8, ctas_per_sm=1, partials=1, prefetch=True)
+        if B == 8192:
+            return cls(num_warps=min(16, nmin), ctas_per_sm=1, prefetch=True)
+        if B == 4096:
+            return cls(num_warps=min(8, nmin), ctas_per_sm=2, prefetch=layer or ds)
         rows = 2 if B <= 1024 else 1
-        nw = max(4, min(16, B * rows // (32 * ELEMS)))
-        nw = max(1, min(nw, B // (vec(dtype) * 32)))
-        c = cls(num_warps=nw, rows=rows, ctas_per_sm=CTAS_PER_SM if nw <= 8 else 1)
-        return dataclasses.replace(c, partials=1) if c.elems(N) > ELEMS else c
+        return cls(num_warps=max(1, min(4, nmin)), rows=rows, ctas_per_sm=2 if ds else 4, prefetch=True)
 
     @classmethod
-    def make(cls, N: int, dtype: str, layer: bool, M: int | None = None, **overrides) -> "BwdConfig":
+    def make(cls, N: int, dtype: str, layer: bool, M: int | None = None, ds: bool = False, **overrides) -> "BwdConfig":
         known = {f.name for f in dataclasses.fields(cls)}
-        return dataclasses.replace(cls.heuristic(N, dtype, layer, M), **{k: v for k, v in overrides.items() if k in known})
+        return dataclasses.replace(cls.heuristic(N, dtype, layer, M, ds),
+                                   **{k: v for k, v in overrides.items() if k in known})
 
     def validate(self, N: int, dtype: str, layer: bool) -> "BwdConfig":
         """ValueError naming the knob and the rule when this config cannot run rows of N."""
@@ -355,7 +357,7 @@ def check(kind: str, dy, x, weight, mean=None, rstd=None, ds=None, config: BwdCo
     for name, t in (("dy", dy), ("x", x), ("ds", ds)):
         if t is not None:
             _rows2d(name, t, N)
-    cfg = (config or BwdConfig.heuristic(N, dt, kind == "layer")).validate(N, dt, kind == "layer")
+    cfg = (config or BwdConfig.heuristic(N, dt, kind == "layer", ds=ds is not None)).validate(N, dt, kind == "layer")
     for name, t in (("mean", mean), ("rstd", rstd)):
         if t is not None and not t.is_contiguous():
             raise ValueError(f"gluon-regs needs {name} contiguous (one fp32 per row); got strides {tuple(t.stride())}")
@@ -427,7 +429,7 @@ def _sms_of(kind: str, index) -> int:  # a cache, not a module dict: the stalene
 def codegen_spec(kind: str, N: int, dtype: str, *, has_db: bool, has_stats: bool, has_ds: bool,
                  config: BwdConfig | None = None, instrument: bool = False) -> dict:
     """compile_sm90 arguments reproducing what launch() JITs for contiguous rows of N (CPU codegen)."""
-    cfg = (config or BwdConfig.heuristic(N, dtype, kind == "layer")).validate(N, dtype, kind == "layer")
+    cfg = (config or BwdConfig.heuristic(N, dtype, kind == "layer", ds=has_ds)).validate(N, dtype, kind == "layer")
     ptr = f"*{short_dtype(dtype)}"
     args = {"dy_ptr": ptr, "x_ptr": ptr, "w_ptr": ptr, "mean_ptr": "*fp32" if has_stats and kind == "layer" else None,
             "rstd_ptr": "*fp32" if has_stats else None, "ds_ptr": ptr if has_ds else None, "dx_ptr": ptr,
@@ -464,7 +466,8 @@ def _variant(spec):
         return check(spec.kind, **_args(spec, inputs), config=config)
 
     def configure(shape, dtype, overrides):
-        return BwdConfig.make(shape["N"], dtype, spec.kind == "layer", shape.get("M"), **overrides).validate(
+        return BwdConfig.make(shape["N"], dtype, spec.kind == "layer", shape.get("M"), "ds" in spec.input_names,
+                              **overrides).validate(
             shape["N"], dtype, spec.kind == "layer")
 
     def codegen(shape, dtype, config=None):
