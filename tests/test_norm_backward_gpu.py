@@ -182,7 +182,8 @@ def test_loss_backward_hands_the_saved_statistics_to_the_gluon_backward():
                                                         k.get("rstd") is not None)) or real(*a, **k)
     try:
         x, w, b = _leaf(300, 2880, seed=5), _leaf(2880, seed=6, offset=1.0), _leaf(2880, seed=7)
-        gll.layer_norm(gll.rms_norm(x, w), w, b).float().pow(2).mean().backward()  # auto: the training forwards
+        # gluon-regs forwards: their training forwards, whose backward runs the same variant on the saved statistics
+        gll.layer_norm(gll.rms_norm(x, w, variant="gluon-regs"), w, b, variant="gluon-regs").float().pow(2).mean().backward()
     finally:
         norm_backward.launch = real
     assert seen == [("layer", True, True), ("rms", False, True)]
@@ -199,8 +200,7 @@ def test_a_compiled_training_step_with_the_rewrite_runs_gluon_lab_both_ways():
     x = torch.randn(1000, 2880, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     torch._dynamo.reset()
     fn = torch.compile(lambda x: m(x).float().pow(2).mean(), fullgraph=True, options=gli.options())
-    loss, codes = iu.run_and_get_code(fn, x)
-    loss.backward()
+    _, codes = iu.run_and_get_code(lambda: fn(x).backward())  # the backward graph compiles at the first backward
     codes = "\n".join(codes)
     for name in ("rms_norm_train", "layer_norm_train", "rms_norm_backward", "layer_norm_backward"):
         assert f"gluon_lab.{name}.default" in codes, name
@@ -223,9 +223,13 @@ def test_compiled_training_step_traces_both_directions_as_custom_ops():
     x, w, b = _leaf(512, 4096, seed=1), _leaf(4096, seed=2, offset=1.0), _leaf(4096, seed=3)
     cnt = CompileCounterWithBackend("inductor")
     fn = torch.compile(step, fullgraph=True, backend=cnt)
-    loss, (code, *rest) = iu.run_and_get_code(fn, x, w, b)
-    loss.backward()
-    codes = "\n".join([code, *rest])
+    def fwd_bwd():  # AOT autograd compiles the backward graph at the first backward: both inside the capture
+        loss = fn(x, w, b)
+        loss.backward()
+        return loss
+
+    loss, codes = iu.run_and_get_code(fwd_bwd)
+    codes = "\n".join(codes)
     assert cnt.frame_count == 1
     for name in ("rms_norm_train", "layer_norm_train", "rms_norm_backward", "layer_norm_backward"):
         assert f"gluon_lab.{name}.default" in codes, name  # the training forwards, their statistics to the backward
