@@ -13,11 +13,15 @@ mode it calls `api.call` directly (no dispatcher hop on the host path), while be
 * The fake (meta) kernel validates with the spec's rules that do not need data (shape, dtype,
   device, strides, ranks), then runs the spec's eager torch formulation on the fake inputs, which
   gives every op's output shapes and dtypes without a per-op table.
-* Autograd: an op with a backward op (rms_norm, layer_norm, add_rms_norm: `<op>_backward`, pattern 7) gets
-  `register_autograd` with a formula that saves x (add+RMSNorm: s, its second output) and the weight, and
-  calls the backward op's custom op (variant: the forward's where the backward op has it, else auto; the
-  statistics are recomputed from x in the backward, which reads x anyway). Eager `loss.backward()` and a
-  compiled graph (AOT autograd traces both custom ops) run it. Every other op's autograd formula raises a
+* Autograd: an op with a backward op (rms_norm, layer_norm, add_rms_norm: `<op>_backward`, pattern 7) also
+  gets a training forward `<op>_train` (the op's outputs, then its fp32 statistics: rstd, and mean for
+  LayerNorm; kernels/norm_train.py, or aten's fused forward where gluon-regs cannot take the input). Both get
+  `register_autograd` with a formula that saves x (add+RMSNorm: s, its second output), the weight and (the
+  training forward) the statistics, and calls the backward op's custom op (variant: the forward's where the
+  backward op has it, else auto; the plain op's backward recomputes the statistics). A grad-needing call with
+  variant auto or gluon-regs runs the training forward (eager, compiled, and the training rewrite); other named
+  variants the plain op. Eager `loss.backward()` and a compiled graph (AOT autograd traces both custom ops)
+  run it. Every other op's autograd formula raises a
   clear error naming the op (no backward kernel): a compiled graph that needs its gradient fails at
   compile time, naming the op, instead of returning a detached output.
 * The real kernel runs under torch.no_grad(): it is below autograd, whatever its inputs' requires_grad.

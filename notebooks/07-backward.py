@@ -160,10 +160,13 @@ cm.show(ana.partials_share(allrec))
 # ### A measured timeline of the persistent programs
 #
 # The INSTRUMENT build of `norm_bwd_kernel` (`INSTRUMENT=True`, `backward_plan.capture_timeline`) stamps
-# `%globaltimer` three times per row tile of every program: the tile's start, its statistics ready (x and dy
-# arrived and reduced: the data wait), and its partials folded in (dx stored); and once when the program's
-# partial row is stored. RMSNorm 8192 × 4096 (partials in registers, two programs per SM) and LayerNorm
-# 8192 × 14336 (one 16-warp program per SM, partials in shared memory).
+# `%globaltimer` three times per row tile of every program: the tile's start, its statistics ready, and its
+# partials folded in (dx stored); and once when the program's partial row is stored. With the forward's
+# statistics the second stamp comes right after the loads are *issued* (nothing consumes x or dy before it), so
+# the data's arrival shows in the second phase. RMSNorm 8192 × 4096 (8 warps, two programs per SM, partials in
+# registers) and LayerNorm 8192 × 14336 (8 warps, one program per SM, partials in shared memory, prefetch).
+# The column reduce is timed alone beside the op: at RMSNorm 8192 × 4096 it is a large share (its grid is
+# N / 128 = 32 programs), the next thing to fix there.
 
 # %%
 TL = ana.load_timeline(ctx)
