@@ -42,6 +42,9 @@ class BackwardPlan:
     sweep_ctas: tuple = (1, 2, 4)
     sweep_partials: tuple = (0, 1)
     sweep_prefetch: tuple = (False, True)
+    quack_M: int = 16384  # 'quack-peer': QuACK beside gluon-regs and torch in a run of its own (a study label)
+    quack_Ns: tuple = (1536, 2560, 2880, 3584, 4096, 5120, 6144, 7168, 8192, 12288, 14336, 16384)
+    quack_variants: tuple = ("torch", "quack", "gluon-regs")
 
     @classmethod
     def quick(cls):
@@ -81,6 +84,8 @@ def backward_cases(plan: BackwardPlan, parts=PARTS) -> list[dict]:
 
     if "grid" in parts:
         grid(plan.Ms, plan.Ns, plan.dtype, plan.variants)
+    if "quack-peer" in parts:
+        grid((plan.quack_M, ), plan.quack_Ns, plan.dtype, plan.quack_variants, study="quack-peer")
     if "dtypes" in parts:
         for dt in plan.other_dtypes:
             grid((plan.other_M, ), plan.other_Ns, dt, plan.other_variants)

@@ -138,6 +138,16 @@ cm.show(ana.uncovered(allrec))
 # Best Gluon backward ≥ the best peer in every cell and ≥ 1.10× its geomean; ≥ 85% of the measured copy
 # ceiling for the bytes moved at M·N ≥ 64 Mi.
 
+# %% [markdown]
+# ### QuACK
+#
+# QuACK's `rmsnorm_bwd` / `layernorm_bwd` (CuTe DSL, installed from wheels on the measuring machine) in a run of
+# their own beside gluon-regs and torch ('quack-peer', M = 16384): not part of the grid's scoreboard, which is
+# another run.
+
+# %%
+cm.show(ana.quack_table(allrec))
+
 # %% tags=["targets"]
 cm.show(*ana.scoreboard_view(allrec))
 cm.show(cm.target_list(ana.ceiling_target(allrec)))

@@ -442,3 +442,21 @@ def timeline_figure(TL, programs: int = 6, tiles: int = 16):
         ax.legend(loc="upper right", fontsize=7, frameon=False, ncol=3)
     fig.tight_layout()
     return fig
+
+
+def quack_table(df) -> pd.DataFrame:
+    """'quack-peer': QuACK's backward beside gluon-regs and torch at M = 16384 (bf16, one run of its own: the grid's
+    scoreboard is another run's), us, and quack / gluon-regs time (> 1: gluon-regs leads)."""
+    if not len(df):
+        return pd.DataFrame()
+    s = cm.passed(df[_study(df) == "quack-peer"]).copy()
+    if not len(s) or "quack" not in set(s.variant):
+        return pd.DataFrame()
+    s = cm.newest_run(s)
+    rows = []
+    for (op, M, N), sub in s.groupby(["op", "M", "N"]):
+        t = sub.groupby("variant").ms_median.median()
+        rows.append({"op": op.replace("_backward", ""), "M": int(M), "N": int(N),
+                     **{f"{v} us": round(1000 * t[v], 1) for v in ("torch", "quack", GLUON) if v in t},
+                     "quack / gluon-regs": round(t["quack"] / t[GLUON], 3) if {"quack", GLUON} <= set(t.index) else None})
+    return pd.DataFrame(rows)
