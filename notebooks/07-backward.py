@@ -34,7 +34,8 @@
 #
 # 1. a **persistent** grid of a few programs per SM; program *p* takes row tiles *p*, *p + G*, …;
 # 2. each row of x and of dy is loaded **once** (16-byte vectors) into registers; the statistics (the
-#    forward's, or recomputed), both row means and dx come from those registers, dx is stored once;
+#    forward's, or recomputed), both row means and dx come from those registers, dx is stored once; with
+#    `prefetch` (pattern 3 in registers) the next tile's loads are issued while this tile computes;
 # 3. `dy·xhat` (and `dy`) accumulate into fp32 **partials** the program keeps for its whole life — in
 #    registers, or in shared memory for long rows — and are written once per program (`ws[p, :]`);
 # 4. one **fixed-order column reduce** (`colsum_kernel`) sums the G partial rows into dw (db) in the weight's
@@ -46,7 +47,9 @@
 # The backward ops are public (`gll.rms_norm_backward(dy, x, weight, rstd=None)`, `layer_norm_backward`,
 # `add_rms_norm_backward`), each with its variants (torch = aten's fused backward that eager autograd runs;
 # inductor = `torch.compile` of the closed form; Liger's and QuACK's own backward functions called with the
-# statistics their forwards save). The forward ops' custom ops carry `register_autograd`, which calls them.
+# statistics their forwards save). The forward ops' custom ops carry `register_autograd`, which calls them;
+# a grad-needing call runs the op's **training forward** (`gluon_lab::<op>_train`, `kernels/norm_train.py`:
+# gluon-regs plus one fp32 store per statistic and row), so the backward reads the saved statistics.
 
 # %% tags=["parameters"]
 mode = "auto"              # "auto": measure on an sm_90+ GPU, else replay; "measure" | "replay" force it
@@ -91,11 +94,11 @@ print(ana.kernel_source())
 # Per thread and row tile: `ld.128` is x, dy and w (and ds for add+RMSNorm) — each once, so there is **no
 # second global read of x or dy**; `ld.32` are the saved statistics (one fp32 per row); `st.128` is dx once plus
 # the partial rows (written once per program, outside the row loop); no TMA, no atomics.
-# `tests/test_norm_backward.py` asserts these counts. The 16384-lane tiles (8192 < N ≤ 16384) are where the
-# register file runs out: there the heuristic keeps the partials in registers though ptxas spills (40–904 B
-# per thread; faster than shared-memory partials in the sweep at N = 12288, section 6). At N = 14336 / 16384
-# the same rule loses (the spills grow): the grid's worst cells. Moving those rows' partials back to shared
-# memory was measured once (2026-12-03) but has no GPU-suite record yet, so it is not in this code.
+# `tests/test_norm_backward.py` asserts these counts (with `prefetch` the loads of x, dy and the statistics
+# appear twice in the code: the first tile's before the loop, the next tile's inside it). The 16384-lane tiles
+# (8192 < N ≤ 16384) are where the register file runs out: up to N = 12288 the heuristic keeps 16 warps with
+# the partials in registers though ptxas spills (40–280 B per thread); past it, 8 warps with the partials in
+# shared memory and prefetch (section 6's sweep).
 
 # %%
 cm.show(ana.census_table())
@@ -113,13 +116,9 @@ fig = ana.headline_figure(allrec)
 cm.show(cm.missing_note(allrec, "the 07 grid"))
 
 # %% [markdown]
-# **A known flaw in these records' staleness (2026-12-03):** the layer_norm / add_rms_norm gluon-regs records of
-# the runs of 2026-12-03 carry a source hash that no machine reproduces at their commit: the measuring process
-# had already launched rms_norm's backward, which fills `norm_backward._SMS` (the SM-count cache, a module
-# constant the code hash reads), before it hashed them. They are therefore marked STALE below, also where the
-# kernels that ran are this code's (the 07 grid run's, measured at the heuristic this code has); the rms_norm
-# records were hashed before the first launch, and their staleness is real. The fix (a cache the hash does not read) is a kernel-module change and lands with its GPU-suite
-# record.
+# Records of the runs before 2026-12-03 20:00 UTC are STALE (the kernel and its heuristic changed since). Some of
+# them also carried a source hash no machine reproduces at their commit (the SM-count cache was a module dict the
+# code hash read, filled by the first launch); the cache is now an `lru_cache`, which the hash does not read.
 
 # %%
 cm.show(*ana.about(allrec))
