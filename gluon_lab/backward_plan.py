@@ -171,11 +171,11 @@ def measure_training_step(session, shapes=TRAIN_SHAPES, repeats: int = 2, hidden
 def capture_timeline(shapes=TIMELINE_SHAPES, dtype: str = "bfloat16") -> dict:
     """The INSTRUMENT build of the gluon-regs backward at its heuristic config, per (op, M, N): every program's
     per-tile stamps {key: {"op", "shape", "config", "ns": [[[start, stats_ready, folded], ... per tile, [end] * 3],
-    ... per program], "G", "op_us", "reduce_us"}} (experiments.record_stamps: the second of two launches), with the
+    ... per program], "G", "op_us", "reduce_us"}} (plan_common.record_stamps: the second of two launches), with the
     uninstrumented op (do_bench median, us) and its column reduce alone (colsum_kernel over the G partial rows)."""
     import torch
     from . import bench, registry
-    from .experiments import record_stamps
+    from .plan_common import record_stamps
     from .kernels import norm_backward as B
     out = {}
     for op, M, N in shapes:
@@ -200,8 +200,7 @@ def capture_timeline(shapes=TIMELINE_SHAPES, dtype: str = "bfloat16") -> dict:
 
 def run_backward(results_dir: str = "results", quick: bool = False, plan: BackwardPlan | None = None,
                  parts=PARTS + ("train-step", "timeline")):
-    from .experiments import save_timeline
-    from .plan_common import measure_plan
+    from .plan_common import measure_plan, save_timeline
     plan = plan or (BackwardPlan.quick() if quick else BackwardPlan())
     recs, s = measure_plan(NB, results_dir, quick, backward_cases(plan, parts))
     if "train-step" in parts:

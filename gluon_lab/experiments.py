@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass
 
 
-from .plan_common import measure_plan, resolves  # noqa: E402,F401 - the plans' shared steps (07 imports them too)
+from .plan_common import measure_plan, record_stamps, resolves, save_timeline  # noqa: E402,F401 - the plans' shared steps (07 imports them too)
 
 
 @dataclass(frozen=True)
@@ -754,31 +754,6 @@ def pipelined_cases(plan: PipelinedPlan, parts) -> list[dict]:
     return cases
 
 
-def record_stamps(launch, configs: dict, fields: int, device: str = "cuda", tags: int = 0) -> dict:
-    """Run launch(cfg, trace) twice per config (the first launch compiles) and keep the second
-    launch's %globaltimer stamps: {key: {"config", "ns": [[stamps of a block] per block] per CTA]}, in
-    ns from the earliest stamp. A program stamps only the blocks it ran (< TRACE_ITERS): the zero
-    rows are dropped, and programs that did not exist (grid < TRACE_CTAS) with them. The first `tags`
-    fields of a row are labels (kept as written), not times."""
-    import torch
-    from .kernels.pipelined import TRACE_CTAS, TRACE_ITERS
-    out = {}
-    for key, cfg in configs.items():
-        trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * fields, dtype=torch.int64, device=device)
-        for _ in range(2):
-            trace.zero_()
-            launch(cfg, trace)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t = trace.view(TRACE_CTAS, TRACE_ITERS, fields).cpu()
-        times = t[..., tags:]
-        t0 = times[times > 0].min()
-        shift = torch.tensor([0] * tags + [int(t0)] * (fields - tags), dtype=t.dtype)
-        out[str(key)] = {"config": dataclasses.asdict(cfg),
-                         "ns": [p for p in ([(b - shift).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
-    return out
-
-
 def capture_timeline(M: int = 8192, N: int = 8192, stages=(1, 3), dtype: str = "bfloat16") -> dict:
     """The INSTRUMENT build of gluon-pipelined rms_norm, once per NUM_STAGES: every program's
     stamps {stages: [[ [before_wait, ready, stored], ... per block ], ... per CTA]} (record_stamps)."""
@@ -795,16 +770,6 @@ def _capture(variant: str, M: int, N: int, dtype: str, knobs: dict, fields: int)
     cfgs = {key: v.resolve(shape, dtype, over) for key, over in knobs.items()}
     out = record_stamps(lambda cfg, trace: v.fn(x, w, eps=1e-6, config=cfg, trace=trace), cfgs, fields)
     return {"M": M, "N": N, "dtype": dtype, "timelines": out}
-
-
-def save_timeline(session, results_dir: str, notebook: str, capture, suffix: str = ".timeline.json") -> None:
-    """capture()'s stamps as results/<gpu>/<notebook><suffix>, tagged with the session's run."""
-    import json
-    from pathlib import Path
-    from .results import atomic_write_text
-    path = Path(results_dir) / session.info["gpu_slug"] / f"{notebook}{suffix}"
-    atomic_write_text(path, json.dumps({"gpu": session.info["gpu_name"], "run_id": session.prov["run_id"], **capture()},
-                                       indent=0))
 
 
 def capture_schedule_timeline(M: int = 4096, N: int = 8192, dtype: str = "bfloat16") -> dict:

@@ -1,6 +1,9 @@
 """The steps every notebook's measurement plan shares (gluon_lab.experiments, gluon_lab.backward_plan): one
-measurement session over a list of cases, and whether a variant takes a shape with given knobs."""
+measurement session over a list of cases, whether a variant takes a shape with given knobs, and the
+INSTRUMENT builds' %globaltimer stamps (record_stamps) saved beside the records (save_timeline)."""
 from __future__ import annotations
+
+import dataclasses
 
 
 def measure_plan(notebook: str, results_dir: str, quick: bool, cases):
@@ -29,3 +32,38 @@ def resolves(op: str, variant: str, shape: dict, dtype: str, knobs: dict | None 
     except ValueError:
         return False
     return True
+
+
+def record_stamps(launch, configs: dict, fields: int, device: str = "cuda", tags: int = 0) -> dict:
+    """Run launch(cfg, trace) twice per config (the first launch compiles) and keep the second
+    launch's %globaltimer stamps: {key: {"config", "ns": [[stamps of a block] per block] per CTA]}, in
+    ns from the earliest stamp. A program stamps only the blocks it ran (< TRACE_ITERS): the zero
+    rows are dropped, and programs that did not exist (grid < TRACE_CTAS) with them. The first `tags`
+    fields of a row are labels (kept as written), not times."""
+    import torch
+    from .kernels.pipelined import TRACE_CTAS, TRACE_ITERS
+    out = {}
+    for key, cfg in configs.items():
+        trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * fields, dtype=torch.int64, device=device)
+        for _ in range(2):
+            trace.zero_()
+            launch(cfg, trace)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t = trace.view(TRACE_CTAS, TRACE_ITERS, fields).cpu()
+        times = t[..., tags:]
+        t0 = times[times > 0].min()
+        shift = torch.tensor([0] * tags + [int(t0)] * (fields - tags), dtype=t.dtype)
+        out[str(key)] = {"config": dataclasses.asdict(cfg),
+                         "ns": [p for p in ([(b - shift).tolist() for b in prog if (b > 0).all()] for prog in t) if p]}
+    return out
+
+
+def save_timeline(session, results_dir: str, notebook: str, capture, suffix: str = ".timeline.json") -> None:
+    """capture()'s stamps as results/<gpu>/<notebook><suffix>, tagged with the session's run."""
+    import json
+    from pathlib import Path
+    from .results import atomic_write_text
+    path = Path(results_dir) / session.info["gpu_slug"] / f"{notebook}{suffix}"
+    atomic_write_text(path, json.dumps({"gpu": session.info["gpu_name"], "run_id": session.prov["run_id"], **capture()},
+                                       indent=0))

@@ -126,11 +126,12 @@ def test_what_the_ops_cannot_take_is_left_alone():
 def test_graphs_that_need_a_backward_run_the_custom_op_and_its_backward():
     """The post-grad patterns cannot match a training graph (the norm's intermediates are saved for the
     backward); the pre-grad training rewrite (gluon_lab.inductor_training) replaces the norm before AOT
-    autograd, so the forward graph calls the custom op and the gradient is its backward op's."""
+    autograd, so the forward graph calls the custom op's training forward (y and the saved rstd) and the gradient
+    is its backward op's."""
     m = torch.nn.RMSNorm(N, eps=1e-6)
     x = torch.randn(3, N, requires_grad=True)
     out, ops = _compile(m, x, grad=True)
-    assert ops == {"rms_norm": 1}, ops
+    assert ops == {"rms_norm_train": 1}, ops
     out.sum().backward()
     x2 = x.detach().clone().requires_grad_()
     w2 = m.weight.detach().clone().requires_grad_()

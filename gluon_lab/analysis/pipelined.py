@@ -211,7 +211,7 @@ def bullets(lines) -> str:
 
 # ---- measured timelines (%globaltimer), shared with notebook 04 ---------------------------------
 def load_timeline(ctx: cm.Context, notebook: str | None = None, suffix: str = ".timeline.json"):
-    """results/<gpu>/<notebook><suffix> as written by experiments.save_timeline, or None."""
+    """results/<gpu>/<notebook><suffix> as written by plan_common.save_timeline, or None."""
     p = timeline_path(ctx, notebook, suffix)
     return json.loads(p.read_text()) if p.exists() else None
 
