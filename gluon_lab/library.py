@@ -221,7 +221,11 @@ def train_forward(spec, inputs, eps: float, variant: str):
             from .kernels import norm_train
             from .registry import check_runnable
             check_runnable(v, inputs)  # named gluon-regs: its clear error where it cannot run
-            return norm_train.launch(spec, x, r, w, b, eps)
+            N, lead = x.shape[-1], x.shape[:-1]
+            # the kernel's 16-byte-row check reads each output's stride(0) as the row stride: hand it (rows, N)
+            # views (x is flattenable: check_runnable), and give the outputs x's leading dims back
+            outs = norm_train.launch(spec, x.view(-1, N), None if r is None else r.view(-1, N), w, b, eps)
+            return tuple(o.view(*lead, N) if o.dim() == 2 else o.view(lead) for o in outs)
     return torch_train_forward(spec, x, r, w, b, eps)
 
 

@@ -96,3 +96,31 @@ def test_opcheck_with_the_autograd_checks(op):
     args = {"rms_norm": (x, w, 1e-6), "layer_norm": (x, w, b, 1e-5), "add_rms_norm": (x, r, w, 1e-6)}[op]
     opcheck(getattr(torch.ops.gluon_lab, f"{op}_train").default, (*args, "auto"),
             test_utils=("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_the_kernel_gets_rows_and_the_outputs_get_the_leading_dims_back(op, monkeypatch):
+    """train_forward hands norm_train.launch (rows, N) views (its alignment check reads stride(0) as the row
+    stride: (B, S, N) with N % 8 != 0 would pass it wrongly) and reshapes y (s) and the statistics to x's dims."""
+    from gluon_lab import library, registry
+    seen = []
+
+    def fake_launch(spec, x, r, w, b, eps):
+        seen.append((x.dim(), None if r is None else r.dim()))
+        outs = library.torch_train_forward(spec, x, r, w, b, eps)
+        return outs
+
+    monkeypatch.setattr(T, "launch", fake_launch)
+    monkeypatch.setattr(registry, "check_runnable", lambda v, inputs: None)
+    monkeypatch.setattr(registry, "eligible", lambda v, inputs: True)
+    spec = specs.get(op)
+    B, S, N = 2, 3, 1001
+    x, r, w, b = torch.randn(B, S, N), torch.randn(B, S, N), torch.rand(N) + 0.5, torch.randn(N)
+    ins = {"rms_norm": (x, w), "layer_norm": (x, w, b), "add_rms_norm": (x, r, w)}[op]
+    outs = library.train_forward(spec, ins, spec.scalars["eps"], "gluon-regs")
+    assert seen == [(2, 2 if op == "add_rms_norm" else None)]
+    n_out = len(spec.outputs)
+    assert all(o.shape == (B, S, N) for o in outs[:n_out]) and all(o.shape == (B, S) for o in outs[n_out:])
+    ref = library.torch_train_forward(spec, x, r if op == "add_rms_norm" else None, w, b, spec.scalars["eps"])
+    for o, rf in zip(outs, ref):
+        torch.testing.assert_close(o, rf)
