@@ -177,6 +177,7 @@ def capture_timeline(shapes=TIMELINE_SHAPES, dtype: str = "bfloat16") -> dict:
     from . import bench, registry
     from .plan_common import record_stamps
     from .kernels import norm_backward as B
+    from .kernels.hopper import num_sms
     out = {}
     for op, M, N in shapes:
         v = registry.get_variant(op, "gluon-regs")
@@ -186,7 +187,7 @@ def capture_timeline(shapes=TIMELINE_SHAPES, dtype: str = "bfloat16") -> dict:
         cfg = v.resolve(shape, dtype, {})
         got = record_stamps(lambda c, trace: v.fn(*inputs, eps=eps, config=c, trace=trace), {"heuristic": cfg},
                             len(TRACE_FIELDS))["heuristic"]
-        G = B.grid_size(M, cfg, B._sms(torch.device("cuda")))
+        G = B.grid_size(M, cfg, num_sms(torch.device("cuda")))
         params = len(v.spec.outputs) - 1
         ws = torch.randn(params * G, N, device="cuda")
         buf = torch.empty(params, N, device="cuda", dtype=bench.torch_dtype(dtype))

@@ -107,8 +107,7 @@ def test_the_kernel_gets_rows_and_the_outputs_get_the_leading_dims_back(op, monk
 
     def fake_launch(spec, x, r, w, b, eps):
         seen.append((x.dim(), None if r is None else r.dim()))
-        outs = library.torch_train_forward(spec, x, r, w, b, eps)
-        return outs
+        return library.torch_train_forward(spec, x, r, w, b, eps)
 
     monkeypatch.setattr(T, "launch", fake_launch)
     monkeypatch.setattr(registry, "check_runnable", lambda v, inputs: None)
