@@ -28,7 +28,7 @@ import sys
 import torch
 
 from gluon_lab import bench, device
-from gluon_lab.kernels import warp_specialized as ws
+from gluon_lab.kernels import gemm_ws as ws
 from gluon_lab.kernels.gemm import GemmConfig
 
 
@@ -188,7 +188,7 @@ SKTRACE_CASES = (((2048, 2048, 2048), GemmConfig(BN=128, num_warps=4, num_stages
 
 
 def _units(cfg, M, N, K, grid, full):
-    """Per CTA, its units' (k-steps, partial?) in launch order: warp_specialized._unit, mirrored."""
+    """Per CTA, its units' (k-steps, partial?) in launch order: igemm.schedule.unit, mirrored."""
     k_tiles = -(-K // cfg.BK)
     tiles = -(-M // cfg.BM) * -(-N // cfg.BN)
     S = (tiles - full) * k_tiles

@@ -58,11 +58,13 @@ def ws_gemm_without_invalidate():
     import importlib.util
     import inspect
     import tempfile
-    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels import gemm_ws as W
     src = inspect.getsource(W.ws_gemm_kernel.fn)
     cut = src.index("    ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES)")
     head = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
-            "from gluon_lab.kernels.warp_specialized import _ws_consumer, _ws_producer, ws_ring_barriers\n\n\n")
+            "from gluon_lab.kernels.gemm_ws import _ws_consumer\n"
+            "from gluon_lab.kernels.igemm.producers import CP_WARPS, cp_producer, tma_producer\n"
+            "from gluon_lab.kernels.igemm.ring import ws_ring_barriers\n\n\n")
     path = os.path.join(tempfile.mkdtemp(), "ws_gemm_noinval.py")
     with open(path, "w") as f:
         f.write(head + src[:cut])

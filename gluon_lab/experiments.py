@@ -997,7 +997,7 @@ def capture_gemm_timeline(shapes=GEMM_TIMELINE_SHAPES, dtype: str = "bfloat16") 
     (GEMM_TIMELINE_CONFIGS): {"M x N x K": {schedule: {"config", "ns": [[[wg + 1, start, mma_issued,
     stored] per tile] per CTA]}}} (record_stamps; wg + 1 is a tag, not a time)."""
     from . import bench, registry
-    from .kernels import warp_specialized as W
+    from .kernels import gemm_ws as W
     out = {}
     v = registry.get_variant("matmul", "gluon-ws")
     for (M, N, K) in shapes:
@@ -1217,6 +1217,15 @@ CONV_SHAPES = (  # (B, Ci, Co, H, W, R, stride, pad): around the issue's two anc
 )
 
 
+IDLE_SHAPES = (  # few output tiles, long K: every data-parallel conv kernel leaves most of the 132 SMs idle
+    (1, 512, 512, 7, 7, 3, 1, 1),  # ResNet stage 5 at batch 1 (7x7): 4 tiles of 128 x 128
+    (2, 1280, 1280, 8, 8, 3, 1, 1),  # SD UNet lowest resolution (8x8 latent / 8), batch 2
+    (2, 1280, 1280, 16, 16, 3, 1, 1),  # SD UNet 16x16 level
+    (1, 512, 512, 32, 32, 3, 1, 1),  # SD VAE decoder 32x32 level, batch 1
+    (4, 1280, 1280, 8, 8, 1, 1, 0),  # SD resnet 1x1 at the lowest resolution
+)
+
+
 GATHER_SHAPES = (  # shapes without a tiled-TMA path (gluon-gather's cp.async gather)
     (8, 320, 320, 65, 65, 3, 2, 1),  # the SD stride-2 shape at an odd size: no parity-split view
     (32, 3, 32, 224, 224, 3, 2, 1),  # an RGB stem (3x3, stride 2): 3 channels padded to 8 on the host
@@ -1230,13 +1239,15 @@ class ConvPlan:
     gather takes (torch, triton, gluon-gather); 'fprop-sweep': gluon-pipelined's tile / ring knobs on every
     shape; 'dgrad': the same shapes' input gradients (cuDNN, Triton, Gluon: stride**2 sub-problems);
     'wgrad': their filter gradients (cuDNN, Triton, the Gluon split-K kernel); 'wgrad-sweep': the split-K
-    kernel's knobs; 'timeline': per-tile %globaltimer stamps of the INSTRUMENT fprop build."""
-    shapes: tuple = CONV_SHAPES
+    kernel's knobs; 'schedule': the template's schedules on gluon-ws fprop and dgrad (data-parallel, split-K
+    2 / 4 / 8, last-wave split, the 16 x 8 patch on 8 x 8 images) on the SM-idle shapes (IDLE_SHAPES) and
+    two that fill the SMs; 'timeline': per-tile %globaltimer stamps of the INSTRUMENT fprop build."""
+    shapes: tuple = CONV_SHAPES + IDLE_SHAPES
     dtype: str = "bfloat16"
     variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws", "gluon-gather")
     gather_shapes: tuple = GATHER_SHAPES
     gather_variants: tuple = ("torch", "triton", "gluon-gather")
-    dgrad_variants: tuple = ("torch", "triton", "gluon-pipelined")
+    dgrad_variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")
     wgrad_variants: tuple = ("torch", "triton", "gluon-pipelined")
     sweep_shapes: tuple = CONV_SHAPES
     sweep_knobs: tuple = (  # (TH, TW, BN, num_stages, num_warps); TH 0: the heuristic's patch
@@ -1249,6 +1260,10 @@ class ConvPlan:
         (0, 0, 128, 256, 3, 8, 0), (0, 0, 128, 128, 4, 8, 0), (4, 32, 128, 128, 3, 4, 0), (2, 64, 128, 128, 3, 4, 0),
         (0, 0, 128, 128, 4, 4, 2), (0, 0, 128, 128, 4, 4, 4), (0, 0, 128, 128, 4, 4, 16))
     gather_knobs: tuple = ((128, 128, 5, 4), (256, 128, 3, 8), (128, 64, 4, 4))  # (BM, BN, num_stages, num_warps)
+    schedule_shapes: tuple = IDLE_SHAPES + ((8, 320, 320, 64, 64, 3, 1, 1), (64, 256, 256, 14, 14, 3, 1, 1))
+    schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8},
+                             {"split_k": 2, "split_last_wave": True}, {"TH": 16, "TW": 8, "num_warps": 8},
+                             {"TH": 16, "TW": 8, "num_warps": 8, "split_k": 1})
     timeline_shapes: tuple = ((128, 384, 384, 64, 64, 3, 1, 1), (8, 640, 320, 32, 32, 1, 1, 0))
     # short-K shapes (1x1 fprop / dgrad, stride-2 dgrad sub-problems): smaller tiles and two CTAs per SM
     tail_shapes: tuple = ((8, 640, 320, 32, 32, 1, 1, 0), (64, 512, 1024, 28, 28, 1, 2, 0), (8, 320, 320, 64, 64, 3, 2, 1))
@@ -1261,7 +1276,8 @@ class ConvPlan:
         return cls(shapes=((2, 64, 64, 16, 16, 3, 1, 1), (2, 64, 128, 16, 16, 3, 2, 1)),
                    gather_shapes=((2, 3, 32, 17, 17, 3, 2, 1), ), sweep_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ),
                    sweep_knobs=((0, 0, 64, 4, 4), ), wgrad_sweep_knobs=((0, 0, 64, 64, 4, 4, 0), ),
-                   gather_knobs=((128, 64, 4, 4), ),
+                   gather_knobs=((128, 64, 4, 4), ), schedule_shapes=((2, 128, 128, 8, 8, 3, 1, 1), ),
+                   schedule_knobs=({"split_k": 1}, {"split_k": 2}),
                    timeline_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ))
 
 
@@ -1276,7 +1292,7 @@ def _conv_case(op: str, v: str, shape: dict, dtype: str) -> dict:
     return c
 
 
-CONV_PARTS = ("fprop", "gather", "fprop-sweep", "tail-sweep", "dgrad", "wgrad", "wgrad-sweep", "timeline")
+CONV_PARTS = ("fprop", "gather", "fprop-sweep", "tail-sweep", "dgrad", "wgrad", "wgrad-sweep", "schedule", "timeline")
 
 
 def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
@@ -1318,8 +1334,15 @@ def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
                     if resolves(op, "gluon-pipelined", _conv_shape(t), plan.dtype, knobs):
                         cases.append({"op": op, "variant": "gluon-pipelined", "shape": _conv_shape(t), "dtype": plan.dtype,
                                       "timer": "cudagraph", "config": {**knobs, "study": "tail-sweep"}})
+    if "schedule" in parts:  # the template's schedules on the warp-specialized fprop and dgrad
+        for op in ("conv2d", "conv2d_input_grad"):
+            for t in plan.schedule_shapes:
+                for knobs in plan.schedule_knobs:
+                    if resolves(op, "gluon-ws", _conv_shape(t), plan.dtype, knobs):
+                        cases.append({"op": op, "variant": "gluon-ws", "shape": _conv_shape(t), "dtype": plan.dtype,
+                                      "timer": "cudagraph", "config": {**knobs, "study": "schedule"}})
     if "wgrad-sweep" in parts:
-        for t in plan.shapes:
+        for t in CONV_SHAPES if plan.shapes == CONV_SHAPES + IDLE_SHAPES else plan.shapes:
             for th, tw, bm, bn, st, nw, sp in plan.wgrad_sweep_knobs:
                 knobs = {"BM": bm, "BN": bn, "num_stages": st, "num_warps": nw, "splits": sp,
                          **({"TH": th, "TW": tw} if th else {})}

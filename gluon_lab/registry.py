@@ -180,3 +180,34 @@ def eligible(v: Variant, inputs) -> bool:
     except (ValueError, TypeError, device.GPUUnavailableError):
         return False
     return True
+
+
+
+def source_object(op: str, name: str, obj: str):
+    """The function (a Gluon kernel's .fn) or class called `obj` in the code variant `name` of op launches
+    (its staleness closure, staleness.code_closure(v.fn, *v.roots)): analysis reads kernel code by variant and
+    plain name ("_ws_consumer", "tap_box_issue") instead of importing kernels' private names. The name matches
+    the last component of a qualified name in the closure; none or several -> ValueError naming them."""
+    import importlib
+    from .staleness import code_closure
+    v = get_variant(op, name)
+    hits = [k for k in code_closure(v.fn, *v.roots) if not k.startswith("<") and k.rsplit(".", 1)[-1] == obj]
+    if len(hits) != 1:
+        raise ValueError(f"source_object({op!r}, {name!r}): {obj!r} names {len(hits)} objects in the variant's code "
+                         f"({hits or 'none'}); it must name exactly one")
+    parts = hits[0].split(".")
+    for i in range(len(parts) - 1, 0, -1):  # the longest importable prefix is the module
+        try:
+            target = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            target = getattr(target, attr)
+        return getattr(target, "fn", target)
+    raise ValueError(f"source_object({op!r}, {name!r}): {hits[0]!r} is not importable")
+
+
+def sources(op: str, name: str, *objects: str) -> str:
+    """The current source of each named object of the variant's code (source_object), one after the other."""
+    import inspect
+    return "\n".join(inspect.getsource(source_object(op, name, o)) for o in objects)

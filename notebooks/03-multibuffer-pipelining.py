@@ -103,14 +103,14 @@ print(ana.kernel_source("PipeConfig.heuristic"))
 # %% [markdown]
 # ### The GEMM: `persistent_gemm_kernel`
 #
-# Same ring, K loop instead of rows: `_issue_k_step` fills a slot with the A and B boxes of one k-step of
+# Same ring, K loop instead of rows: `tma_k_step` (the template's TMA producer, `kernels/igemm/producers.py`) fills a slot with the A and B boxes of one k-step of
 # one tile. The load stream runs `NUM_STAGES − 1` k-steps ahead of the MMAs, across tile boundaries, and
 # `_next_k_step` advances its (k-step, tile) position incrementally: the MMA warps issue the loads
 # themselves, and per-step integer divisions on that path cost issue slots (the first H200 run, with
 # them, read 0.84x cuBLAS at 8192³).
 
-# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/gemm.py (_issue_k_step, _next_k_step, persistent_gemm_kernel)"
-print(ana.kernel_source("_issue_k_step", "_next_k_step", "persistent_gemm_kernel"))
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/igemm/producers.py (tma_k_step), gluon_lab/kernels/gemm.py (_next_k_step, persistent_gemm_kernel)"
+print(ana.kernel_source("tma_k_step", "_next_k_step", "persistent_gemm_kernel"))
 
 # %% [markdown]
 # ## 2. The ring, measured: one CTA's timeline for NUM_STAGES = 1 vs 3

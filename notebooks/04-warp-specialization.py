@@ -122,8 +122,8 @@ print(ana.kernel_source("WsNormConfig"))
 # the previous slot. Epilogue: accumulator → shared memory → **TMA store**; the store of tile t is waited for
 # only when tile t+1's epilogue needs the buffer, so it overlaps the next main loop.
 
-# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/warp_specialized.py (_ws_producer, _ws_consumer, ws_ring_barriers, ws_gemm_kernel)"
-print(ana.kernel_source("_ws_producer", "_ws_consumer", "ws_ring_barriers", "ws_gemm_kernel"))
+# %% tags=["fold"] fold_summary="kernel source: gluon_lab/kernels/igemm (tma_producer, ws_ring_barriers) + gemm_ws.py (_ws_consumer, ws_gemm_kernel)"
+print(ana.kernel_source("tma_producer", "_ws_consumer", "ws_ring_barriers", "ws_gemm_kernel"))
 
 # %% [markdown]
 # ### The protocol, lap by lap (computed from the formulas in the source, NUM_STAGES = 3)
@@ -449,7 +449,7 @@ if len(shape_rec):
 # multicast nor such tiles, see "Clusters" below). Which of those saves cuBLAS is not measured here.
 # Padding inside the call costs a copy of A and B (the bytes moved are about what the padded layout saves
 # at these sizes), so the lab does not pad. A `cp.async` producer (`GemmConfig(cp_async=True)`,
-# `_cp_producer`: a warpgroup of 16-byte copies into the same swizzled ring, edges zero-filled, each
+# `cp_producer` (kernels/igemm/producers.py): a warpgroup of 16-byte copies into the same swizzled ring, edges zero-filled, each
 # thread's `cp.async.mbarrier.arrive.noinc` completing FULL, a proxy fence before the wgmma reads) is
 # correct (float64 GPU tests, racecheck / synccheck) but slower than TMA on all four misaligned shapes
 # (fourth table), so no heuristic picks it; why is not diagnosed. The probe's decode part: swap-AB with
@@ -536,7 +536,7 @@ cm.show(ana.wave_figure(waves))
 # all CTAs share (every CTA streams the whole 128-row A panel), not by idle SMs, and only fewer A re-reads
 # (larger N tiles, or cuBLAS's 2-CTA clusters) would help. Where the span does shrink (2500 × 1736 × 4104,
 # stream-K 2), the fixup kernel takes most of the gain back. The partials go straight from registers
-# (`_sk_store_partial`: no fp32 staging in shared memory, which is what lets the 128 × 256 tile take stream-K)
+# (`store_partial`, kernels/igemm/epilogues.py: no fp32 staging in shared memory, which is what lets the 128 × 256 tile take stream-K)
 # and the fixup's loads are unrolled. The probe's `skprobe` part (fourth table: stream-K configs beside the
 # gluon-ws heuristic of the time and cuBLAS, three interleaved rounds) finds one kind of shape where it pays:
 # more than one wave of 128 × 256 tiles with a thin last wave (2500 × 1736 × 4104 and 777 × 5000 × 1000: 140

@@ -271,10 +271,10 @@ def test_ws_sweep_and_the_earlier_one(ctx, recs, gm):
 
 def test_consumer_schedule_read_from_the_source():
     lines = W.consumer_schedule()
-    assert lines[0].startswith("ws_gemm_kernel: partitions _ws_consumer, _cp_producer (") and \
+    assert lines[0].startswith("ws_gemm_kernel: partitions _ws_consumer, cp_producer (") and \
         "warps_per_cta=[num_warps, 1]" in lines[0] and "worker warps [CP_WARPS]" in lines[0]
-    assert lines[1].startswith("ws_gemm_kernel: partitions _ws_consumer, _ws_producer (") and "worker warps [1]" in lines[1]
-    assert lines[2].startswith("ws_pingpong_gemm_kernel: partitions _pp_consumer, _pp_consumer, _ws_producer")
+    assert lines[1].startswith("ws_gemm_kernel: partitions _ws_consumer, tma_producer (") and "worker warps [1]" in lines[1]
+    assert lines[2].startswith("ws_pingpong_gemm_kernel: partitions _pp_consumer, _pp_consumer, tma_producer")
     assert "worker warps [4, 1]" in lines[2]
 
 
@@ -288,7 +288,7 @@ def test_racecheck_accesses_mapped_to_the_source(ctx):
     assert len(tails) == 3 and tails[0].startswith("**ws-gemm / racecheck** (exit code 3, matmul gluon-ws 300x264x520)")
     first = race[(race.kernel == "ws-gemm") & (race.role == "first access")].iloc[0]
     assert (first.access, first.offset) == ("Read", "ws_gemm_kernel+0xf0")
-    assert first["maps to"] == f"warp_specialized.py:{defs['ws_gemm_kernel']} now"  # the report's def line, shifted
+    assert first["maps to"] == f"gemm_ws.py:{defs['ws_gemm_kernel']} now"  # the report's def line, shifted
     assert first["source line"].startswith("def ws_gemm_kernel(")
     noinval = race[race.kernel == "ws-gemm-noinval"]
     assert (noinval["maps to"] == "?").all()  # its generated file was not given

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import gluon_lab as gll
 from gluon_lab import bench, codegen, library, specs
-from gluon_lab.kernels import conv
+from gluon_lab.kernels import conv, conv_ws
 from gluon_lab.specs.conv import gemm_shape, out_size
 
 SPEC = specs.get("conv2d")
@@ -168,8 +168,8 @@ def test_gluon_fprop_census(shape):
 def test_gluon_ws_fprop_census(shape):
     """gluon-ws: the boxes are issued at ONE place (the 1-warp producer's loop: 2 UTMALDG in the code),
     the producer runs at its setmaxnreg budget, the consumers' wgmma as in gluon-pipelined."""
-    cfg = conv.WsConvConfig.heuristic(shape, "bfloat16")
-    spec = conv.fprop_ws_codegen(shape, "bfloat16")
+    cfg = conv_ws.WsConvConfig.heuristic(shape, "bfloat16")
+    spec = conv_ws.fprop_ws_codegen(shape, "bfloat16")
     c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
     assert c["sass"]["UTMALDG"] == 2 and c["sass"]["UTMASTG"] == 1, c["sass"]
     assert cfg.producer_regs in c["setmaxnreg_values"] and c["sass"]["USETMAXREG"] > 0, c["setmaxnreg_values"]

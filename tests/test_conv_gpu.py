@@ -99,7 +99,7 @@ def test_weight_oihw_and_fast_path_replay():
 
 # ---- dgrad ----------------------------------------------------------------------------------------
 DSPEC = specs.get("conv2d_input_grad")
-DVARIANTS = ("torch", "triton", "gluon-pipelined")
+DVARIANTS = ("torch", "triton", "gluon-pipelined", "gluon-ws")
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -201,3 +201,40 @@ def test_wgrad_splits_sum_to_the_same_gradient(splits):
     cfg = conv.wgrad_configure(shape, "bfloat16", {"splits": splits})
     gw = conv.wgrad(*inp, config=cfg)
     assert bench.compare(gw, ref, "bfloat16", WSPEC.tolerance["bfloat16"])["passed"]
+
+
+# ---- the template's schedules on conv (gluon-ws of conv2d and conv2d_input_grad) ------------------------
+# Every producer x schedule pair a heuristic can pick: the tap-box producer (stride 1 and the stride-2 parity
+# view) x data-parallel / split-K (2, 3, 8 slices: even and uneven K cuts) / last-wave split, on SM-idle
+# shapes (few tiles: split_choice splits them), ragged patches and channel tails, against float64 on
+# NaN-poisoned outputs (a split tile's pixel the fixup misses stays NaN).
+SCHED_CASES = [
+    dict(B=2, Ci=320, Co=256, H=8, W=8, R=3, stride=1, pad=1),    # SM-idle: 8x8 image, 8x8 patch, BN 256
+    dict(B=1, Ci=136, Co=200, H=7, W=9, R=3, stride=1, pad=1),    # ragged patch, Ci / Co tails
+    dict(B=2, Ci=192, Co=128, H=12, W=10, R=3, stride=2, pad=1),  # stride 2 (parity view), 6x5 outputs
+    dict(B=3, Ci=512, Co=136, H=8, W=8, R=1, stride=1, pad=0),    # 1x1, many channels
+]
+SCHEDULES = [dict(split_k=1), dict(split_k=2), dict(split_k=3), dict(split_k=8), dict(split_k=0),
+             dict(split_k=2, split_last_wave=True)]
+
+
+@pytest.mark.parametrize("sched", SCHEDULES, ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
+@pytest.mark.parametrize("shape", SCHED_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_ws_schedules_match_float64(shape, sched):
+    import dataclasses
+    from gluon_lab.kernels import conv_ws
+    for op, dtype in (("conv2d", "bfloat16"), ("conv2d_input_grad", "bfloat16"), ("conv2d", "float16")):
+        inp = bench.make_inputs(op, shape, dtype, seed=shape["Ci"] + sched["split_k"])
+        cfg = registry.get_variant(op, "gluon-ws").configure(shape, dtype, {})
+        res = bench.check_correctness(op, "gluon-ws", inp, config=dataclasses.replace(cfg, **sched))
+        assert res["passed"], (op, dtype, sched, res)
+    assert conv_ws.split_choice(4, 180) == 8 and conv_ws.split_choice(100, 180) == 1
+
+
+def test_ws_split_refuses_more_slices_than_ksteps():
+    import dataclasses
+    shape = dict(B=1, Ci=64, Co=64, H=8, W=8, R=1, stride=1, pad=0)  # 1 k-step
+    inp = _inputs(shape)
+    cfg = registry.get_variant("conv2d", "gluon-ws").configure(shape, "bfloat16", {})
+    with pytest.raises(ValueError, match="split_k=2 needs at least one k-step per slice"):
+        registry.get_variant("conv2d", "gluon-ws").fn(*inp, config=dataclasses.replace(cfg, split_k=2))

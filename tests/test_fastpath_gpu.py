@@ -169,7 +169,7 @@ def test_split_k_workspace_replays_as_scratch():
     """gluon-ws split-K allocates an fp32 workspace per call and launches two kernels: recorded, it is a
     launches plan with one scratch operand, and its replay equals the full path on new inputs."""
     from gluon_lab.kernels import gemm as G
-    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels import gemm_ws as W
     cfg = G.GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=4)
     a, b = bench.make_inputs("matmul", {"M": 100, "N": 1000, "K": 2056}, "bfloat16", seed=21)
     rec = fastpath._Recorder()

@@ -85,7 +85,7 @@ def test_heuristic_branches():
 def test_heuristic_picks_compile():
     """Every config the heuristic picks on the GPU test's shapes compiles for sm_90 without spills."""
     from test_gemm_gpu import HEURISTIC_SHAPES
-    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels import gemm_ws as W
     seen = set()
     for (M, N, K) in HEURISTIC_SHAPES:
         for ws in (True, False):
@@ -108,7 +108,7 @@ def test_cp_async_producer_census(cfg):
     thread's share of the A and B boxes), zero-fill by src-size (the masked edges), the noinc mbarrier
     arrive that completes FULL, a proxy fence before the wgmma reads, the TMA-store epilogue, no spills."""
     import re
-    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels import gemm_ws as W
     k = codegen.compile_sm90(**W.codegen_spec(cfg.validate()))
     c, ptx = codegen.census(k), k.asm["ptx"]
     assert c["sass"].get("UTMALDG", 0) == 0 and c["sass"].get("LDGSTS", 0) >= 1
@@ -120,7 +120,7 @@ def test_cp_async_producer_census(cfg):
 
 
 def test_cp_async_rules():
-    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels import gemm_ws as W
     with pytest.raises(ValueError, match="producer_regs >= 96"):
         G.GemmConfig(cp_async=True).validate()
     with pytest.raises(ValueError, match="producer_regs >= 152"):  # this tile's producer spills below 152
@@ -139,7 +139,7 @@ def test_stream_k_partials_leave_shared_memory_alone(cfg):
     """Stream-K stores its partial pieces from registers (st.global) and stages only C's bf16 tile: the 128x256
     tile fits (its fp32 staging would not), and the build has C's TMA store only."""
     from gluon_lab import codegen
-    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels import gemm_ws as W
     c = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg.validate())))
     assert c["spill_bytes"] == 0 and c["tma_store"] == 1 and c["st_global"] == cfg.BM * cfg.BN // (64 * cfg.num_warps)
     assert cfg.smem_bytes() == G.GemmConfig(BM=cfg.BM, BN=cfg.BN, num_warps=cfg.num_warps,

@@ -109,7 +109,7 @@ def test_ws_schedules_match_float64(cfg, shape):
 def test_split_k_needs_a_k_step_per_slice():
     import torch
     from gluon_lab.kernels import gemm as G
-    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels import gemm_ws as W
     a = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(128, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="at least one BK=64 k-step per slice"):
@@ -143,7 +143,7 @@ def test_strided_views_match_float64(cp):
     N in C's buffer stay untouched."""
     import torch
     from gluon_lab.kernels import gemm as G
-    from gluon_lab.kernels import warp_specialized as W
+    from gluon_lab.kernels import gemm_ws as W
     M, N, K = 777, 1000, 1032
     g = torch.Generator(device="cuda").manual_seed(5)
     a = torch.randn(M, K + 40, device="cuda", dtype=torch.bfloat16, generator=g)[:, :K]

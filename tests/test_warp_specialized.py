@@ -4,12 +4,13 @@ import pytest
 
 from gluon_lab import codegen, specs
 from gluon_lab.kernels import gemm as G
-from gluon_lab.kernels import warp_specialized as W
+from gluon_lab.kernels import gemm_ws as GW, warp_specialized as W
+from gluon_lab.kernels.igemm.epilogues import REDUCE_BLOCK
 
 
 @pytest.mark.parametrize("cfg", [G.GemmConfig(), G.GemmConfig(BN=128, num_stages=4, num_warps=4)], ids=str)
 def test_census(cfg):
-    k = codegen.compile_sm90(**W.codegen_spec(cfg))
+    k = codegen.compile_sm90(**GW.codegen_spec(cfg))
     c = codegen.census(k)
     assert c["sass"].get("USETMAXREG", 0) >= 2  # register budgets per partition
     assert c["mbarrier_init"] == 2 * cfg.num_stages  # empty + full per slot
@@ -28,7 +29,7 @@ PINGPONG = [G.GemmConfig(BN=128, num_stages=4, num_warps=4, pingpong=True),
 def test_pingpong_census(cfg):
     """Two consumer warpgroups (each its own wgmma stream and TMA store), one producer warp: 12 warps
     at launch, budgets 232 / 232 / 40, EMPTY + FULL per slot + the two ORDER barriers, no spills."""
-    k = codegen.compile_sm90(**W.codegen_spec(cfg))
+    k = codegen.compile_sm90(**GW.codegen_spec(cfg))
     c = codegen.census(k)
     assert c["num_warps"] == 12 and c["spill_bytes"] == 0
     assert {232, 40} <= set(c["setmaxnreg_values"])
@@ -46,15 +47,15 @@ def test_split_k_census(split):
     or a K-slice's fp32 partials to the workspace (two TMA stores, two staging buffers), no spills; the
     reduce kernel moves 16-byte fp32 vectors."""
     cfg = G.GemmConfig(BN=128, num_stages=4, num_warps=4, split_k=split)
-    c = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg, shape={"M": 128, "N": 4096, "K": 14336})))
+    c = codegen.census(codegen.compile_sm90(**GW.codegen_spec(cfg, shape={"M": 128, "N": 4096, "K": 14336})))
     assert c["tma_store"] == 2 and c["spill_bytes"] == 0 and c["mbarrier_init"] == 2 * cfg.num_stages
     assert c["smem_bytes"] <= cfg.smem_bytes() and cfg.smem_bytes() > G.GemmConfig(BN=128, num_stages=4,
                                                                                     num_warps=4).smem_bytes()
     from gluon_lab.kernels.hopper import kernel_spec
     r = codegen.census(codegen.compile_sm90(**kernel_spec(
-        W.splitk_reduce_kernel, {"w_ptr": "*fp32", "c_ptr": "*bf16", "M": "i32", "N": 4096,
+        GW.splitk_reduce_kernel, {"w_ptr": "*fp32", "c_ptr": "*bf16", "M": "i32", "N": 4096,
                                  "c_stride": 4096, "FULL_TILES": "i32"},
-        {"TM": 128, "TN": 128, "GROUP_M": 8, "SPLIT_K": split, **W.SPLITK_REDUCE}, num_warps=8)))
+        {"TM": 128, "TN": 128, "GROUP_M": 8, "SPLIT_K": split, **REDUCE_BLOCK}, num_warps=8)))
     assert set(r["ld_global_by_bits"]) == {128} and r["spill_bytes"] == 0
 
 
@@ -63,7 +64,7 @@ def test_swap_ab_census(BM, BN):
     """swap_ab: the wgmma is m64 x n{BM} on C's transpose (BN on the M side), no spills, one TMA store."""
     import re
     cfg = G.GemmConfig(BM=BM, BN=BN, num_warps=4, num_stages=6, swap_ab=True)
-    k = codegen.compile_sm90(**W.codegen_spec(cfg, shape={"M": 16, "N": 4096, "K": 4096}))
+    k = codegen.compile_sm90(**GW.codegen_spec(cfg, shape={"M": 16, "N": 4096, "K": 4096}))
     c = codegen.census(k)
     assert set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", k.asm["ptx"])) == {f"m64n{BM}k16"}
     assert c["spill_bytes"] == 0 and c["tma_store"] == 1 and c["smem_bytes"] <= cfg.smem_bytes()
@@ -281,20 +282,20 @@ def test_gemm_timeline_stats_measure_the_mainloop_share():
 
 def test_instrumented_gemm_builds_store_their_stamps():
     for cfg in (G.GemmConfig(BN=128, num_warps=8, num_stages=5), G.GemmConfig(BN=128, num_warps=4, num_stages=4, pingpong=True)):
-        c = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg, instrument=True)))
+        c = codegen.census(codegen.compile_sm90(**GW.codegen_spec(cfg, instrument=True)))
         assert c["spill_bytes"] == 0 and c["st_global"] >= 4 * cfg.consumers()  # 4 stamps per consumer
-        plain = codegen.census(codegen.compile_sm90(**W.codegen_spec(cfg)))
+        plain = codegen.census(codegen.compile_sm90(**GW.codegen_spec(cfg)))
         assert plain["st_global"] == 0  # the timed build stores nothing but its TMA epilogue
 
 
 @pytest.mark.parametrize("M,N,split,last", [(1000, 3000, 2, True), (1000, 3000, 3, False), (128, 128 * 133, 4, True),
                                             (300, 264, 2, True), (16384, 4096, 2, True)])
 def test_split_k_units_cover_every_k_step_once(M, N, split, last):
-    """splitk_plan + the unit mapping of _unit (mirrored here in Python): whole tiles first, then each
+    """splitk_plan + the unit mapping of igemm.schedule.unit (mirrored here in Python): whole tiles first, then each
     remaining tile's SPLIT_K balanced, non-empty K-slices; every (tile, k-step) exactly once."""
     cfg = G.GemmConfig(BN=128, num_warps=4, num_stages=4, split_k=split, split_last_wave=last)
     sms, k_tiles = 132, 9
-    full, units = W.splitk_plan(cfg, M, N, sms)
+    full, units = GW.splitk_plan(cfg, M, N, sms)
     tiles = -(-M // 128) * -(-N // 128)
     assert full == (tiles // sms * sms if last else 0) and units == full + (tiles - full) * split
     seen, blocks = {}, set()
@@ -315,13 +316,13 @@ def test_split_k_units_cover_every_k_step_once(M, N, split, last):
         G.GemmConfig(split_last_wave=True).validate()
 
 
-def _sk_range(c, S, G):  # warp_specialized._sk_range, mirrored
+def _sk_range(c, S, G):  # igemm.schedule.sk_range, mirrored
     q, r = divmod(S, G)
     a = c * q + min(c, r)
     return a, a + q + (c < r)
 
 
-def _sk_owner(x, S, G):  # warp_specialized._sk_owner, mirrored
+def _sk_owner(x, S, G):  # igemm.schedule.sk_owner, mirrored
     q, r = divmod(S, G)  # q = 0 (fewer k-steps than CTAs): x < r = S, the second branch is never taken
     return x // (q + 1) if x < r * (q + 1) else r + (x - r * (q + 1)) // q
 
@@ -332,7 +333,7 @@ def _sk_owner(x, S, G):  # warp_specialized._sk_owner, mirrored
                                                (128, 128 * 133, 520, 128, 128, 1), (777, 5000, 1000, 128, 128, 2),
                                                (16384, 4096, 4096, 128, 128, 1)])
 def test_stream_k_pieces_cover_every_k_step_once(M, N, K, bm, bn, waves):
-    """streamk_plan + the piece mapping of _unit_space / _unit (mirrored): the data-parallel tiles whole, then
+    """streamk_plan + the piece mapping of igemm.schedule.unit_space / unit (mirrored): the data-parallel tiles whole, then
     every CTA's balanced share of the stream-K k-steps cut at tile boundaries; every (tile, k-step) exactly
     once, every partial piece its own workspace block (< grid + stream-K tiles), a piece is the whole tile
     exactly where streamk_reduce_kernel's first and last owner CTA coincide, and the reducer sums exactly
@@ -340,7 +341,7 @@ def test_stream_k_pieces_cover_every_k_step_once(M, N, K, bm, bn, waves):
     cfg = G.GemmConfig(BM=bm, BN=bn, num_warps=4, num_stages=4, stream_k=waves).validate()
     sms, k_tiles = 132, -(-K // 64)
     tiles = -(-M // bm) * -(-N // bn)
-    full, grid, sk_tiles = W.streamk_plan(cfg, M, N, K, sms)
+    full, grid, sk_tiles = GW.streamk_plan(cfg, M, N, K, sms)
     assert full % grid == 0 and sk_tiles == tiles - full > 0 and full == max(0, -(-tiles // sms) - waves) * sms
     S = sk_tiles * k_tiles
     assert S >= grid or full  # without whole waves the grid is no larger than the k-steps (no empty share)
@@ -371,7 +372,7 @@ def test_stream_k_pieces_cover_every_k_step_once(M, N, K, bm, bn, waves):
             assert all(blocks.get(c + t) == full + t for c in range(c0, c1 + 1))
     assert sum(1 for t in range(sk_tiles) if t not in whole) == len(set(blocks.values()))
     most = max(_sk_owner(t * k_tiles + k_tiles - 1, S, grid) - _sk_owner(t * k_tiles, S, grid) + 1 for t in range(sk_tiles))
-    assert most <= W.streamk_max_pieces(k_tiles, S, grid)  # the fixup's unrolled loop covers every tile's pieces
+    assert most <= GW.streamk_max_pieces(k_tiles, S, grid)  # the fixup's unrolled loop covers every tile's pieces
     with pytest.raises(ValueError, match="stream_k must be 0"):
         G.GemmConfig(stream_k=3).validate()
     with pytest.raises(ValueError, match="without split-K"):

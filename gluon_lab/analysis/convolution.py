@@ -3,7 +3,7 @@
 Kernel-facing (the only places this module reaches into kernels / experiments / codegen):
     measure()        gluon_lab.experiments.run_conv(results_dir=, quick=, parts=)
     plan_shapes()    gluon_lab.experiments.CONV_SHAPES
-    kernel_source()  gluon_lab.kernels.conv: _tap_shift, _conv_issue, _conv_tile, _conv_next, conv_fprop_kernel
+    kernel_source()  registry.sources of conv2d gluon-pipelined: tap_shift, tap_box_issue, _conv_tile, _conv_next, conv_fprop_kernel
                      (.fn sources)
     census_table()   gluon_lab.kernels.conv.{fprop,fprop_ws,gather,dgrad,wgrad,triton,wgrad_triton}_codegen
                      -> codegen.compile_sm90 / census
@@ -44,10 +44,10 @@ def plan_shapes(gather: bool = False) -> list[dict]:
 
 
 def kernel_source() -> str:
-    import inspect
-    from ..kernels import conv
-    return "\n\n".join(inspect.getsource(k.fn) for k in (conv._tap_shift, conv._conv_issue, conv._conv_tile,
-                                                          conv._conv_next, conv.conv_fprop_kernel))
+    """The pipelined fprop's code by name through the registry: the template's tap-box producer and the kernel."""
+    from .. import registry
+    return "\n\n".join(registry.sources("conv2d", "gluon-pipelined", n) for n in
+                         ("tap_shift", "tap_box_issue", "_conv_tile", "_conv_next", "conv_fprop_kernel"))
 
 
 def label(s: dict) -> str:
@@ -62,7 +62,7 @@ def labels(d) -> list[str]:
 def a_paths(shapes=None):
     """Per shape: the A path of the Gluon fprop (or why none), its heuristic tile, and the GEMM view."""
     import pandas as pd
-    from ..kernels import conv
+    from ..kernels import conv, conv_ws
     from ..specs.conv import gemm_shape
     rows = []
     for s in shapes or plan_shapes(gather=True):
@@ -83,7 +83,7 @@ def census_table():
     """sm_90 census (compiled here) of the Gluon fprop at each plan shape (heuristic config) and the Triton
     baseline at one."""
     from .. import codegen
-    from ..kernels import conv
+    from ..kernels import conv, conv_ws
 
     def cen(spec):
         return codegen.census(codegen.compile_sm90(**{a: b for a, b in spec.items() if a != "options"}))
@@ -95,7 +95,7 @@ def census_table():
         else:
             rows[f"gluon-gather {label(s)}"] = cen(conv.gather_codegen(s, "bfloat16"))
     s, s2 = plan_shapes()[1], plan_shapes()[2]
-    rows[f"gluon-ws {label(s)}"] = cen(conv.fprop_ws_codegen(s, "bfloat16"))
+    rows[f"gluon-ws {label(s)}"] = cen(conv_ws.fprop_ws_codegen(s, "bfloat16"))
     rows[f"gluon-gather {label(s)}"] = cen(conv.gather_codegen(s, "bfloat16"))
     rows[f"dgrad gluon-pipelined {label(s)}"] = cen(conv.dgrad_codegen(s, "bfloat16"))
     rows[f"dgrad gluon-pipelined {label(s2)} (largest of 4 sub-problems)"] = cen(conv.dgrad_codegen(s2, "bfloat16"))

@@ -14,14 +14,14 @@ Kernel-facing (the only places this module reaches into kernels / experiments / 
     other_ops()          gluon_lab.experiments.PipelinedPlan().other_ops
     kernel_source()      inspect.getsource of gluon_lab.kernels.pipelined._load_block.fn, .norm_block.fn,
                          .pipelined_norm_kernel.fn, .PipeConfig.heuristic; gluon_lab.kernels.gemm
-                         ._issue_k_step.fn, ._next_k_step.fn, .persistent_gemm_kernel.fn
+                         tma_k_step (igemm.producers), _next_k_step, persistent_gemm_kernel (registry.sources)
     pipe_heuristic()     gluon_lab.kernels.pipelined.PipeConfig.heuristic(op, N, dtype, M, **overrides)
                          (fields num_warps, rows, num_stages, ctas_per_sm)
     gemm_config()        gluon_lab.kernels.gemm.GemmConfig(**kw) / GemmConfig.heuristic(M, N, dtype)
                          (fields BM, BN, BK, num_stages, num_warps, group_m, producer_regs; .validate(dtype))
     norm_compile()       gluon_lab.codegen.inspect_variant(op, "gluon-pipelined", N=, dtype=, config=PipeConfig)
     gemm_compile()       gluon_lab.kernels.gemm.codegen_spec(cfg, dtype) (gluon-pipelined) and
-                         gluon_lab.kernels.warp_specialized.codegen_spec(cfg, dtype) (gluon-ws), compiled
+                         gluon_lab.kernels.gemm_ws.codegen_spec(cfg, dtype) (gluon-ws), compiled
                          with codegen.compile_sm90 + codegen.census (matmul variants register no codegen)
     sanitize_driver()    ci/sanitize.py (CASES, TOOLS, ws_gemm_without_invalidate), loaded from its file
 """
@@ -63,24 +63,29 @@ def other_ops() -> tuple:
     return tuple(PipelinedPlan().other_ops)
 
 
-def _source_objects() -> dict:
-    from ..kernels import gemm, pipelined
-    return {"_load_block": pipelined._load_block.fn, "norm_block": pipelined.norm_block.fn,
-            "pipelined_norm_kernel": pipelined.pipelined_norm_kernel.fn,
-            "PipeConfig.heuristic": pipelined.PipeConfig.heuristic, "_issue_k_step": gemm._issue_k_step.fn,
-            "_next_k_step": gemm._next_k_step.fn, "persistent_gemm_kernel": gemm.persistent_gemm_kernel.fn}
+SOURCE_VARIANTS = {"_load_block": ("rms_norm", "gluon-pipelined"), "norm_block": ("rms_norm", "gluon-pipelined"),
+                   "pipelined_norm_kernel": ("rms_norm", "gluon-pipelined"),
+                   "PipeConfig": ("rms_norm", "gluon-pipelined"), "tma_k_step": ("matmul", "gluon-pipelined"),
+                   "_next_k_step": ("matmul", "gluon-pipelined"), "persistent_gemm_kernel": ("matmul", "gluon-pipelined")}
+
+
+def _source(name: str):
+    """The named object of gluon-pipelined's norm or GEMM code, through the registry (registry.source_object)."""
+    from .. import registry
+    head, _, attr = name.partition(".")
+    obj = registry.source_object(*SOURCE_VARIANTS[head], head)
+    return getattr(obj, attr) if attr else obj
 
 
 SOURCE_GROUPS = {"norm": ("_load_block", "norm_block", "pipelined_norm_kernel"), "heuristic": ("PipeConfig.heuristic", ),
-                 "gemm": ("_issue_k_step", "_next_k_step", "persistent_gemm_kernel")}
+                 "gemm": ("tma_k_step", "_next_k_step", "persistent_gemm_kernel")}
 
 
 def kernel_source(*names: str) -> str:
     """Current source of the named kernel functions (or of a group in SOURCE_GROUPS), one after the other."""
     import inspect
-    objs = _source_objects()
     names = [n for name in names for n in SOURCE_GROUPS.get(name, (name, ))]
-    return "\n".join(inspect.getsource(objs[n]) for n in names)
+    return "\n".join(inspect.getsource(_source(n)) for n in names)
 
 
 def pipe_heuristic(op: str, N: int, dtype: str = "bfloat16", M: int | None = None, **overrides):
@@ -113,8 +118,8 @@ def compile_spec(spec: dict):
 def gemm_spec(cfg, dtype: str = "bfloat16", ws: bool = False) -> dict:
     """The compile spec of the persistent GEMM (gluon-pipelined) or of its warp-specialized sibling."""
     if ws:
-        from ..kernels import warp_specialized
-        return warp_specialized.codegen_spec(cfg, dtype)
+        from ..kernels import gemm_ws
+        return gemm_ws.codegen_spec(cfg, dtype)
     from ..kernels import gemm
     return gemm.codegen_spec(cfg, dtype)
 

@@ -11,7 +11,7 @@ Kernel-facing (the only places this module reaches into kernels / experiments / 
     measure()             gluon_lab.experiments.run_ws(results_dir=, quick=, parts=)
     ws_plan()             gluon_lab.experiments.WarpSpecializedPlan() (ws_sweep_shapes, ws_sweep_tiles, ws_sweep_regs)
     kernel_source()       inspect.getsource of gluon_lab.kernels.warp_specialized._wsn_producer.fn,
-                          ._wsn_consumer.fn, .ws_norm_kernel.fn, .WsNormConfig, ._ws_producer.fn,
+                          ._wsn_consumer.fn, .ws_norm_kernel.fn, .WsNormConfig; igemm tma_producer,
                           ._ws_consumer.fn, .ws_gemm_kernel.fn, .ws_ring_barriers.fn
     ws_norm_heuristic()   gluon_lab.kernels.warp_specialized.WsNormConfig.heuristic(op, N, dtype, M)
                           (fields num_warps, rows, num_stages, ctas_per_sm, producer_regs)
@@ -69,19 +69,24 @@ def ws_plan():
     return WarpSpecializedPlan()
 
 
-def _source_objects() -> dict:
-    from ..kernels import warp_specialized as W
-    return {"_wsn_producer": W._wsn_producer.fn, "_wsn_consumer": W._wsn_consumer.fn, "ws_norm_kernel": W.ws_norm_kernel.fn,
-            "WsNormConfig": W.WsNormConfig, "_ws_producer": W._ws_producer.fn, "_ws_consumer": W._ws_consumer.fn,
-            "ws_gemm_kernel": W.ws_gemm_kernel.fn, "ws_ring_barriers": W.ws_ring_barriers.fn,
-            "_pp_consumer": W._pp_consumer.fn, "ws_pingpong_gemm_kernel": W.ws_pingpong_gemm_kernel.fn}
+SOURCE_VARIANTS = (("rms_norm", "gluon-ws"), ("matmul", "gluon-ws"))  # whose code kernel_source() reads
 
 
 def kernel_source(*names: str) -> str:
-    """Current source of the named pattern-4 kernel functions / classes, one after the other."""
-    import inspect
-    objs = _source_objects()
-    return "\n".join(inspect.getsource(objs[n]) for n in names)
+    """Current source of the named functions / classes of the gluon-ws norm or GEMM (registry.sources:
+    looked up in the variant's launch closure by plain name, e.g. "tma_producer", "_ws_consumer")."""
+    from .. import registry
+    out = []
+    for n in names:
+        for op, variant in SOURCE_VARIANTS:
+            try:
+                out.append(registry.sources(op, variant, n))
+                break
+            except ValueError:
+                continue
+        else:
+            raise ValueError(f"kernel_source: {n!r} is in neither gluon-ws norm's nor gluon-ws GEMM's code")
+    return "\n".join(out)
 
 
 def ws_norm_heuristic(op: str, N: int, dtype: str = "bfloat16", M: int | None = None):
@@ -104,18 +109,28 @@ def gemm_fits(tile, regs: int, dtype: str = "bfloat16") -> str:
         return f"does not fit: {e}"
 
 
+WS_KERNEL_FILES = ("warp_specialized.py", "gemm_ws.py")  # where a sanitizer report may place the ws kernels
+#                   (ws_gemm_kernel lived in warp_specialized.py before the implicit-GEMM template split)
+
+
 def ws_source_lines():
-    """(current lines of kernels/warp_specialized.py, {kernel: line of its `def`})."""
+    """({kernel: (file name, current lines of its file)}, {kernel: line of its `def`}) for ws_gemm_kernel
+    and ws_norm_kernel, found through the registry (the variants' launch closures)."""
     import inspect
     from pathlib import Path
-    from ..kernels import warp_specialized as W
+    from .. import registry
 
     def def_line(fn):
         lines_, start = inspect.getsourcelines(fn)
         return start + next(i for i, ln in enumerate(lines_) if ln.lstrip().startswith("def "))
 
-    return (Path(W.__file__).read_text().splitlines(),
-            {"ws_gemm_kernel": def_line(W.ws_gemm_kernel.fn), "ws_norm_kernel": def_line(W.ws_norm_kernel.fn)})
+    files, defs = {}, {}
+    for (op, variant), kern in zip(SOURCE_VARIANTS, ("ws_norm_kernel", "ws_gemm_kernel")):
+        fn = registry.source_object(op, variant, kern)
+        path = Path(inspect.getsourcefile(fn))
+        files[kern] = (path.name, path.read_text().splitlines())
+        defs[kern] = def_line(fn)
+    return files, defs
 
 
 def consumer_schedule() -> list:
@@ -128,7 +143,7 @@ def consumer_schedule() -> list:
         acc = re.search(r"warps_per_cta=(\[[^\]]*\])", kernel_source(cons))
         for call in calls:
             m = re.search(r"\],\s*(\[[^\]]*\]),\s*(\[[^\]]*\])\)", call)
-            parts = re.findall(r"\((_\w+), \(", call[:m.end()] if m else call)
+            parts = re.findall(r"\((\w+), \(", call[:m.end()] if m else call)
             out.append(f"{kern}: partitions {', '.join(parts)} (the first is the default); worker warps "
                        f"{m.group(1) if m else '?'}, worker registers {m.group(2) if m else '?'}; consumer accumulator "
                        f"warps_per_cta={acc.group(1) if acc else '?'}")
@@ -1351,11 +1366,14 @@ def race_accesses(san, src_lines, defs, diag_lines):
         if not accs:
             continue
         first = accs[0]
-        shift = defs.get(first.group(2), 0) - int(first.group(5)) if first.group(4).endswith("warp_specialized.py") else 0
+        kern = first.group(2)
+        in_ws = first.group(4).endswith(WS_KERNEL_FILES) and kern in src_lines
+        shift = defs.get(kern, 0) - int(first.group(5)) if in_ws else 0
         for j, a in enumerate(accs):
             f, ln = a.group(4), int(a.group(5))
-            if f.endswith("warp_specialized.py"):
-                now, lines_of, where = ln + shift, src_lines, f"warp_specialized.py:{ln + shift} now"
+            if f.endswith(WS_KERNEL_FILES) and in_ws:
+                base, lines_of = src_lines[kern]
+                now, where = ln + shift, f"{base}:{ln + shift} now"
             elif diag_lines is not None:
                 now, lines_of, where = ln, diag_lines, f"{f}:{ln} (generated)"
             else:
@@ -1393,7 +1411,7 @@ def def_shift_line(race_tab, defs) -> str | None:
     """Where racecheck put each kernel's entry and where its `def` is now."""
     if not len(race_tab):
         return None
-    rep = race_tab[(race_tab.role == "first access") & race_tab["reported at"].str.startswith("warp_specialized.py")]
+    rep = race_tab[(race_tab.role == "first access") & race_tab["reported at"].str.startswith(WS_KERNEL_FILES)]
     return "def lines: " + ", ".join(
         f"{k} reported at line {int(r.split(':')[1])}, now at {defs[k]} (shift {defs[k] - int(r.split(':')[1]):+d})"
         for k, r in zip(rep.offset.str.split("+").str[0], rep["reported at"]) if k in defs)

@@ -42,50 +42,18 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 from ..specs.conv import out_size, weight_ohwi
-from .gemm import _tile_coords
+from .igemm.producers import gather_issue, tap_box_issue, tap_shift, wgrad_issue
+from .igemm.schedule import tile_coords
 from .hopper import (CTA_SMEM_OVERHEAD, GL_DTYPE, H200_SMS, ITEMSIZE, SM_SMEM, SMEM_LIMIT, cdiv, desc_type, descriptor, dtype_name, kernel_spec,
                      short_dtype)
 from .pipelined import TRACE_CTAS, TRACE_ITERS, globaltimer
-from .warp_specialized import ws_ring_barriers, ws_ring_invalidate
-
-
-@gluon.jit
-def _tap_shift(r, s, STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr):
-    """Filter tap (r, s) as a box shift of the parity-split x view [B, H/st, st, W/st, st·Ci]: (dh, ph, dw, pw)
-    with r − PAD_H = STRIDE·dh + ph and s − PAD_W = STRIDE·dw + pw (stride 1: ph = pw = 0)."""
-    if STRIDE == 1:
-        dh = r - PAD_H
-        ph = 0
-        dw = s - PAD_W
-        pw = 0
-    else:  # (r - pad) = 2 * dh + ph, floor division (dh = -1 for the top padding row)
-        dh = (r - PAD_H) >> 1
-        ph = (r - PAD_H) & 1
-        dw = (s - PAD_W) >> 1
-        pw = (s - PAD_W) & 1
-    return dh, ph, dw, pw
-
-
-@gluon.jit
-def _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow0, co0, Ci, pred, RW: gl.constexpr,
-                STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr):
-    """Issue k-step (tap rs = r·RW + s, channels c0..) of the tile at (image b, patch origin oh0, ow0; output
-    channels co0): the x box shifted by (r − PAD_H, s − PAD_W) and the weight box [BN, 1, BK] of that tap."""
-    r = rs // RW
-    s = rs % RW
-    dh, ph, dw, pw = _tap_shift(r, s, STRIDE, PAD_H, PAD_W)
-    bar = bars.index(slot)
-    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(x_desc, [b, oh0 + dh, ph, ow0 + dw, pw * Ci + c0], bar, a_bufs.index(slot),
-                                    pred=pred)
-    tma.async_copy_global_to_shared(w_desc, [co0, rs, c0], bar, b_bufs.index(slot), pred=pred)
 
 
 @gluon.jit
 def _conv_tile(t, n_th, n_tw, num_pid_m, num_pid_n, TH: gl.constexpr, TW: gl.constexpr, BN: gl.constexpr,
                GROUP_M: gl.constexpr):
     """Tile t -> (image, oh0, ow0, co0): grouped order over (patch, Co band), patches row-major."""
-    pid_m, pid_n = _tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+    pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
     per_img = n_th * n_tw
     b = pid_m // per_img
     rem = pid_m % per_img
@@ -155,7 +123,7 @@ def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH
     ld_i = 0
     ld_b, ld_oh, ld_ow, ld_co = _conv_tile(start, n_th, n_tw, num_pid_m, num_pid_n, TH, TW, BN, GROUP_M)
     for p in gl.static_range(NUM_STAGES - 1):
-        _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, p, ld_rs, ld_c0, ld_b, ld_oh, ld_ow, ld_co, Ci, p < total,
+        tap_box_issue(x_desc, w_desc, a_bufs, b_bufs, bars, p, ld_rs, ld_c0, ld_b, ld_oh, ld_ow, ld_co, Ci, p < total,
                     RW, STRIDE, PAD_H, PAD_W)
         ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co = _conv_next(ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co, Ci,
                                                                    start, nprog, n_th, n_tw, num_pid_m, num_pid_n,
@@ -179,7 +147,7 @@ def conv_fprop_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH
             acc = warpgroup_mma(a, bt, acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
             ls = s - 1 if s > 0 else NUM_STAGES - 1  # the slot of step g - 1, whose MMA has retired
-            _conv_issue(x_desc, w_desc, a_bufs, b_bufs, bars, ls, ld_rs, ld_c0, ld_b, ld_oh, ld_ow, ld_co, Ci,
+            tap_box_issue(x_desc, w_desc, a_bufs, b_bufs, bars, ls, ld_rs, ld_c0, ld_b, ld_oh, ld_ow, ld_co, Ci,
                         g + NUM_STAGES - 1 < total, RW, STRIDE, PAD_H, PAD_W)
             ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co = _conv_next(ld_rs, ld_c0, ld_i, ld_b, ld_oh, ld_ow, ld_co,
                                                                        Ci, start, nprog, n_th, n_tw, num_pid_m,
@@ -377,15 +345,16 @@ class Launch:
         return n_th, n_tw, n_m, grid
 
     def run(self, cfg: ConvConfig, dtype: str, trace=None):
+        """This launch under cfg: the pipelined kernel, or the kernel cfg names (conv_ws.WsConvConfig.run_launch:
+        the warp-specialized instance with its schedules)."""
+        if hasattr(cfg, "run_launch"):
+            return cfg.run_launch(self, dtype)
         descs = self.descriptors(cfg, dtype)
         n_th, n_tw, n_m, grid = self.grid_args(cfg, self.x.device)
         common = dict(RH=self.RH, RW=self.RW, STRIDE=self.stride, PAD_H=self.pad_h, PAD_W=self.pad_w,
                       NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, num_warps=cfg.num_warps)
         args = (*descs, self.Ci, self.Co, n_th, n_tw, n_m, self.oph)
-        if isinstance(cfg, WsConvConfig):
-            conv_fprop_ws_kernel[grid](*args, PRODUCER_REGS=cfg.producer_regs, **common)
-        else:
-            conv_fprop_kernel[grid](*args, trace, INSTRUMENT=trace is not None, **common)
+        conv_fprop_kernel[grid](*args, trace, INSTRUMENT=trace is not None, **common)
 
 
 def fprop_launch(x, weight, stride, padding, y) -> Launch:
@@ -433,185 +402,7 @@ def fprop_codegen(shape: dict, dtype: str, config: ConvConfig | None = None, ins
 
 
 # ----------------------------------------------------------------------------------------------
-# warp-specialized fprop ("gluon-ws"): pattern 4's producer / consumer split on the same boxes
-
-@gluon.jit
-def _conv_ws_producer(x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
-                      RH: gl.constexpr, RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr,
-                      PAD_W: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr):
-    """1 warp: for every k-step of every tile of this CTA, wait for the slot to be EMPTY, then issue its
-    A and B boxes (completing on FULL). The coordinate math lives here, off the MMA warps."""
-    TH: gl.constexpr = x_desc.block_type.shape[1]
-    TW: gl.constexpr = x_desc.block_type.shape[3]
-    BK: gl.constexpr = x_desc.block_type.shape[4]
-    BN: gl.constexpr = w_desc.block_type.shape[0]
-    start = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    num_pid_n = gl.cdiv(Co, BN)
-    my_tiles = (n_tiles_m * num_pid_n - start + nprog - 1) // nprog
-    g = 0
-    for i in range(my_tiles):
-        b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, n_tiles_m, num_pid_n, TH, TW, BN, GROUP_M)
-        for rs in range(RH * RW):
-            for c0 in range(0, Ci, BK):
-                slot = g % NUM_STAGES
-                mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
-                _conv_issue(x_desc, w_desc, a_bufs, b_bufs, full_bars, slot, rs, c0, b, oh0, ow0, co0, Ci, True, RW,
-                            STRIDE, PAD_H, PAD_W)
-                g += 1
-
-
-@gluon.jit
-def _conv_ws_consumer(y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m, OPH,
-                      TAPS: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, num_warps: gl.constexpr):
-    """num_warps warps (whole warpgroups on one BM-row tile): wait FULL, async wgmma, release the previous
-    step's slot once its MMA retired; epilogue through smem and one TMA store per tile."""
-    TH: gl.constexpr = a_bufs.shape[2]
-    TW: gl.constexpr = a_bufs.shape[4]
-    BK: gl.constexpr = a_bufs.shape[5]
-    BN: gl.constexpr = b_bufs.shape[1]
-    BM: gl.constexpr = TH * TW
-    dtype: gl.constexpr = y_desc.dtype
-    a_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BK], dtype)
-    b_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BK], dtype)
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, BN, 16])
-    start = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    num_pid_n = gl.cdiv(Co, BN)
-    my_tiles = (n_tiles_m * num_pid_n - start + nprog - 1) // nprog
-    k_steps = TAPS * gl.cdiv(Ci, BK)
-    g = 0
-    for i in range(my_tiles):
-        b, oh0, ow0, co0 = _conv_tile(start + i * nprog, n_th, n_tw, n_tiles_m, num_pid_n, TH, TW, BN, GROUP_M)
-        acc = gl.zeros([BM, BN], gl.float32, acc_layout)
-        for kk in range(k_steps):
-            slot = g % NUM_STAGES
-            mbarrier.wait(full_bars.index(slot), (g // NUM_STAGES) & 1)
-            a = a_bufs.index(slot)._reinterpret(dtype, [BM, BK], a_mma)
-            bt = b_bufs.index(slot)._reinterpret(dtype, [BN, BK], b_mma).permute((1, 0))
-            acc = warpgroup_mma(a, bt, acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            if kk > 0:  # the MMA of step g - 1 has retired: its slot goes back to the producer
-                mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
-            g += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
-        tma.store_wait(0)
-        c_smem.store(acc.to(dtype))
-        fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, [b, oh0, OPH, ow0, co0],
-                                        c_smem._reinterpret(dtype, [1, TH, 1, TW, BN], y_desc.layout))
-    tma.store_wait(0)
-
-
-@gluon.jit
-def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, Ci, Co, n_th, n_tw, n_tiles_m, OPH, RH: gl.constexpr,
-                         RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr,
-                         NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                         num_warps: gl.constexpr):
-    TH: gl.constexpr = x_desc.block_type.shape[1]
-    TW: gl.constexpr = x_desc.block_type.shape[3]
-    BK: gl.constexpr = x_desc.block_type.shape[4]
-    BN: gl.constexpr = w_desc.block_type.shape[0]
-    dtype: gl.constexpr = x_desc.dtype
-    c_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TH * TW, BN], dtype)
-    a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, TH, 1, TW, BK], x_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BN, 1, BK], w_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, [TH * TW, BN], c_lay)
-    empty_bars, full_bars = ws_ring_barriers(NUM_STAGES, 1)
-    gl.warp_specialize([
-        (_conv_ws_consumer, (y_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m,
-                             OPH, RH * RW, NUM_STAGES, GROUP_M, num_warps)),
-        (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
-                             RH, RW, STRIDE, PAD_H, PAD_W, NUM_STAGES, GROUP_M)),
-    ], [1], [PRODUCER_REGS])
-    ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES)
-
-
-@dataclasses.dataclass(frozen=True)
-class WsConvConfig(ConvConfig):
-    """ConvConfig plus the 1-warp producer's setmaxnreg budget (24..256, a multiple of 8; it only computes
-    coordinates, pattern 4's default)."""
-    producer_regs: int = 40
-
-    @classmethod
-    def heuristic(cls, shape: dict, dtype: str) -> "WsConvConfig":
-        # the pipelined kernel's tile (the same boxes and ring; first guess, the 06 plan measures it)
-        return cls(**dataclasses.asdict(ConvConfig.heuristic(shape, dtype)))
-
-    def validate(self, dtype: str):
-        super().validate(dtype)
-        if not 24 <= self.producer_regs <= 256 or self.producer_regs % 8:
-            raise ValueError(f"producer_regs must be a multiple of 8 in 24..256 (setmaxnreg); got {self.producer_regs}")
-        return self
-
-
-def ws_configure(shape: dict, dtype: str, overrides: dict) -> WsConvConfig:
-    known = {f.name for f in dataclasses.fields(WsConvConfig)}
-    return dataclasses.replace(WsConvConfig.heuristic(shape, dtype),
-                               **{k: v for k, v in overrides.items() if k in known}).validate(dtype)
-
-
-def ws_check(x, weight, stride=1, padding=0):
-    try:
-        check(x, weight, stride, padding)
-    except ValueError as e:
-        raise ValueError(str(e).replace("'gluon-pipelined'", "'gluon-ws'")) from None
-
-
-def fprop_ws(x, weight, stride=1, padding=0, config: WsConvConfig | None = None):
-    ws_check(x, weight, stride, padding)
-    dtype = dtype_name(x)
-    cfg = (config or WsConvConfig.heuristic(_shape_of(x, weight, stride, padding), dtype)).validate(dtype)
-    R = weight.shape[2]
-    y = _empty_out(x, weight.shape[0], out_size(x.shape[2], R, stride, padding), out_size(x.shape[3], R, stride, padding))
-    fprop_launch(x, weight, stride, padding, y).run(cfg, dtype)
-    return y
-
-
-def fprop_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None):
-    cfg = (config or WsConvConfig.heuristic(shape, dtype)).validate(dtype)
-    OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
-    OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
-    ce = dict(RH=shape["R"], RW=shape["R"], STRIDE=shape["stride"], PAD_H=shape["pad"], PAD_W=shape["pad"],
-              NUM_STAGES=cfg.num_stages, GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs,
-              num_warps=cfg.num_warps)
-    return kernel_spec(conv_fprop_ws_kernel, _codegen_args(shape, dtype, cfg, OH, OW), ce, num_warps=cfg.num_warps)
-
-
-# ----------------------------------------------------------------------------------------------
 # the cp.async gather path ("gluon-gather"): A gathered pixel by pixel where tiled TMA boxes cannot express it
-
-@gluon.jit
-def _gather_issue(x_ptr, w_ptr, a_bufs, b_bufs, slot, step, row_base, ih0, iw0, m_ok, co, co_ok, H, W, Ci,
-                  n_cb, k_steps, R: gl.constexpr, BK: gl.constexpr, EVEN_C: gl.constexpr, LA: gl.constexpr):
-    """k-step `step` (tap rs, channel block cb) of this tile: 16-byte cp.async per (pixel, 8 channels) of x
-    (masked: outside the image, past Ci, past the last pixel -> zero fill) and of the weight rows; one
-    commit group per step (empty past the last step, so the group count stays uniform)."""
-    rs = step // n_cb
-    c0 = (step % n_cb) * BK
-    r = rs // R
-    s = rs % R
-    ih = ih0 + r
-    iw = iw0 + s
-    ok = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W) & (step < k_steps)
-    c = c0 + gl.arange(0, BK, layout=gl.SliceLayout(0, LA))
-    off = gl.multiple_of(row_base + (r * W + s) * Ci, 8)
-    a_ptrs = x_ptr + gl.expand_dims(off, 1) + gl.expand_dims(c, 0)
-    w_off = gl.multiple_of(co.to(gl.int64) * (R * R * Ci) + rs * Ci, 8)
-    w_ptrs = w_ptr + gl.expand_dims(w_off, 1) + gl.expand_dims(c, 0)
-    wk = co_ok & (step < k_steps)
-    if EVEN_C:
-        a_mask = gl.expand_dims(ok, 1)
-        w_mask = gl.expand_dims(wk, 1)
-    else:
-        a_mask = gl.expand_dims(ok, 1) & gl.expand_dims(c < Ci, 0)
-        w_mask = gl.expand_dims(wk, 1) & gl.expand_dims(c < Ci, 0)
-    async_copy.async_copy_global_to_shared(a_bufs.index(slot), a_ptrs, mask=a_mask)
-    async_copy.async_copy_global_to_shared(b_bufs.index(slot), w_ptrs, mask=w_mask)
-    async_copy.commit_group()
-
 
 @gluon.jit
 def conv_gather_kernel(x_ptr, w_ptr, y_desc, B, H, W, Ci_v, OH, OW, Co, R: gl.constexpr, STRIDE: gl.constexpr,
@@ -634,7 +425,7 @@ def conv_gather_kernel(x_ptr, w_ptr, y_desc, B, H, W, Ci_v, OH, OW, Co, R: gl.co
                                                          instr_shape=[16, BN, 16])
     Ci = Ci_v * 8
     M = B * OH * OW
-    pid_m, pid_n = _tile_coords(gl.program_id(0), gl.cdiv(M, BM), gl.cdiv(Co, BN), GROUP_M)
+    pid_m, pid_n = tile_coords(gl.program_id(0), gl.cdiv(M, BM), gl.cdiv(Co, BN), GROUP_M)
     m = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, LA))
     m_ok = m < M
     b = m // (OH * OW)
@@ -650,7 +441,7 @@ def conv_gather_kernel(x_ptr, w_ptr, y_desc, B, H, W, Ci_v, OH, OW, Co, R: gl.co
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], smem)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BN, BK], smem)
     for p in gl.static_range(NUM_STAGES - 2):
-        _gather_issue(x_ptr, w_ptr, a_bufs, b_bufs, p, p, row_base, ih0, iw0, m_ok, co, co_ok, H, W, Ci, n_cb,
+        gather_issue(x_ptr, w_ptr, a_bufs, b_bufs, p, p, row_base, ih0, iw0, m_ok, co, co_ok, H, W, Ci, n_cb,
                       k_steps, R, BK, EVEN_C, LA)
     acc = gl.zeros([BM, BN], gl.float32, acc_layout)
     for kk in range(k_steps):
@@ -661,7 +452,7 @@ def conv_gather_kernel(x_ptr, w_ptr, y_desc, B, H, W, Ci_v, OH, OW, Co, R: gl.co
         acc = warpgroup_mma(a_bufs.index(slot), b_bufs.index(slot).permute((1, 0)), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
         nxt = kk + NUM_STAGES - 2
-        _gather_issue(x_ptr, w_ptr, a_bufs, b_bufs, nxt % NUM_STAGES, nxt, row_base, ih0, iw0, m_ok, co, co_ok, H, W,
+        gather_issue(x_ptr, w_ptr, a_bufs, b_bufs, nxt % NUM_STAGES, nxt, row_base, ih0, iw0, m_ok, co, co_ok, H, W,
                       Ci, n_cb, k_steps, R, BK, EVEN_C, LA)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     async_copy.wait_group(0)
@@ -1052,26 +843,6 @@ def dgrad_triton(grad_output, weight, input_h, input_w, stride=1, padding=0):
 # wgrad (op conv2d_weight_grad): grad_W[co, (r, s, ci)] = sum over output pixels m of dy[m, co] x_im2col[m, (r, s, ci)]
 
 @gluon.jit
-def _wgrad_issue(dy_desc, x_desc, a_bufs, b_bufs, bars, slot, q, cb, ib, dh, ph, dw, pw, Ci, n_th, n_tw, pred):
-    """Issue k-step q (a patch of output pixels) of the tile (co block cb, ci block ib) at tap (dh, ph, dw, pw):
-    the grad_output box [1, TH, TW, BM] and the x box [1, TH, 1, TW, BN] shifted as in fprop."""
-    TH: gl.constexpr = dy_desc.block_type.shape[1]
-    TW: gl.constexpr = dy_desc.block_type.shape[2]
-    BM: gl.constexpr = dy_desc.block_type.shape[3]
-    BN: gl.constexpr = x_desc.block_type.shape[4]
-    per_img = n_th * n_tw
-    b = q // per_img
-    rem = q % per_img
-    oh0 = (rem // n_tw) * TH
-    ow0 = (rem % n_tw) * TW
-    bar = bars.index(slot)
-    mbarrier.expect(bar, dy_desc.block_type.nbytes + x_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(dy_desc, [b, oh0, ow0, cb * BM], bar, a_bufs.index(slot), pred=pred)
-    tma.async_copy_global_to_shared(x_desc, [b, oh0 + dh, ph, ow0 + dw, pw * Ci + ib * BN], bar, b_bufs.index(slot),
-                                    pred=pred)
-
-
-@gluon.jit
 def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_per_split, n_ci_blocks,
                       n_co_blocks, R: gl.constexpr, STRIDE: gl.constexpr, PAD: gl.constexpr, NUM_STAGES: gl.constexpr,
                       num_warps: gl.constexpr):
@@ -1093,7 +864,7 @@ def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_
     rs = rest // n_ci_blocks
     r = rs // R
     s = rs % R
-    dh, ph, dw, pw = _tap_shift(r, s, STRIDE, PAD, PAD)
+    dh, ph, dw, pw = tap_shift(r, s, STRIDE, PAD, PAD)
     k0 = gl.program_id(1) * k_per_split
     nk = gl.minimum(n_patches - k0, k_per_split)
 
@@ -1105,7 +876,7 @@ def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, BN, 16])
     for p in gl.static_range(NUM_STAGES - 1):
-        _wgrad_issue(dy_desc, x_desc, a_bufs, b_bufs, bars, p, k0 + p, cb, ib, dh, ph, dw, pw, Ci, n_th, n_tw, p < nk)
+        wgrad_issue(dy_desc, x_desc, a_bufs, b_bufs, bars, p, k0 + p, cb, ib, dh, ph, dw, pw, Ci, n_th, n_tw, p < nk)
     acc = gl.zeros([BM, BN], gl.float32, acc_layout)
     sl = 0
     phase = 0
@@ -1117,7 +888,7 @@ def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
         ls = sl - 1 if sl > 0 else NUM_STAGES - 1
         nxt = kk + NUM_STAGES - 1
-        _wgrad_issue(dy_desc, x_desc, a_bufs, b_bufs, bars, ls, k0 + nxt, cb, ib, dh, ph, dw, pw, Ci, n_th, n_tw,
+        wgrad_issue(dy_desc, x_desc, a_bufs, b_bufs, bars, ls, k0 + nxt, cb, ib, dh, ph, dw, pw, Ci, n_th, n_tw,
                      nxt < nk)
         sl += 1
         if sl == NUM_STAGES:
@@ -1352,16 +1123,6 @@ def _register():
              description="persistent implicit GEMM: tiled TMA boxes of x shifted per (r, s) (parity-split view for "
                          "stride 2), NUM_STAGES ring across tiles, async wgmma, TMA-store epilogue")(gluon_fn)
 
-    def ws_fn(x, weight, stride=1, padding=0, out=None, config=None):
-        return fprop_ws(x, weight, stride, padding, config=config)
-
-    register("conv2d", "gluon-ws", pattern="warp-specialized", needs_hopper=True, check=ws_check,
-             configure=ws_configure, codegen=fprop_ws_codegen, knobs={**KNOBS, "producer_regs": (24, 40, 56)},
-             roots=(conv_fprop_ws_kernel, WsConvConfig, ConvConfig, Launch, fprop_ws, fprop_launch, ws_check, check,
-                    a_path, _layouts, weight_ohwi),
-             description="warp-specialized implicit GEMM: a 1-warp TMA producer (setmaxnreg) for the shifted x boxes "
-                         "and weight boxes, consumer warpgroups on wgmma, empty/full ring")(ws_fn)
-
     def triton_fn(x, weight, stride=1, padding=0, out=None):
         return triton_variant(x, weight, stride, padding)
 
@@ -1409,7 +1170,7 @@ def _register():
     register("conv2d", "gluon-gather", pattern="implicit-gemm", needs_hopper=True, check=gather_check,
              configure=gather_configure, codegen=gather_codegen,
              knobs={"BM": (64, 128), "BN": (64, 128, 256), "num_stages": (3, 4, 5), "num_warps": (4, 8)},
-             roots=(conv_gather_kernel, _gather_issue, GatherConfig, gather, gather_check, _pad_channels, weight_ohwi),
+             roots=(conv_gather_kernel, gather_issue, GatherConfig, gather, gather_check, _pad_channels, weight_ohwi),
              description="implicit GEMM with A gathered pixel by pixel: masked 16-byte cp.async of x and the weights "
                          "into an NVMMA ring (any stride / size; channels padded to 8 on the host when needed), async "
                          "wgmma, TMA-store epilogue")(gather_fn)

@@ -28,42 +28,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from .hopper import GL_DTYPE, H200_SMS, ITEMSIZE, SMEM_LIMIT, cdiv, descriptor, desc_type, dtype_name, kernel_spec, num_sms
-
-
-@gluon.jit
-def _tile_coords(t, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
-    """Tile t -> (pid_m, pid_n) in grouped order: GROUP_M consecutive row-tiles per column band."""
-    group = GROUP_M * num_pid_n
-    gid = t // group
-    first_m = gid * GROUP_M
-    size_m = gl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (t % group) % size_m
-    pid_n = (t % group) // size_m
-    return pid_m, pid_n
-
-
-@gluon.jit
-def _tile_space(M, N, K, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr):
-    """This program's share of the persistent tile loop: (start, nprog, num_pid_m, num_pid_n,
-    k_tiles, my_tiles) — program `start` owns tiles start, start + nprog, ..."""
-    start = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    my_tiles = (num_pid_m * num_pid_n - start + nprog - 1) // nprog
-    return start, nprog, num_pid_m, num_pid_n, gl.cdiv(K, BK), my_tiles
-
-
-@gluon.jit
-def _issue_k_step(a_desc, b_desc, a_bufs, b_bufs, bars, s, kk, pid_m, pid_n, pred):
-    """Issue the A/B boxes of k-step kk of tile (pid_m, pid_n) into ring slot s."""
-    BM: gl.constexpr = a_desc.block_type.shape[0]
-    BK: gl.constexpr = a_desc.block_type.shape[1]
-    BN: gl.constexpr = b_desc.block_type.shape[1]
-    bar = bars.index(s)
-    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [pid_m * BM, kk * BK], bar, a_bufs.index(s), pred=pred)
-    tma.async_copy_global_to_shared(b_desc, [kk * BK, pid_n * BN], bar, b_bufs.index(s), pred=pred)
+from .igemm.producers import tma_k_step
+from .igemm.schedule import tile_coords, tile_space, wave_fill
 
 
 @gluon.jit
@@ -76,7 +42,7 @@ def _next_k_step(kk, i, pid_m, pid_n, k_tiles, start, nprog, num_pid_m, num_pid_
     if kk == k_tiles:
         kk = 0
         i += 1
-        pid_m, pid_n = _tile_coords(start + i * nprog, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_coords(start + i * nprog, num_pid_m, num_pid_n, GROUP_M)
     return kk, i, pid_m, pid_n
 
 
@@ -88,7 +54,7 @@ def persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.const
     BN: gl.constexpr = b_desc.block_type.shape[1]
     dtype: gl.constexpr = a_desc.dtype
     gl.static_assert(NUM_STAGES >= 2, "the ring needs >= 2 slots")
-    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = _tile_space(M, N, K, BM, BN, BK)
+    start, nprog, num_pid_m, num_pid_n, k_tiles, my_tiles = tile_space(M, N, K, BM, BN, BK)
     total = my_tiles * k_tiles  # k-steps this program runs, across all its tiles
 
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BM, BK], a_desc.layout)
@@ -104,9 +70,9 @@ def persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.const
     # the load stream runs NUM_STAGES - 1 k-steps ahead of the MMAs, across tile boundaries
     ld_kk = 0
     ld_i = 0
-    ld_m, ld_n = _tile_coords(start, num_pid_m, num_pid_n, GROUP_M)
+    ld_m, ld_n = tile_coords(start, num_pid_m, num_pid_n, GROUP_M)
     for p in gl.static_range(NUM_STAGES - 1):  # prologue: the first NUM_STAGES-1 k-steps in flight
-        _issue_k_step(a_desc, b_desc, a_bufs, b_bufs, bars, p, ld_kk, ld_m, ld_n, p < total)
+        tma_k_step(a_desc, b_desc, a_bufs, b_bufs, bars, p, ld_kk, ld_m, ld_n, p < total)
         ld_kk, ld_i, ld_m, ld_n = _next_k_step(ld_kk, ld_i, ld_m, ld_n, k_tiles, start, nprog, num_pid_m,
                                                num_pid_n, GROUP_M)
 
@@ -115,7 +81,7 @@ def persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.const
     ph = 0  # (g // NUM_STAGES) & 1
     for i in range(my_tiles):
         t = start + i * nprog
-        pid_m, pid_n = _tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = tile_coords(t, num_pid_m, num_pid_n, GROUP_M)
         acc = gl.zeros([BM, BN], gl.float32, acc_layout)
         for kk in range(k_tiles):
             mbarrier.wait(bars.index(s), ph)
@@ -123,7 +89,7 @@ def persistent_gemm_kernel(a_desc, b_desc, c_desc, M, N, K, NUM_STAGES: gl.const
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
             # step g + NUM_STAGES - 1 goes into the slot of step g - 1, whose MMA has just retired
             ls = s - 1 if s > 0 else NUM_STAGES - 1
-            _issue_k_step(a_desc, b_desc, a_bufs, b_bufs, bars, ls, ld_kk, ld_m, ld_n, g + NUM_STAGES - 1 < total)
+            tma_k_step(a_desc, b_desc, a_bufs, b_bufs, bars, ls, ld_kk, ld_m, ld_n, g + NUM_STAGES - 1 < total)
             ld_kk, ld_i, ld_m, ld_n = _next_k_step(ld_kk, ld_i, ld_m, ld_n, k_tiles, start, nprog, num_pid_m,
                                                    num_pid_n, GROUP_M)
             g += 1
@@ -295,11 +261,6 @@ class GemmConfig:
 # fields whose override means "this tile / schedule", not "the shape's pick with one knob changed"
 TILE_KNOBS = frozenset({"BM", "BN", "BK", "num_warps", "pingpong", "split_k", "split_last_wave", "swap_ab", "cp_async",
                         "stream_k"})
-
-
-def wave_fill(tiles: int, sms: int = H200_SMS) -> float:
-    """Wave-quantization efficiency of a persistent grid: tiles / (whole waves x SMs)."""
-    return tiles / (cdiv(tiles, sms) * sms)
 
 
 # --- the shape-bucketed rules (GemmConfig.heuristic) ------------------------------------------------
