@@ -385,3 +385,15 @@ def test_gluon_wgrad_census(shape):
     assert c["sass"]["UTMALDG"] == 2 * cfg.num_stages and c["sass"]["HGMMA"] == (cfg.TH * cfg.TW // 16) * (cfg.BM // 64)
     assert c["ld_global"] == 0 and c["st_global"] == 0 and c["spill_bytes"] == 0, c
     assert c["smem_bytes"] <= cfg.smem_bytes("bfloat16") + 1024
+
+
+def test_ws_split_config_rules():
+    """More slices than a launch's k-steps run one slice per k-step (checked against float64 in the schedule
+    test above: split_k 8 on 3-k-step sub-problems); out-of-range split_k is refused naming the rule."""
+    from gluon_lab.kernels import conv_ws
+    cfg = conv_ws.WsConvConfig(split_k=8)
+    assert cfg.plan(tiles=4, k_tiles=3, sms=132) == (3, 0, 12)
+    assert cfg.plan(tiles=264, k_tiles=64, sms=132)[0] == 8  # explicit: split even where the auto rule would not
+    assert conv_ws.WsConvConfig(split_k=0).plan(264, 64, 132) == (1, 0, 264)
+    with pytest.raises(ValueError, match="split_k must be in 0..16"):
+        conv_ws.WsConvConfig(split_k=17).validate("bfloat16")

@@ -229,12 +229,3 @@ def test_ws_schedules_match_float64(shape, sched):
         res = bench.check_correctness(op, "gluon-ws", inp, config=dataclasses.replace(cfg, **sched))
         assert res["passed"], (op, dtype, sched, res)
     assert conv_ws.split_choice(4, 180) == 8 and conv_ws.split_choice(100, 180) == 1
-
-
-def test_ws_split_refuses_more_slices_than_ksteps():
-    import dataclasses
-    shape = dict(B=1, Ci=64, Co=64, H=8, W=8, R=1, stride=1, pad=0)  # 1 k-step
-    inp = _inputs(shape)
-    cfg = registry.get_variant("conv2d", "gluon-ws").configure(shape, "bfloat16", {})
-    with pytest.raises(ValueError, match="split_k=2 needs at least one k-step per slice"):
-        registry.get_variant("conv2d", "gluon-ws").fn(*inp, config=dataclasses.replace(cfg, split_k=2))

@@ -845,10 +845,12 @@ def dgrad_triton(grad_output, weight, input_h, input_w, stride=1, padding=0):
 @gluon.jit
 def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_per_split, n_ci_blocks,
                       n_co_blocks, R: gl.constexpr, STRIDE: gl.constexpr, PAD: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      num_warps: gl.constexpr):
+                      num_warps: gl.constexpr, DIRECT: gl.constexpr = False):
     """One (co block, tap, ci block) tile and one split of the output pixels per program: a NUM_STAGES TMA
     ring over patches, async wgmma (A = grad_output box, transposed: pixels are the GEMM's K), and the fp32
-    partial sum atomically added into the [Co, R*R, Ci] workspace (split-K over B*OH*OW)."""
+    partial sum atomically added into the [Co, R*R, Ci] workspace (split-K over B*OH*OW). DIRECT (one split):
+    ws_ptr is the [Co, R*R, Ci] gradient itself, in the input dtype, stored once (no fp32 workspace, no
+    zero fill, no atomics, no cast pass: on few-pixel shapes those were most of the traffic)."""
     TH: gl.constexpr = dy_desc.block_type.shape[1]
     TW: gl.constexpr = dy_desc.block_type.shape[2]
     BM: gl.constexpr = dy_desc.block_type.shape[3]
@@ -901,7 +903,10 @@ def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_
     ci = ib * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     off = gl.expand_dims(co.to(gl.int64) * (R * R * Ci) + rs * Ci, 1) + gl.expand_dims(ci, 0)
     m = gl.expand_dims(co < Co, 1) & gl.expand_dims(ci < Ci, 0)
-    gl.atomic_add(ws_ptr + off, acc, mask=m, sem="relaxed")
+    if DIRECT:
+        gl.store(ws_ptr + off, acc.to(ws_ptr.dtype.element_ty), mask=m)
+    else:
+        gl.atomic_add(ws_ptr + off, acc, mask=m, sem="relaxed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1017,10 +1022,13 @@ def wgrad(x, grad_output, kernel_size, stride=1, padding=0, config: WgradConfig 
     splits = cfg.split_count(n_tiles, n_patches)
     per = cdiv(n_patches, splits)
     splits = cdiv(n_patches, per)
-    ws = torch.zeros((Co, R, R, Ci), dtype=torch.float32, device=x.device)
+    direct = splits == 1  # one split: the gradient is stored once in its dtype (DIRECT)
+    ws = (torch.empty if direct else torch.zeros)((Co, R, R, Ci), dtype=x.dtype if direct else torch.float32,
+                                                  device=x.device)
     conv_wgrad_kernel[(n_tiles, splits)](dy_desc, x_desc, ws, Ci, Co, n_th, n_tw, n_patches, per, n_ci, n_co, R=R,
-                                         STRIDE=stride, PAD=padding, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
-    return ws.to(x.dtype).permute(0, 3, 1, 2)  # OHWI memory: a channels-last [Co, Ci, R, R]
+                                         STRIDE=stride, PAD=padding, NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+                                         DIRECT=direct)
+    return (ws if direct else ws.to(x.dtype)).permute(0, 3, 1, 2)  # OHWI memory: a channels-last [Co, Ci, R, R]
 
 
 def wgrad_codegen(shape: dict, dtype: str, config: WgradConfig | None = None):
@@ -1029,11 +1037,17 @@ def wgrad_codegen(shape: dict, dtype: str, config: WgradConfig | None = None):
     OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
     OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
     n_th, n_tw = cdiv(OH, cfg.TH), cdiv(OW, cfg.TW)
+    n_tiles = cdiv(shape["Co"], cfg.BM) * shape["R"] ** 2 * cdiv(shape["Ci"], cfg.BN)
+    n_patches = shape["B"] * n_th * n_tw
+    per = cdiv(n_patches, cfg.split_count(n_tiles, n_patches))
+    direct = cdiv(n_patches, per) == 1  # as wgrad launches it: one split stores the gradient directly
     args = {"dy_desc": desc_type(dtype, [1, cfg.TH, cfg.TW, cfg.BM], ld),
-            "x_desc": desc_type(dtype, [1, cfg.TH, 1, cfg.TW, cfg.BN], lx), "ws_ptr": "*fp32", "Ci": shape["Ci"],
+            "x_desc": desc_type(dtype, [1, cfg.TH, 1, cfg.TW, cfg.BN], lx),
+            "ws_ptr": ("*bf16" if dtype == "bfloat16" else "*fp16") if direct else "*fp32", "Ci": shape["Ci"],
             "Co": shape["Co"], "n_th": n_th, "n_tw": n_tw, "n_patches": shape["B"] * n_th * n_tw, "k_per_split": "i32",
             "n_ci_blocks": cdiv(shape["Ci"], cfg.BN), "n_co_blocks": cdiv(shape["Co"], cfg.BM)}
-    ce = dict(R=shape["R"], STRIDE=shape["stride"], PAD=shape["pad"], NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps)
+    ce = dict(R=shape["R"], STRIDE=shape["stride"], PAD=shape["pad"], NUM_STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+              DIRECT=direct)
     return kernel_spec(conv_wgrad_kernel, args, ce, num_warps=cfg.num_warps)
 
 

@@ -31,10 +31,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from ..specs.conv import out_size
 from . import conv
 from .conv import ConvConfig, Launch, _codegen_args, _empty_out, _fprop_view, _shape_of, check, dgrad_check
-from .hopper import H200_SMS, cdiv, dtype_name, kernel_spec, num_sms
+from .hopper import H200_SMS, cdiv, desc_type, descriptor, dtype_name, kernel_spec, num_sms
 from .igemm import schedule
 from .igemm.epilogues import REDUCE_BLOCK, patch_fixup_kernel, store_partial
-from .igemm.producers import tap_box_issue
+from .igemm.producers import filter_box_issue, tap_box_issue
 from .igemm.ring import ws_ring_barriers, ws_ring_invalidate
 from .igemm.schedule import unit, units_of
 
@@ -63,15 +63,17 @@ def _conv_units(Ci, Co, n_tiles_m, FULL_TILES, TAPS: gl.constexpr, BK: gl.conste
 
 @gluon.jit
 def _conv_ws_producer(x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
-                      FULL_TILES, RH: gl.constexpr, RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr,
-                      PAD_W: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
+                      FULL_TILES, r0, s0, RH: gl.constexpr, RW: gl.constexpr, STRIDE: gl.constexpr,
+                      PAD_H: gl.constexpr, PAD_W: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                      SPLIT_K: gl.constexpr, R_FULL: gl.constexpr, TSTEP: gl.constexpr):
     """1 warp: for every k-step kk of every unit of this CTA (k-step kk = tap kk // n_cb, channel block
     kk % n_cb, tracked incrementally), wait for the slot to be EMPTY, then issue its A and B boxes (completing
-    on FULL). The coordinate math lives here, off the MMA warps."""
+    on FULL). The coordinate math lives here, off the MMA warps. R_FULL > 0: a dgrad sub-problem on the forward
+    OHWI filter (filter_box_issue: weight box [BK, 1, BN], tap rotated by index from (r0, s0))."""
     TH: gl.constexpr = x_desc.block_type.shape[1]
     TW: gl.constexpr = x_desc.block_type.shape[3]
     BK: gl.constexpr = x_desc.block_type.shape[4]
-    BN: gl.constexpr = w_desc.block_type.shape[0]
+    BN: gl.constexpr = w_desc.block_type.shape[2] if R_FULL > 0 else w_desc.block_type.shape[0]
     start, nprog, num_pid_n, k_tiles, my_units = _conv_units(Ci, Co, n_tiles_m, FULL_TILES, RH * RW, BK, BN,
                                                              SPLIT_K)
     n_cb = gl.cdiv(Ci, BK)
@@ -85,8 +87,12 @@ def _conv_ws_producer(x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci,
         for kk in range(k0, k1):
             slot = g % NUM_STAGES
             mbarrier.wait(empty_bars.index(slot), ((g // NUM_STAGES) & 1) ^ 1)
-            tap_box_issue(x_desc, w_desc, a_bufs, b_bufs, full_bars, slot, rs, c0, b, oh0, ow0, co0, Ci, True, RW,
-                          STRIDE, PAD_H, PAD_W)
+            if R_FULL > 0:
+                filter_box_issue(x_desc, w_desc, a_bufs, b_bufs, full_bars, slot, rs, c0, b, oh0, ow0, co0, Ci, True,
+                                 r0, s0, RW, PAD_H, PAD_W, R_FULL, TSTEP)
+            else:
+                tap_box_issue(x_desc, w_desc, a_bufs, b_bufs, full_bars, slot, rs, c0, b, oh0, ow0, co0, Ci, True, RW,
+                              STRIDE, PAD_H, PAD_W)
             g += 1
             c0 += BK
             if c0 >= Ci:
@@ -111,18 +117,21 @@ def _store_patch(y_desc, c_smem, acc, b, oh0, OPH, ow0, co0):
 @gluon.jit
 def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m,
                       OPH, FULL_TILES, TAPS: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                      SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
+                      SPLIT_K: gl.constexpr, num_warps: gl.constexpr, FILTER_KN: gl.constexpr):
     """num_warps warps (whole warpgroups on one BM-row tile): wait FULL, async wgmma, release the previous
     step's slot once its MMA retired. A whole tile (sl = 0) goes through smem and one TMA store; a K-slice
     (SPLIT_K > 1, sl >= 1) of split tile t stores its fp32 partial to workspace block (sl - 1) * split_tiles + t."""
     TH: gl.constexpr = a_bufs.shape[2]
     TW: gl.constexpr = a_bufs.shape[4]
     BK: gl.constexpr = a_bufs.shape[5]
-    BN: gl.constexpr = b_bufs.shape[1]
+    BN: gl.constexpr = y_desc.block_type.shape[4]
     BM: gl.constexpr = TH * TW
     dtype: gl.constexpr = y_desc.dtype
     a_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BK], dtype)
-    b_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BK], dtype)
+    if FILTER_KN:  # the forward filter's box [BK, 1, BN]: an N-contiguous B
+        b_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BK, BN], dtype)
+    else:
+        b_mma: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BK], dtype)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, BN, 16])
     start, nprog, num_pid_n, k_tiles, my_units = _conv_units(Ci, Co, n_tiles_m, FULL_TILES, TAPS, BK, BN, SPLIT_K)
@@ -137,7 +146,10 @@ def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bar
             slot = g % NUM_STAGES
             mbarrier.wait(full_bars.index(slot), (g // NUM_STAGES) & 1)
             a = a_bufs.index(slot)._reinterpret(dtype, [BM, BK], a_mma)
-            bt = b_bufs.index(slot)._reinterpret(dtype, [BN, BK], b_mma).permute((1, 0))
+            if FILTER_KN:
+                bt = b_bufs.index(slot)._reinterpret(dtype, [BK, BN], b_mma)
+            else:
+                bt = b_bufs.index(slot)._reinterpret(dtype, [BN, BK], b_mma).permute((1, 0))
             acc = warpgroup_mma(a, bt, acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
             if kk > k0:  # the MMA of step g - 1 has retired: its slot goes back to the producer
@@ -157,41 +169,57 @@ def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bar
 
 
 @gluon.jit(do_not_specialize=["FULL_TILES"])  # one compile for every split point
-def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, work, Ci, Co, n_th, n_tw, n_tiles_m, OPH, FULL_TILES,
+def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, work, Ci, Co, n_th, n_tw, n_tiles_m, OPH, FULL_TILES, r0, s0,
                          RH: gl.constexpr, RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr,
                          PAD_W: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                         PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
-    """work: the fp32 workspace pointer under SPLIT_K > 1 (None otherwise); tiles FULL_TILES and later are split."""
+                         PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr,
+                         R_FULL: gl.constexpr = 0, TSTEP: gl.constexpr = 1):
+    """work: the fp32 workspace pointer under SPLIT_K > 1 (None otherwise); tiles FULL_TILES and later are split.
+    R_FULL > 0: a dgrad sub-problem whose w_desc is the forward OHWI filter ([BK, 1, BN] boxes, filter_box_issue:
+    forward tap (r0 - TSTEP·r, s0 - TSTEP·s) of its tap (r, s)); else the [BN, 1, BK] boxes of a [Co, taps, Ci] filter."""
     TH: gl.constexpr = x_desc.block_type.shape[1]
     TW: gl.constexpr = x_desc.block_type.shape[3]
     BK: gl.constexpr = x_desc.block_type.shape[4]
-    BN: gl.constexpr = w_desc.block_type.shape[0]
+    BN: gl.constexpr = y_desc.block_type.shape[4]
     dtype: gl.constexpr = x_desc.dtype
     c_lay: gl.constexpr = gl.NVMMASharedLayout.get_default_for([TH * TW, BN], dtype)
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, TH, 1, TW, BK], x_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BN, 1, BK], w_desc.layout)
+    if R_FULL > 0:
+        b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BK, 1, BN], w_desc.layout)
+    else:
+        b_bufs = gl.allocate_shared_memory(dtype, [NUM_STAGES, BN, 1, BK], w_desc.layout)
     c_smem = gl.allocate_shared_memory(dtype, [TH * TW, BN], c_lay)
     empty_bars, full_bars = ws_ring_barriers(NUM_STAGES, 1)
     gl.warp_specialize([
         (_conv_ws_consumer, (y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw,
-                             n_tiles_m, OPH, FULL_TILES, RH * RW, NUM_STAGES, GROUP_M, SPLIT_K, num_warps)),
+                             n_tiles_m, OPH, FULL_TILES, RH * RW, NUM_STAGES, GROUP_M, SPLIT_K, num_warps,
+                             R_FULL > 0)),
         (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
-                             FULL_TILES, RH, RW, STRIDE, PAD_H, PAD_W, NUM_STAGES, GROUP_M, SPLIT_K)),
+                             FULL_TILES, r0, s0, RH, RW, STRIDE, PAD_H, PAD_W, NUM_STAGES, GROUP_M, SPLIT_K, R_FULL,
+                             TSTEP)),
     ], [1], [PRODUCER_REGS])
     ws_ring_invalidate(empty_bars, full_bars, NUM_STAGES)
 
 
 # ---- the schedule choice -------------------------------------------------------------------------------
-MAX_SPLIT = 8          # K-slices: the workspace holds split_k fp32 copies of each split tile
-SPLIT_FILL = 0.5       # split when the tiles fill less than half of the SMs (one partial wave) ...
-SPLIT_MIN_KSTEPS = 16  # ... and each slice keeps >= 16 k-steps of the ring's work
+# From the 06 'schedule' study on the H200, run 20261204T144314Z-87ad081d (gluon-ws fprop and dgrad, bf16,
+# split 1 / 2 / 4 / 8 / last-wave / the heuristic's, µs):
+# * SM-idle fprop: 2x1280ch 8x8 3x3 (10 tiles) 86.2 / 48.5 / 29.1 / 20.6; ResNet 7x7 b1 (2 tiles) 36.3 / 22.0 /
+#   14.2 / 10.6; VAE 512ch 32x32 b1 (16 tiles) 46.2 / 29.8 / 20.6 / 18.7; 16x16 (20 tiles) 108 / 62 / 39 / 47
+#   (split 6 of the rule below: 33.2); 1x1 1280ch 8x8 (20 tiles, 20 k-steps) 13.0 / 11.3 / 9.8 / 13.0;
+# * shapes that fill the SMs lose with any split (SD 64x64 101.6 vs 154.9 at split 2; ResNet 14x14 28.1 vs
+#   44.6): the fp32 partials and the fixup are pure overhead there; the last-wave split lost too (121.6, 44.8);
+# * an 8x8 image on the 16x8 patch (half its rows past the image) ran 107.8 vs 86.2 for 8x8 (BM 64).
+MAX_SPLIT = 8          # K-slices (split 8 was the best measured on every 8x8 / 7x7 shape; more was not measured)
+SPLIT_FILL = 0.5       # split only when the tiles fill less than half of the SMs (one partial wave) ...
+SPLIT_MIN_KSTEPS = 5   # ... each slice >= 5 k-steps (the 1x1's 20 k-steps: split 4 = 9.8 µs, 8 = 13.0, 2 = 11.3)
 SMALL_IMAGE = 8        # output rows <= 8 pixels wide and high: a TW x TH = 8 x 8 patch (BM 64), not 16 x 8 (half empty)
 
 
 def split_choice(tiles: int, k_tiles: int, sms: int = H200_SMS) -> int:
-    """split_k for a grid of `tiles` tiles of `k_tiles` k-steps: the fewest slices that bring the units to about
-    a wave, each slice >= SPLIT_MIN_KSTEPS k-steps, at most MAX_SPLIT; 1 where the tiles already fill half the
-    SMs. (The 06 'schedule' study measures it against split 1..8 on the SM-idle shapes.)"""
+    """split_k for a grid of `tiles` tiles of `k_tiles` k-steps: as many slices as bring the units to a wave
+    (sms // tiles), each slice >= SPLIT_MIN_KSTEPS k-steps, at most MAX_SPLIT; 1 where the tiles already fill
+    half the SMs (the measured reasons above)."""
     if tiles >= SPLIT_FILL * sms:
         return 1
     return max(1, min(MAX_SPLIT, sms // tiles, k_tiles // SPLIT_MIN_KSTEPS))
@@ -224,12 +252,10 @@ class WsConvConfig(ConvConfig):
         return self
 
     def plan(self, tiles: int, k_tiles: int, sms: int) -> tuple[int, int, int]:
-        """(split_k, FULL_TILES, units) of one launch: split_k = 0 -> split_choice; a split with no tile to split
-        (whole waves under split_last_wave) -> data-parallel."""
-        split = self.split_k or split_choice(tiles, k_tiles, sms)
-        if split > k_tiles:
-            raise ValueError(f"WsConvConfig.split_k={split} needs at least one k-step per slice: this launch has "
-                             f"{k_tiles} (taps x Ci / BK)")
+        """(split_k, FULL_TILES, units) of one launch: split_k = 0 -> split_choice; more slices than the launch has
+        k-steps -> one slice per k-step (a dgrad's sub-problems have different tap counts under one config); a
+        split with no tile to split (whole waves under split_last_wave) -> data-parallel."""
+        split = min(self.split_k or split_choice(tiles, k_tiles, sms), k_tiles)
         if split == 1:
             return 1, 0, tiles
         full, units = schedule.splitk_plan(tiles, split, self.split_last_wave, sms)
@@ -249,10 +275,12 @@ class WsConvConfig(ConvConfig):
         if split > 1:
             work = torch.empty(split * (tiles - full) * self.BM * self.BN, dtype=torch.float32, device=L.x.device)
         grid = (max(1, min(units, self.ctas_per_sm * sms)), )
-        conv_fprop_ws_kernel[grid](*descs, work, L.Ci, L.Co, n_th, n_tw, n_m, L.oph, full, RH=L.RH, RW=L.RW,
-                                   STRIDE=L.stride, PAD_H=L.pad_h, PAD_W=L.pad_w, NUM_STAGES=self.num_stages,
-                                   GROUP_M=self.group_m, PRODUCER_REGS=self.producer_regs, SPLIT_K=split,
-                                   num_warps=self.num_warps)
+        fl = isinstance(L, FilterLaunch)
+        conv_fprop_ws_kernel[grid](*descs, work, L.Ci, L.Co, n_th, n_tw, n_m, L.oph, full, L.r0 if fl else 0,
+                                   L.s0 if fl else 0, RH=L.RH, RW=L.RW, STRIDE=L.stride, PAD_H=L.pad_h, PAD_W=L.pad_w,
+                                   NUM_STAGES=self.num_stages, GROUP_M=self.group_m, PRODUCER_REGS=self.producer_regs,
+                                   SPLIT_K=split, num_warps=self.num_warps, R_FULL=L.R_full if fl else 0,
+                                   TSTEP=L.tstep if fl else 1)
         if split > 1:
             y, _ = L.y_view()
             s3 = L.P * L.Co  # the element strides of the y descriptor's [B, OH', P, OW', P·Co] view (Launch.descriptors)
@@ -263,6 +291,45 @@ class WsConvConfig(ConvConfig):
             patch_fixup_kernel[(tiles - full, blocks)](
                 work, y, n_th, n_tw, n_m, L.Co, L.OH, L.OW, L.OH * s1, s1, s3, L.oph * s2, full, TH=self.TH,
                 TW=self.TW, BN=self.BN, GROUP_M=self.group_m, SPLIT_K=split, **r)
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterLaunch(conv.ParityLaunch):
+    """A dgrad sub-problem (conv.dgrad_launches' geometry) reading the forward filter in place: w is the OHWI
+    [Co_fwd, R, R, Ci_fwd] weight (a view of a channels-last weight: no rotated copy, which at 1280 x 1280 x 3 x 3
+    cost more than the dgrad's MMAs), its boxes [BK, 1, BN] at forward tap (r0 − tstep·r, s0 − tstep·s)."""
+    R_full: int = 0
+    r0: int = 0
+    s0: int = 0
+    tstep: int = 1
+
+    def descriptors(self, cfg: ConvConfig, dtype: str):
+        lx, lw, ly = conv._layouts(cfg, dtype)
+        P, B, H, W, Ci, Co = self.P, self.B, self.H, self.W, self.Ci, self.Co
+        x_desc = descriptor(self.x, [1, cfg.TH, 1, cfg.TW, cfg.BK], lx, shape=[B, H, 1, W, Ci],
+                            strides=[H * W * Ci, W * Ci, W * Ci, Ci, 1])
+        RR = self.R_full * self.R_full
+        w_desc = descriptor(self.w, [cfg.BK, 1, cfg.BN], lw, shape=[Ci, RR, Co], strides=[RR * Co, Co, 1])
+        y, y_co = self.y_view()
+        OH, OW = self.OH, self.OW
+        y_desc = descriptor(y, [1, cfg.TH, 1, cfg.TW, cfg.BN], ly, shape=[B, OH, P, OW, y_co],
+                            strides=[OH * P * OW * P * Co, P * OW * P * Co, OW * P * Co, P * Co, 1])
+        return x_desc, w_desc, y_desc
+
+
+def filter_launches(grad_output, weight, dx, stride: int, padding: int) -> list[FilterLaunch]:
+    """conv.dgrad_launches' sub-problems (most taps first) on the forward filter in place: sub-problem tap (i, j)
+    is forward tap (rt[0] − stride·i, st[0] − stride·j) (dgrad_subproblems' tap lists step by −stride)."""
+    B, Co, OH, OW = grad_output.shape
+    Ci, R = weight.shape[1], weight.shape[2]
+    w = conv.weight_ohwi(weight)
+    out = []
+    for ph, pw, rt, st, pad_h, pad_w in conv.dgrad_subproblems(R, padding, stride):
+        if rt and st:
+            out.append(FilterLaunch(grad_output, w, dx, B, OH, OW, Co, Ci, dx.shape[2] // stride, dx.shape[3] // stride,
+                                    len(rt), len(st), 1, pad_h, pad_w, P=stride, oph=ph if stride > 1 else 0,
+                                    col=pw if stride > 1 else 0, R_full=R, r0=rt[0], s0=st[0], tstep=stride))
+    return sorted(out, key=lambda L: -L.RH * L.RW)
 
 
 def ws_configure(shape: dict, dtype: str, overrides: dict) -> WsConvConfig:
@@ -289,12 +356,16 @@ def fprop_ws(x, weight, stride=1, padding=0, config: WsConvConfig | None = None)
 
 
 def _ws_spec(shape: dict, dtype: str, cfg: WsConvConfig, RH: int, RW: int, OH: int, OW: int, pad_h: int,
-             pad_w: int, stride: int, view: dict):
+             pad_w: int, stride: int, view: dict, R_full: int = 0, tstep: int = 1):
     tiles = shape["B"] * cdiv(OH, cfg.TH) * cdiv(OW, cfg.TW) * cdiv(view["Co"], cfg.BN)
     split, _, _ = cfg.plan(tiles, RH * RW * cdiv(view["Ci"], cfg.BK), H200_SMS)
-    args = {**_codegen_args(view, dtype, cfg, OH, OW), "work": "*fp32" if split > 1 else None, "FULL_TILES": "i32"}
+    args = {**_codegen_args(view, dtype, cfg, OH, OW), "work": "*fp32" if split > 1 else None, "FULL_TILES": "i32",
+            "r0": "i32", "s0": "i32"}
+    if R_full:
+        args["w_desc"] = desc_type(dtype, [cfg.BK, 1, cfg.BN], conv._layouts(cfg, dtype)[1])
     ce = dict(RH=RH, RW=RW, STRIDE=stride, PAD_H=pad_h, PAD_W=pad_w, NUM_STAGES=cfg.num_stages,
-              GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs, SPLIT_K=split, num_warps=cfg.num_warps)
+              GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs, SPLIT_K=split, num_warps=cfg.num_warps,
+              R_FULL=R_full, TSTEP=tstep)
     return kernel_spec(conv_fprop_ws_kernel, args, ce, num_warps=cfg.num_warps)
 
 
@@ -330,9 +401,21 @@ def dgrad_ws_configure(shape: dict, dtype: str, overrides: dict) -> WsConvConfig
 
 def dgrad_ws(grad_output, weight, input_h, input_w, stride=1, padding=0, config: WsConvConfig | None = None):
     """conv.dgrad's sub-problems through the warp-specialized instance (each with its own split-K plan)."""
+    import torch
     shape = dgrad_ws_check(grad_output, weight, input_h, input_w, stride, padding)
-    cfg = config or WsConvConfig.heuristic(_fprop_view(shape), dtype_name(grad_output))
-    return conv.dgrad(grad_output, weight, input_h, input_w, stride, padding, config=cfg)
+    dtype = dtype_name(grad_output)
+    cfg = (config or WsConvConfig.heuristic(_fprop_view(shape), dtype)).validate(dtype)
+    Ci, R = weight.shape[1], weight.shape[2]
+    dx = torch.empty((grad_output.shape[0], Ci, input_h, input_w), dtype=grad_output.dtype,
+                     device=grad_output.device, memory_format=torch.channels_last)
+    if any(not (rt and st) for _, _, rt, st, _, _ in conv.dgrad_subproblems(R, padding, stride)):
+        dx.zero_()  # parities no tap reaches (1x1, stride 2)
+    if cfg.BN >= 64:  # the [BK, 1, BN] filter box needs 128-byte rows for the 128-byte swizzle
+        launches = filter_launches(grad_output, weight, dx, stride, padding)
+    else:
+        launches = conv.dgrad_launches(grad_output, weight, dx, stride, padding)
+    conv.run_concurrently(launches, cfg, dtype, grad_output.device)
+    return dx
 
 
 def dgrad_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None):
@@ -343,7 +426,8 @@ def dgrad_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None
     ph, pw, rt, stp, pad_h, pad_w = max((s for s in conv.dgrad_subproblems(R, pad, st) if s[2] and s[3]),
                                         key=lambda s: len(s[2]) * len(s[3]))
     OH, OW = shape["H"] // st, shape["W"] // st
-    return _ws_spec(shape, dtype, cfg, len(rt), len(stp), OH, OW, pad_h, pad_w, 1, view)
+    return _ws_spec(shape, dtype, cfg, len(rt), len(stp), OH, OW, pad_h, pad_w, 1, view,
+                    R_full=R if cfg.BN >= 64 else 0, tstep=st)
 
 
 KNOBS = {**conv.KNOBS, "producer_regs": (24, 40, 56), "split_k": (0, 1, 2, 3, 4, 6, 8), "split_last_wave": (False, True)}
@@ -369,7 +453,7 @@ def _register():
     register("conv2d_input_grad", "gluon-ws", pattern="warp-specialized", needs_hopper=True, check=dgrad_ws_check,
              configure=dgrad_ws_configure, codegen=dgrad_ws_codegen, knobs=KNOBS,
              roots=(conv_fprop_ws_kernel, patch_fixup_kernel, REDUCE_BLOCK, WsConvConfig, ConvConfig, Launch,
-                    conv.ParityLaunch, dgrad_ws, conv.dgrad, dgrad_ws_check, dgrad_check, conv.dgrad_launches,
+                    conv.ParityLaunch, FilterLaunch, filter_launches, dgrad_ws, dgrad_ws_check, dgrad_check, conv.dgrad_launches,
                     conv.run_concurrently, conv.dgrad_subproblems, conv._dgrad_filters, conv._taps, _fprop_view,
                     conv._layouts, split_choice),
              description="dgrad as stride**2 parity sub-problems (conv.dgrad_launches) through the warp-specialized "

@@ -6,6 +6,7 @@ consumer (mainloop + epilogue) does not know which producer ran:
 * tma_k_step / tma_producer: the GEMM's tiled TMA boxes [BM, BK] of A and [BK, BN] of B (the 1-warp
   producer of the warp-specialized kernels walks the schedule's units; tma_k_step is the single-stream
   kernels' issue of one step);
+* filter_box_issue: the dgrad sub-problem's boxes reading the forward OHWI filter in place (rotated by index);
 * cp_producer: 16-byte cp.async copies by one warpgroup, for operand rows that are not 128-byte aligned
   (every 128-byte TMA box row would straddle two lines), masked at the M / N / K edges;
 * tap_shift / tap_box_issue: conv at stride 1 — one TMA box of x per filter tap, the patch shifted by
@@ -150,6 +151,25 @@ def tap_box_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow
     tma.async_copy_global_to_shared(x_desc, [b, oh0 + dh, ph, ow0 + dw, pw * Ci + c0], bar, a_bufs.index(slot),
                                     pred=pred)
     tma.async_copy_global_to_shared(w_desc, [co0, rs, c0], bar, b_bufs.index(slot), pred=pred)
+
+
+@gluon.jit
+def filter_box_issue(x_desc, w_desc, a_bufs, b_bufs, bars, slot, rs, c0, b, oh0, ow0, co0, Ci, pred, r0, s0,
+                     RW: gl.constexpr, PAD_H: gl.constexpr, PAD_W: gl.constexpr, R_FULL: gl.constexpr,
+                     TSTEP: gl.constexpr):
+    """tap_box_issue for a dgrad sub-problem reading the forward filter in place (OHWI [Co, R, R, Ci] memory,
+    no rotated copy): the A box as tap_box_issue's at stride 1, and the weight box [BK, 1, BN] (K = grad_output
+    channels, N = dx channels: an N-contiguous B, as the GEMM's) of the forward tap the sub-problem's tap (r, s)
+    is — (r0 − TSTEP·r, s0 − TSTEP·s), rotated and strided by index, not by a copy."""
+    r = rs // RW
+    s = rs % RW
+    dh, ph, dw, pw = tap_shift(r, s, 1, PAD_H, PAD_W)
+    bar = bars.index(slot)
+    mbarrier.expect(bar, x_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(x_desc, [b, oh0 + dh, ph, ow0 + dw, pw * Ci + c0], bar, a_bufs.index(slot),
+                                    pred=pred)
+    tap = (r0 - TSTEP * r) * R_FULL + (s0 - TSTEP * s)
+    tma.async_copy_global_to_shared(w_desc, [c0, tap, co0], bar, b_bufs.index(slot), pred=pred)
 
 
 @gluon.jit
