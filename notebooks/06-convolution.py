@@ -181,24 +181,50 @@ cm.show(ana.sweep_table(allrec, "gather-sweep"))
 # The same shapes' input gradients (cuDNN's dgrad runs at about half its fprop here) and filter
 # gradients, each table from its own run (cuDNN, Triton and the Gluon kernels side by side).
 
-# The dgrad rows are from run `20261201T182401Z` (git dc5e880). After it, the host side of the Gluon dgrad
-# changed without a re-measure (no device time was left that session): the sub-filters come from one
-# `torch.stack` of weight views instead of an index gather (capturable), and the side streams are joined
-# even when a launch raises. The kernels are the same; the records show as stale until the next run.
+# Since the implicit-GEMM template (issue 32), gluon-ws dgrad reads the forward OHWI filter in place
+# (`filter_box_issue`: the rotated tap by index, an N-contiguous B) instead of a rotated copy — at 1280 × 1280
+# × 3 × 3 that copy had cost more than the dgrad's MMAs — and wgrad stores its gradient directly in its dtype
+# when it runs one split (no fp32 workspace, zero fill, atomics or cast pass).
 
 # %%
 cm.show(ana.tflops_table(allrec, ana.DGRAD))
 cm.show(ana.tflops_table(allrec, ana.WGRAD))
 
 # %% [markdown]
+# ### Schedules: which CTA runs which tile and which k-steps
+#
+# gluon-ws conv is an instance of the implicit-GEMM template (`kernels/igemm`: ring × producer × schedule ×
+# epilogue), so it takes the GEMM's schedules. A conv tile is a TH × TW patch of output pixels × BN channels
+# with taps × Ci / BK k-steps; a small image with many channels has few tiles and long K, and a data-parallel
+# grid leaves most of the 132 SMs idle. Split-K cuts each tile's k-steps into balanced slices, each slice's
+# fp32 partial goes from registers to a workspace (`store_partial`) and `patch_fixup_kernel` sums the slices
+# in order (deterministic) into the NHWC output. The wave map: per shape, the tiles, how full a
+# data-parallel grid's waves are, and the schedule `split_choice` picks (its largest launch).
+
+# %%
+cm.show(ana.wave_map())
+cm.show(ana.wave_map(op=ana.DGRAD))
+
+# %% [markdown]
+# The schedule study (every schedule side by side, one run): split-K wins where the data-parallel grid fills
+# under half the SMs, and loses everywhere else (the partials and the fixup are pure overhead); the last-wave
+# split lost on every shape measured. `split_choice` and its thresholds cite these cells.
+
+# %%
+cm.show(ana.schedule_table(allrec))
+cm.show(ana.schedule_table(allrec, ana.DGRAD))
+
+# %% [markdown]
 # ## 6. Targets
 #
-# fprop ≥ 1.0× cuDNN on every shape (moonshot 1.1×); dgrad ≥ 1.5× cuDNN; wgrad ≥ 1.0× cuDNN. Where
-# they miss: the 1 × 1 fprop shapes are short GEMMs (K = Ci) whose last wave is mostly idle (the
-# timeline); the gather shapes pay 16 cp.async per thread per k-step (and the stem its host channel
-# padding); the stride-2 dgrad (1.48× at SD stride 2: its four sub-problems run side by side on forked
-# streams — one after another they reached 1.20× — but the 1-tap and 2-tap ones are 5- and 10-k-step
-# tiles); wgrad on 320 channels runs 128-wide tiles over 384 of them in both dims.
+# fprop ≥ 1.0× cuDNN on every shape (issue 32: ≥ 1.0× geomean, ≥ 0.90× on every shape); dgrad ≥ 1.5× cuDNN
+# on every shape; wgrad ≥ 1.0× cuDNN (issue 32: geomean, ≥ 0.90× on every shape). Where they miss (run
+# `20261204T145051Z`): the 1 × 1 fprop shapes are short GEMMs (K = Ci: 10-20 k-steps) — at 1280 channels on
+# 8 × 8 images even split-K 4 leaves the fixup's fp32 round trip in a 10 µs kernel (0.58×), and SD's 1 × 1
+# has a 73%-full last wave (0.78×); the SM-idle dgrad shapes reach 1.37-1.54× with split-K (0.35× before),
+# three of them just under 1.5×; wgrad has no template schedule yet: on few-pixel shapes its K (the pixels)
+# is short and its 128 × 128 tiles × 9 taps write the whole gradient once per tile (0.46-0.75×), and SD 3 × 3
+# runs 128-wide tiles over 384 of 320 channels in both dims (0.69×).
 
 # %% tags=["targets"]
 cm.show(ana.targets(allrec))

@@ -95,3 +95,24 @@ def test_degrades_without_records(df, ctx):
     assert ana.tflops_table(e) is None and ana.targets(e) is None and ana.sweep_table(e) is None
     assert ana.roofline(e, ctx.spec, ctx.slug) is None and ana.headline_figure(e, ctx.spec, ctx.slug) is None
     assert dict(ana.headline_numbers(e, ctx.spec)) == {"Gluon fprop vs cuDNN": "missing: no run with both in the records"}
+
+
+def test_schedule_table_and_wave_map_from_the_committed_records():
+    """The 'schedule' study of the committed H200 records (gluon-ws fprop / dgrad under every schedule): each
+    cell is the record's median in µs, and the wave map's split plans are the ones the kernel's rule picks
+    (split-K on the SM-idle shapes, data-parallel where the tiles fill the SMs)."""
+    root = Path(__file__).resolve().parent.parent / "results"
+    c = cm.setup(ana.NB, mode="replay", results_dir=root)
+    d = cm.load(c)
+    t = ana.schedule_table(d)
+    assert t is not None and "8x8 split-K 8" in t.columns and "8x8 data-parallel" in t.columns
+    raw = [json.loads(l) for l in (root / "h200" / "06-convolution.jsonl").read_text().splitlines()]
+    run = t.columns.name.split("run ")[1].rstrip(")")
+    rec = [r for r in raw if r["run_id"] == run and r["op"] == "conv2d" and r["variant"] == "gluon-ws"
+           and r["config"].get("study") == "schedule" and r["config"].get("split_k") == 8
+           and r["shape"]["H"] == 8 and r["shape"]["Ci"] == 1280 and r["shape"]["R"] == 3]
+    assert rec and t.loc["2x1280→1280 8x8 3x3 s1", "8x8 split-K 8"] == round(1000 * rec[-1]["ms_median"], 1)
+    w = ana.wave_map()
+    assert w.loc["2x1280→1280 8x8 3x3 s1", "schedule"] == "split-K 8"
+    assert w.loc["128x384→384 64x64 3x3 s1", "schedule"] == "data-parallel"
+    assert ana.wave_map(op=ana.DGRAD).loc["4x1280→1280 8x8 1x1 s1", "schedule"] == "split-K 4"

@@ -38,9 +38,10 @@ def measure(ctx: cm.Context, quick: bool = False, parts=("fprop", "gather", "fpr
     return where
 
 
-def plan_shapes(gather: bool = False) -> list[dict]:
-    from ..experiments import CONV_SHAPES, GATHER_SHAPES
-    return [dict(zip(KEYS, t)) for t in CONV_SHAPES + (GATHER_SHAPES if gather else ())]
+def plan_shapes(gather: bool = False, idle: bool = False) -> list[dict]:
+    """The plan's shapes (CONV_SHAPES), with the SM-idle ones (IDLE_SHAPES) and / or the gather-only ones."""
+    from ..experiments import CONV_SHAPES, GATHER_SHAPES, IDLE_SHAPES
+    return [dict(zip(KEYS, t)) for t in CONV_SHAPES + (IDLE_SHAPES if idle else ()) + (GATHER_SHAPES if gather else ())]
 
 
 def kernel_source() -> str:
@@ -194,6 +195,58 @@ _SWEEP_FMT = {
     "gather-sweep": lambda c: f"BM {c['BM']} x {c['BN']} {c['num_stages']}st {c['num_warps']}w",
 }
 _SWEEP_OP = {"fprop-sweep": (OP, OURS), "wgrad-sweep": (WGRAD, OURS), "gather-sweep": (OP, GATHER)}
+SCHEDULED = "gluon-ws"  # the template instance that takes the schedules (kernels/conv_ws.py)
+
+
+def _schedule_label(c: dict) -> str:
+    sk = c.get("split_k", 0)
+    sched = "split-K auto" if not sk else ("data-parallel" if sk == 1 else f"split-K {sk}")
+    return f"{c['TH']}x{c['TW']} {sched}" + (" (last wave)" if c.get("split_last_wave") else "")
+
+
+def schedule_table(df, op: str = OP):
+    """The 'schedule' study: gluon-ws µs per shape and schedule (data-parallel, split-K 2 / 4 / 8 / the rule's,
+    last-wave split; patch TH x TW), newest run."""
+    if not len(df):
+        return None
+    d = cm.passed(_newest(df, op))
+    s = d[(d["variant"] == SCHEDULED) & d["config_key"].str.contains('"study": "schedule"', regex=False)].copy()
+    if not len(s):
+        return None
+    s["shape"] = labels(s)
+    s["schedule"] = [_schedule_label(c) for c in s["config"]]
+    piv = s.pivot_table(index="shape", columns="schedule", values="ms_median") * 1000
+    piv.columns.name = f"{SCHEDULED} {op} µs (schedule study, run {s['run_id'].iloc[0]})"
+    return piv.round(1)
+
+
+def wave_map(shapes=None, op: str = OP):
+    """Per shape, what gluon-ws runs on the H200 (its config through the registry, the split plan of its largest
+    launch): output tiles, waves of data-parallel tiles on 132 SMs, the schedule's split_k and work units and the
+    SMs they fill."""
+    import pandas as pd
+    from .. import registry
+    from ..kernels.hopper import H200_SMS
+    from ..specs.conv import out_size
+    rows = []
+    v = registry.get_variant(op, SCHEDULED)
+    for sh in shapes or plan_shapes(idle=True):
+        cfg = v.resolve(sh, "bfloat16", {})
+        st = sh["stride"] if op == DGRAD else 1
+        OH = sh["H"] // st if op == DGRAD else out_size(sh["H"], sh["R"], sh["stride"], sh["pad"])
+        OW = sh["W"] // st if op == DGRAD else out_size(sh["W"], sh["R"], sh["stride"], sh["pad"])
+        n_out, n_in = (sh["Ci"], sh["Co"]) if op == DGRAD else (sh["Co"], sh["Ci"])
+        taps = (-(-sh["R"] // st)) ** 2 if op == DGRAD else sh["R"] ** 2
+        tiles = sh["B"] * -(-OH // cfg.TH) * -(-OW // cfg.TW) * -(-n_out // cfg.BN)
+        k_tiles = taps * -(-n_in // cfg.BK)
+        split, full, units = cfg.plan(tiles, k_tiles, H200_SMS)
+        rows.append({"shape": label(sh), "patch": f"{cfg.TH}x{cfg.TW}x{cfg.BN}", "tiles": tiles,
+                     "data-parallel SM fill": round(tiles / (-(-tiles // H200_SMS) * H200_SMS), 2),
+                     "k-steps / tile": k_tiles, "schedule": "data-parallel" if split == 1 else f"split-K {split}",
+                     "units": units, "units' SM fill": round(units / (-(-units // H200_SMS) * H200_SMS), 2)})
+    t = pd.DataFrame(rows).set_index("shape")
+    t.columns.name = f"{SCHEDULED} {op}: tiles and schedule (largest launch)"
+    return t
 
 
 def sweep_table(df, study: str = "fprop-sweep", op: str | None = None):
