@@ -1258,12 +1258,15 @@ class ConvPlan:
     wgrad_sweep_knobs: tuple = (  # (TH, TW, BM, BN, num_stages, num_warps, splits); TH 0: the heuristic's patch
         (0, 0, 128, 128, 4, 4, 0), (0, 0, 128, 128, 6, 4, 0), (0, 0, 64, 128, 4, 4, 0), (0, 0, 128, 64, 4, 4, 0),
         (0, 0, 128, 256, 3, 8, 0), (0, 0, 128, 128, 4, 8, 0), (4, 32, 128, 128, 3, 4, 0), (2, 64, 128, 128, 3, 4, 0),
-        (0, 0, 128, 128, 4, 4, 2), (0, 0, 128, 128, 4, 4, 4), (0, 0, 128, 128, 4, 4, 16))
+        (0, 0, 128, 128, 4, 4, 2), (0, 0, 128, 128, 4, 4, 4), (0, 0, 128, 128, 4, 4, 16),
+        # few-pixel shapes (IDLE_SHAPES: K = B·OH·OW of 49-1024 pixels): wider tiles, shallower rings
+        (0, 0, 128, 256, 2, 8, 0), (0, 0, 64, 256, 2, 4, 0), (0, 0, 128, 128, 2, 4, 0), (0, 0, 64, 128, 2, 4, 0))
     gather_knobs: tuple = ((128, 128, 5, 4), (256, 128, 3, 8), (128, 64, 4, 4))  # (BM, BN, num_stages, num_warps)
     schedule_shapes: tuple = IDLE_SHAPES + ((8, 320, 320, 64, 64, 3, 1, 1), (64, 256, 256, 14, 14, 3, 1, 1))
     schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8},
                              {"split_k": 2, "split_last_wave": True}, {"TH": 16, "TW": 8, "num_warps": 8},
-                             {"TH": 16, "TW": 8, "num_warps": 8, "split_k": 1})
+                             {"TH": 16, "TW": 8, "num_warps": 8, "split_k": 1}, {"BN": 128}, {"BN": 128, "split_k": 2},
+                             {"BN": 128, "split_k": 4})
     timeline_shapes: tuple = ((128, 384, 384, 64, 64, 3, 1, 1), (8, 640, 320, 32, 32, 1, 1, 0))
     # short-K shapes (1x1 fprop / dgrad, stride-2 dgrad sub-problems): smaller tiles and two CTAs per SM
     tail_shapes: tuple = ((8, 640, 320, 32, 32, 1, 1, 0), (64, 512, 1024, 28, 28, 1, 2, 0), (8, 320, 320, 64, 64, 3, 2, 1))
@@ -1342,7 +1345,7 @@ def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
                         cases.append({"op": op, "variant": "gluon-ws", "shape": _conv_shape(t), "dtype": plan.dtype,
                                       "timer": "cudagraph", "config": {**knobs, "study": "schedule"}})
     if "wgrad-sweep" in parts:
-        for t in CONV_SHAPES if plan.shapes == CONV_SHAPES + IDLE_SHAPES else plan.shapes:
+        for t in plan.shapes:
             for th, tw, bm, bn, st, nw, sp in plan.wgrad_sweep_knobs:
                 knobs = {"BM": bm, "BN": bn, "num_stages": st, "num_warps": nw, "splits": sp,
                          **({"TH": th, "TW": tw} if th else {})}
