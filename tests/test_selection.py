@@ -171,7 +171,7 @@ def test_committed_model_decisions_on_the_issue_cells():
         for t in experiments.CONV_SHAPES:
             got = selection.rank(specs.get("conv2d_input_grad"), experiments._conv_shape(t), "bfloat16", "h200",
                                  ours("conv2d_input_grad"))
-            assert got[0] == "gluon-pipelined", (t, got)
+            assert got[0] in ("gluon-pipelined", "gluon-ws"), (t, got)  # a Gluon dgrad, never cuDNN
     finally:
         selection._table = monkey
         selection._prepared.clear()
