@@ -58,7 +58,6 @@ WS_VS_PIPE = 0.98  # gluon-ws on par with gluon-pipelined: within 2% (the patter
 
 
 # ---- kernel-facing -------------------------------------------------------------------------------
-
 def ws_plan():
     from ..experiments import WarpSpecializedPlan
     return WarpSpecializedPlan()
@@ -90,26 +89,176 @@ def about(g, what: str) -> list:
     return P.about(g, what, with_files=True)
 
 
-def consumer_schedule() -> list:
-    """How the two GEMM kernels fork (partitions, worker warps and registers) and how their consumers
-    lay out the accumulator, read from the current source; lines of text."""
-    out = []
-    for kern, cons in (("ws_gemm_kernel", "_ws_consumer"), ("ws_pingpong_gemm_kernel", "_pp_consumer")):
-        src = gemm_source(kern)
-        calls = src.split("gl.warp_specialize(")[1:]  # one fork per producer kind (cp.async / TMA)
-        acc = re.search(r"warps_per_cta=(\[[^\]]*\])", gemm_source(cons))
-        for call in calls:
-            m = re.search(r"\],\s*(\[[^\]]*\]),\s*(\[[^\]]*\])\)", call)
-            parts = re.findall(r"\((\w+), \(", call[:m.end()] if m else call)
-            out.append(f"{kern}: partitions {', '.join(parts)} (the first is the default); worker warps "
-                       f"{m.group(1) if m else '?'}, worker registers {m.group(2) if m else '?'}; consumer accumulator "
-                       f"warps_per_cta={acc.group(1) if acc else '?'}")
-    out += ["cooperative (GemmConfig(pingpong=False)): with num_warps = 8 the two consumer warpgroups split the BM "
-            "rows of ONE tile; its epilogue stalls both",
-            "ping-pong (GemmConfig(pingpong=True), num_warps = 4 per warpgroup): two _pp_consumer partitions own "
-            "alternate tiles, each a whole BM x BN accumulator and its own C buffer; the ORDER barriers make their "
-            "mainloops take turns, so one warpgroup's epilogue overlaps the other's MMAs"]
+# ---- the GEMM grid: the four GEMMs of one run (04's file or 03's) ---------------------------------
+def gemm_candidates(use, use03):
+    """Every GEMM-grid record of both files (matmul, no study, not a ceiling)."""
+    parts = [d[(d.op == "matmul") & P.study(d).isna() & (d.pattern != "ceiling")] for d in (use, use03) if len(d)]
+    return pd.concat(parts, ignore_index=True) if parts else EMPTY
+
+
+def gemm_records(mm):
+    """The newest run holding all four GEMMs (one run only)."""
+    if not len(mm):
+        return mm
+    gm = P.pick(mm, mm.op == "matmul", require=GEMM4)
+    return gm if set(GEMM4) <= set(gm.variant) else gm.iloc[:0]
+
+
+def gemm_table(gm):
+    if not len(gm):
+        return EMPTY
+    return P.gemm_table(gm, GEMM4, pairs=(("gluon-ws", "gluon-pipelined"), ))
+
+
+def older_runs_line(gm, mm) -> str | None:
+    """The other GEMM runs of both files, left out (one run per comparison)."""
+    older = sorted(set(mm.run_id) - {gm.run_id.iloc[0]}) if len(gm) else []
+    return ("other GEMM runs not used here: " + ", ".join(older)) if older else None
+
+
+def gemm_ceiling_lines(gm, use, use03) -> list:
+    """The GEMM run's own cuBLAS ceiling, and records more than 5% above it."""
+    if not len(gm):
+        return []
+    run = gm.run_id.iloc[0]
+    both = pd.concat([d for d in (use, use03) if len(d)], ignore_index=True)
+    gce = cm.ceilings(both[both.run_id == run])
+    if not gce:
+        return []
+    out = [f"run {run}: its own cuBLAS ceiling ({gce['matmul_shape']}, {gce['matmul_timer']}) = {gce['matmul_tflops']:.0f} TFLOP/s"]
+    for r in gm[gm.tflops > 1.05 * gce["matmul_tflops"]].sort_values("tflops", ascending=False).itertuples():
+        out.append(f"  note: {r.variant} {r.M}x{r.N}x{r.K} reached {r.tflops:.0f} TFLOP/s, "
+                   f"{100 * (r.tflops / gce['matmul_tflops'] - 1):.0f}% above "
+                   "that ceiling (different shape and timer; not investigated here)")
     return out
+
+
+def gemm_configs(gm):
+    """The config each gluon GEMM record ran with, per shape (tile, stages, warps, GROUP_M; producer
+    registers for gluon-ws): pattern 3's gemm_configs."""
+    return P.gemm_configs(gm)
+
+
+def gemm_targets(t):
+    """gluon-ws >= 1.0x cuBLAS at 8192^3 (moonshot 1.05x), geomean >= 0.98x, >= gluon-pipelined everywhere."""
+    if not len(t):
+        return EMPTY
+    r = t["gluon-ws / cuBLAS"]
+    sq = P.square_ratio(t, "gluon-ws / cuBLAS")
+    rows = [{"target": f"gluon-ws bf16 GEMM at M = N = K = 8192: at least {goal:.2f}× cuBLAS (torch.matmul) in the same run"
+                       + (" (the stretch goal)" if name == "moonshot" else ""),
+             "measured": f"{sq:.3f}x" if sq is not None else "no 8192^3 record",
+             "met": bool(sq is not None and sq >= goal), "short": f">= {goal:.2f}x cuBLAS at 8192^3 ({name})"}
+            for goal, name in ((1.0, "target"), (1.05, "moonshot"))]
+    gmn = plots.geomean(r)
+    rows.append({"target": "gluon-ws: geometric-mean speed over the shape set at least 0.98× cuBLAS",
+                 "measured": f"{gmn:.3f}x over {r.notna().sum()} shapes", "met": bool(gmn >= 0.98),
+                 "short": ">= 0.98x cuBLAS, geomean"})
+    rp = t["gluon-ws / gluon-pipelined"]
+    rows.append({"target": "gluon-ws at least as fast as the pipelined GEMM of pattern 3 (gluon-pipelined) at every shape",
+                 "measured": f"{int((rp >= 1).sum())}/{rp.notna().sum()} shapes; worst {rp.min():.3f}x at {P.shape_str(rp.idxmin())}",
+                 "met": bool((rp >= 1).all()), "short": ">= gluon-pipelined at every shape"})
+    return pd.DataFrame(rows)
+
+
+def gemm_targets_view(gt):
+    """gemm_targets as a coloured table (the short labels, for the takeaways, left out)."""
+    return cm.target_list(gt.drop(columns=["short"], errors="ignore")) if len(gt) else None
+
+
+# ---- ws-sweep: producer_regs x tile ------------------------------------------------------------
+TILE_KEYS = ("BM", "BN", "BK", "num_warps", "num_stages")
+tile_of = P.sweep_tile
+ws_sweep_records = P.ws_sweep_records
+
+
+def sweep_table(ws):
+    """(TFLOP/s per (shape, tile) x producer_regs with 'does not fit' where a record holds that error,
+    passed records, failed records)."""
+    if not len(ws):
+        return EMPTY, ws, ws
+    ok, bad = ws[ws.passed.astype(bool)], ws[~ws.passed.astype(bool)]
+    tab = ok.pivot_table(index=["shape", "tile"], columns="producer_regs", values="tflops").round(1).astype(object)
+    for r in bad.itertuples():
+        m = re.search(r"needs \d+ B of shared memory > \d+", r.notes or "")
+        tab.loc[(r.shape, r.tile), r.producer_regs] = "does not fit" + (f" ({m.group(0)})" if m else "")
+    return tab.sort_index(), ok, bad
+
+
+def sweep_spread_line(ok) -> str | None:
+    if not len(ok):
+        return None
+    s = ok.groupby(["shape", "tile"]).tflops.agg(lambda x: 100 * (x.max() / x.min() - 1))
+    return "spread over producer_regs, max/min - 1 (%): " + ", ".join(f"{sh} {t}: {v:.1f}" for (sh, t), v in s.items())
+
+
+def sweep_skipped(ws, plan=None):
+    """The configs of the current plan without a record, and whether they fit. Returns (table, line)."""
+    plan = plan or ws_plan()
+    planned = [(M, N, K, t, r) for (M, N, K) in plan.ws_sweep_shapes for t in plan.ws_sweep_tiles for r in plan.ws_sweep_regs]
+    have = {(int(r.M), int(r.N), int(r.K), tuple(json.loads(r.config_key).get(k) for k in TILE_KEYS),
+             json.loads(r.config_key).get("producer_regs")) for r in ws.itertuples()}
+    skipped = [{"shape": f"{M}x{N}x{K}", "tile": t, "producer_regs": r, "why": gemm_fits(t, r)}
+               for (M, N, K, t, r) in planned if (M, N, K, t, r) not in have]
+    n_bad = int((~ws.passed.astype(bool)).sum())
+    return (pd.DataFrame(skipped), f"{len(planned)} configs in the current plan; {len(have)} recorded; {n_bad} recorded as "
+            f"errors; {len(skipped)} without a record")
+
+
+def sweep_best(ok):
+    """Best config per shape vs the default GemmConfig() in the same sweep."""
+    if not len(ok):
+        return EMPTY
+    best = ok.sort_values("tflops").groupby("shape").tail(1).set_index("shape")[["tile", "producer_regs", "tflops"]]
+    d0 = P.gemm_config()
+    d = ok[(ok.tile == f"{d0.BM}x{d0.BN}x{d0.BK} w{d0.num_warps} s{d0.num_stages}") & (ok.producer_regs == d0.producer_regs)]
+    best["default config TFLOP/s (same sweep)"] = d.set_index("shape").tflops.reindex(best.index)
+    best["best / default"] = best.tflops / best["default config TFLOP/s (same sweep)"]
+    return best
+
+
+def run_to_run(gm, ok):
+    """The same gluon-ws config and shape timed in the GEMM grid's run and in the sweep."""
+    if not len(gm) or not len(ok):
+        return EMPTY
+    keys = TILE_KEYS + ("producer_regs", )
+    rr = []
+    for r in gm[gm.variant == "gluon-ws"].itertuples():
+        c = json.loads(r.config_key)
+        m_ = ok[(ok.M == r.M) & (ok.N == r.N) & (ok.K == r.K)]
+        m_ = m_[m_.config_key.map(lambda k: all(json.loads(k).get(x) == c.get(x) for x in keys))]
+        if len(m_):
+            rr.append({"shape": f"{r.M}x{r.N}x{r.K}", "config": tile_of(r.config_key) + f" regs {c.get('producer_regs')}",
+                       f"GEMM grid run {r.run_id}": r.tflops, f"ws-sweep run {m_.run_id.iloc[0]}": float(m_.tflops.iloc[0]),
+                       "sweep / grid": float(m_.tflops.iloc[0]) / r.tflops})
+    return pd.DataFrame(rr).set_index("shape") if rr else EMPTY
+
+
+def ws_sweep_views(ctx, wsw, gm, stale: str = "flag"):
+    """The ws-sweep section: table, spread, configs without a record, best vs default, run to run.
+    Returns (outputs, passed records)."""
+    if not len(wsw):
+        return [nodata(ctx, "the gluon-ws GEMM ws-sweep", stale)], wsw
+    tab, ok, bad = sweep_table(wsw)
+    skipped, line = sweep_skipped(wsw)
+    out = about(wsw, "ws-sweep") + [f"**ws-sweep, run {wsw.run_id.iloc[0]}**: TFLOP/s (columns: producer_regs)", tab,
+                                    sweep_spread_line(ok), P.table(skipped), line]
+    if len(ok):
+        out += ["best config per shape vs the default `GemmConfig()` in the same sweep:", sweep_best(ok).round(3)]
+        rr = run_to_run(gm, ok)
+        if len(rr):
+            out += ["**Run to run**: the same gluon-ws config and shape, timed in two runs:", rr.round(3)]
+    return out, ok
+
+
+def old_ws_sweep_views(use03) -> list:
+    """The earlier producer-registers x stages sweep of pattern 3's file (which held configs that do not fit)."""
+    old = ws_sweep_records(use03)
+    if not len(old):
+        return []
+    tab, ok, _ = sweep_table(old)
+    return about(old, "earlier ws-sweep (pattern 3's file)") + [
+        f"**earlier ws-sweep, run {old.run_id.iloc[0]} ({NB3}.jsonl)**: TFLOP/s (columns: producer_regs)", tab, sweep_spread_line(ok)]
 
 
 # ---- the GEMM shape sweep ('gemm-shapes'): every schedule x tile beside cuBLAS, one run ----
@@ -229,214 +378,92 @@ def shape_sweep_targets(t):
     return pd.DataFrame(rows, columns=["target", "measured", "met"])
 
 
-def wave_table(shapes=None, tiles=((128, 256), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64)), sms=None):
-    """Wave quantization of the persistent grid, computed (no GPU): per shape and output tile, the
-    tile count, waves = tiles / SMs and the last wave's fill: efficiency = tiles / (ceil(waves) * SMs),
-    the share of SM-slots that hold a tile when every tile costs the same. A ragged edge tile costs as
-    much as a full one (TMA zero-fills), so it is counted whole."""
-    from ..experiments import GEMM_SHAPE_SWEEP
-    from ..kernels.hopper import H200_SMS
-    sms = sms or H200_SMS
+def same_config_spread(st) -> pd.DataFrame:
+    """The sweep's noise floor: where a variant's heuristic case resolved to the same config as one of the
+    explicit cases, the two are one kernel timed twice in the run: heuristic time / explicit time per such
+    pair (1.0 = no noise). The best-of-many 'best / cuBLAS' column leans upward by about this spread."""
+    ok = cm.passed(st) if len(st) else st
+    if not len(ok):
+        return pd.DataFrame()
+    cfgs = ok["config_key"].map(json.loads)
+    drop = {"study", "sm_clock_mhz", "heuristic", "bracket"}
+    key = [json.dumps({k: v for k, v in c.items() if k not in drop}, sort_keys=True) for c in cfgs]
+    t = ok.assign(_key=key, _heur=[bool(c.get("heuristic")) for c in cfgs])
     rows = []
-    for (M, N, K) in (shapes or GEMM_SHAPE_SWEEP):
-        for (bm, bn) in tiles:
-            n = -(-M // bm) * -(-N // bn)
-            rows.append({"shape": f"{M}x{N}x{K}", "M": M, "N": N, "K": K, "tile": f"{bm}x{bn}", "tiles": n,
-                         "waves": round(n / sms, 2), "efficiency": round(n / (-(-n // sms) * sms), 3),
-                         "useful": round(M * N / (-(-M // bm) * bm * -(-N // bn) * bn), 3)})
+    for (M, N, K, v, k), g in t[t.variant != GEMM_PEER].groupby(["M", "N", "K", "variant", "_key"]):
+        h, e = g[g._heur], g[~g._heur]
+        if len(h) and len(e):
+            rows.append({"M": int(M), "N": int(N), "K": int(K), "variant": v,
+                         "heuristic / explicit": round(float(h.ms_median.iloc[0] / e.ms_median.iloc[0]), 3)})
     return pd.DataFrame(rows)
 
 
-def wave_figure(wt):
-    """Heat map of wave_table: rows = shapes, columns = tiles, colour = last-wave efficiency x the
-    useful share of the tiles (the fraction of the MMA work that lands in C)."""
-    pv = wt.assign(score=wt.efficiency * wt.useful).pivot_table(index="shape", columns="tile", values="score",
-                                                               sort=False)
-    fig, ax = plt.subplots(figsize=(7.5, 0.28 * len(pv) + 1.2))
-    im = ax.imshow(pv.values, cmap="RdYlGn", vmin=0.3, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(pv.columns)), pv.columns)
-    ax.set_yticks(range(len(pv.index)), pv.index, fontsize=7)
-    for i in range(pv.shape[0]):
-        for j in range(pv.shape[1]):
-            ax.text(j, i, f"{pv.values[i, j]:.2f}", ha="center", va="center", fontsize=6)
-    ax.set_title("wave efficiency x useful share of the tile (132 SMs, one tile per SM at a time)", fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.03)
-    fig.tight_layout()
-    return fig
-
-
-# ---- the GEMM ------------------------------------------------------------------------------------
-def gemm_candidates(use, use03):
-    """Every GEMM-grid record of both files (matmul, no study, not a ceiling)."""
-    parts = [d[(d.op == "matmul") & P.study(d).isna() & (d.pattern != "ceiling")] for d in (use, use03) if len(d)]
-    return pd.concat(parts, ignore_index=True) if parts else EMPTY
-
-
-def gemm_records(mm):
-    """The newest run holding all four GEMMs (one run only)."""
-    if not len(mm):
-        return mm
-    gm = P.pick(mm, mm.op == "matmul", require=GEMM4)
-    return gm if set(GEMM4) <= set(gm.variant) else gm.iloc[:0]
-
-
-def gemm_table(gm):
-    if not len(gm):
-        return EMPTY
-    return P.gemm_table(gm, GEMM4, pairs=(("gluon-ws", "gluon-pipelined"), ))
-
-
-def older_runs_line(gm, mm) -> str | None:
-    """The other GEMM runs of both files, left out (one run per comparison)."""
-    older = sorted(set(mm.run_id) - {gm.run_id.iloc[0]}) if len(gm) else []
-    return ("other GEMM runs not used here: " + ", ".join(older)) if older else None
-
-
-def gemm_ceiling_lines(gm, use, use03) -> list:
-    """The GEMM run's own cuBLAS ceiling, and records more than 5% above it."""
-    if not len(gm):
-        return []
-    run = gm.run_id.iloc[0]
-    both = pd.concat([d for d in (use, use03) if len(d)], ignore_index=True)
-    gce = cm.ceilings(both[both.run_id == run])
-    if not gce:
-        return []
-    out = [f"run {run}: its own cuBLAS ceiling ({gce['matmul_shape']}, {gce['matmul_timer']}) = {gce['matmul_tflops']:.0f} TFLOP/s"]
-    for r in gm[gm.tflops > 1.05 * gce["matmul_tflops"]].sort_values("tflops", ascending=False).itertuples():
-        out.append(f"  note: {r.variant} {r.M}x{r.N}x{r.K} reached {r.tflops:.0f} TFLOP/s, "
-                   f"{100 * (r.tflops / gce['matmul_tflops'] - 1):.0f}% above "
-                   "that ceiling (different shape and timer; not investigated here)")
-    return out
-
-
-def gemm_configs(gm):
-    """The config each gluon GEMM record ran with, per shape (tile, stages, warps, GROUP_M; producer
-    registers for gluon-ws): pattern 3's gemm_configs."""
-    return P.gemm_configs(gm)
-
-
-def gemm_targets(t):
-    """gluon-ws >= 1.0x cuBLAS at 8192^3 (moonshot 1.05x), geomean >= 0.98x, >= gluon-pipelined everywhere."""
-    if not len(t):
-        return EMPTY
-    r = t["gluon-ws / cuBLAS"]
-    sq = P.square_ratio(t, "gluon-ws / cuBLAS")
-    rows = [{"target": f"gluon-ws bf16 GEMM at M = N = K = 8192: at least {goal:.2f}× cuBLAS (torch.matmul) in the same run"
-                       + (" (the stretch goal)" if name == "moonshot" else ""),
-             "measured": f"{sq:.3f}x" if sq is not None else "no 8192^3 record",
-             "met": bool(sq is not None and sq >= goal), "short": f">= {goal:.2f}x cuBLAS at 8192^3 ({name})"}
-            for goal, name in ((1.0, "target"), (1.05, "moonshot"))]
-    gmn = plots.geomean(r)
-    rows.append({"target": "gluon-ws: geometric-mean speed over the shape set at least 0.98× cuBLAS",
-                 "measured": f"{gmn:.3f}x over {r.notna().sum()} shapes", "met": bool(gmn >= 0.98),
-                 "short": ">= 0.98x cuBLAS, geomean"})
-    rp = t["gluon-ws / gluon-pipelined"]
-    rows.append({"target": "gluon-ws at least as fast as the pipelined GEMM of pattern 3 (gluon-pipelined) at every shape",
-                 "measured": f"{int((rp >= 1).sum())}/{rp.notna().sum()} shapes; worst {rp.min():.3f}x at {P.shape_str(rp.idxmin())}",
-                 "met": bool((rp >= 1).all()), "short": ">= gluon-pipelined at every shape"})
+def stream_k_table(st) -> pd.DataFrame:
+    """Per shape of a 'gemm-shapes' run that has stream-K cases: the best gluon-ws config without stream-K,
+    the best with it, without / with (> 1: stream-K faster) and each one's ratio to the bracketed cuBLAS."""
+    ok = cm.passed(st) if len(st) else st
+    if not len(ok):
+        return pd.DataFrame()
+    ok, cfgs = labelled(ok)
+    ok = ok.assign(sk=[int(c.get("stream_k") or 0) for c in cfgs])
+    rows = []
+    for (M, N, K), g_all in ok.groupby(["M", "N", "K"]):
+        g, torch_rows = g_all[g_all.variant == "gluon-ws"], g_all[g_all.variant == GEMM_PEER]
+        sk, dp = g[g.sk > 0], g[g.sk == 0]
+        if not len(sk) or not len(dp) or not len(torch_rows):
+            continue
+        b_sk, b_dp = sk.loc[sk.ms_median.idxmin()], dp.loc[dp.ms_median.idxmin()]
+        peer = float(peer_time(torch_rows)[0].ms_median)
+        rows.append({"M": int(M), "N": int(N), "K": int(K), "best without stream-K": b_dp.label,
+                     "its / cuBLAS": round(peer / b_dp.ms_median, 3), "best stream-K": b_sk.label,
+                     "stream-K / cuBLAS": round(peer / b_sk.ms_median, 3),
+                     "without / stream-K": round(b_dp.ms_median / b_sk.ms_median, 3)})
     return pd.DataFrame(rows)
 
 
-def gemm_targets_view(gt):
-    """gemm_targets as a coloured table (the short labels, for the takeaways, left out)."""
-    return cm.target_list(gt.drop(columns=["short"], errors="ignore")) if len(gt) else None
-
-
-# ---- ws-sweep ------------------------------------------------------------------------------------
-TILE_KEYS = ("BM", "BN", "BK", "num_warps", "num_stages")
-
-
-tile_of = P.sweep_tile
-ws_sweep_records = P.ws_sweep_records
-
-
-def sweep_table(ws):
-    """(TFLOP/s per (shape, tile) x producer_regs with 'does not fit' where a record holds that error,
-    passed records, failed records)."""
-    if not len(ws):
-        return EMPTY, ws, ws
-    ok, bad = ws[ws.passed.astype(bool)], ws[~ws.passed.astype(bool)]
-    tab = ok.pivot_table(index=["shape", "tile"], columns="producer_regs", values="tflops").round(1).astype(object)
-    for r in bad.itertuples():
-        m = re.search(r"needs \d+ B of shared memory > \d+", r.notes or "")
-        tab.loc[(r.shape, r.tile), r.producer_regs] = "does not fit" + (f" ({m.group(0)})" if m else "")
-    return tab.sort_index(), ok, bad
-
-
-def sweep_spread_line(ok) -> str | None:
+def ws_vs_pipe_table(st, max_k: int = 2048) -> pd.DataFrame:
+    """The GEMM issue's 'gluon-ws >= gluon-pipelined where the epilogue matters (small K)': per shape of a
+    'gemm-shapes' run with K <= max_k, the heuristics' ratio and the best configs' ratio (pipelined time /
+    ws time: >= 1 means gluon-ws is at least as fast)."""
+    ok = cm.passed(st) if len(st) else st
     if not len(ok):
-        return None
-    s = ok.groupby(["shape", "tile"]).tflops.agg(lambda x: 100 * (x.max() / x.min() - 1))
-    return "spread over producer_regs, max/min - 1 (%): " + ", ".join(f"{sh} {t}: {v:.1f}" for (sh, t), v in s.items())
+        return pd.DataFrame()
+    ok, _ = labelled(ok)
+    rows = []
+    for (M, N, K), g in ok[ok.K <= max_k].groupby(["M", "N", "K"]):
+        ws, pp = g[g.variant == "gluon-ws"], g[g.variant == "gluon-pipelined"]
+        if not len(ws) or not len(pp):
+            continue
+        hw, hp = ws[ws.label.str.endswith("heuristic")], pp[pp.label.str.endswith("heuristic")]
+        rows.append({"M": int(M), "N": int(N), "K": int(K),
+                     "heuristic: pipe / ws": round(hp.ms_median.min() / hw.ms_median.min(), 3) if len(hw) and len(hp) else np.nan,
+                     "best: pipe / ws": round(pp.ms_median.min() / ws.ms_median.min(), 3),
+                     "best ws": ws.loc[ws.ms_median.idxmin()].label, "best pipe": pp.loc[pp.ms_median.idxmin()].label})
+    return pd.DataFrame(rows)
 
 
-def sweep_skipped(ws, plan=None):
-    """The configs of the current plan without a record, and whether they fit. Returns (table, line)."""
-    plan = plan or ws_plan()
-    planned = [(M, N, K, t, r) for (M, N, K) in plan.ws_sweep_shapes for t in plan.ws_sweep_tiles for r in plan.ws_sweep_regs]
-    have = {(int(r.M), int(r.N), int(r.K), tuple(json.loads(r.config_key).get(k) for k in TILE_KEYS),
-             json.loads(r.config_key).get("producer_regs")) for r in ws.itertuples()}
-    skipped = [{"shape": f"{M}x{N}x{K}", "tile": t, "producer_regs": r, "why": gemm_fits(t, r)}
-               for (M, N, K, t, r) in planned if (M, N, K, t, r) not in have]
-    n_bad = int((~ws.passed.astype(bool)).sum())
-    return (pd.DataFrame(skipped), f"{len(planned)} configs in the current plan; {len(have)} recorded; {n_bad} recorded as "
-            f"errors; {len(skipped)} without a record")
-
-
-def sweep_best(ok):
-    """Best config per shape vs the default GemmConfig() in the same sweep."""
+def cp_vs_tma_table(st) -> pd.DataFrame:
+    """Per shape of a 'gemm-shapes' run that has cp.async cases (rows not 128-byte aligned): the best gluon-ws
+    config reading with TMA, the best reading with the cp.async producer, TMA time / cp.async time (> 1: the
+    cp.async producer is faster) and each one's ratio to cuBLAS."""
+    ok = cm.passed(st) if len(st) else st
     if not len(ok):
-        return EMPTY
-    best = ok.sort_values("tflops").groupby("shape").tail(1).set_index("shape")[["tile", "producer_regs", "tflops"]]
-    d0 = P.gemm_config()
-    d = ok[(ok.tile == f"{d0.BM}x{d0.BN}x{d0.BK} w{d0.num_warps} s{d0.num_stages}") & (ok.producer_regs == d0.producer_regs)]
-    best["default config TFLOP/s (same sweep)"] = d.set_index("shape").tflops.reindex(best.index)
-    best["best / default"] = best.tflops / best["default config TFLOP/s (same sweep)"]
-    return best
-
-
-def run_to_run(gm, ok):
-    """The same gluon-ws config and shape timed in the GEMM grid's run and in the sweep."""
-    if not len(gm) or not len(ok):
-        return EMPTY
-    keys = TILE_KEYS + ("producer_regs", )
-    rr = []
-    for r in gm[gm.variant == "gluon-ws"].itertuples():
-        c = json.loads(r.config_key)
-        m_ = ok[(ok.M == r.M) & (ok.N == r.N) & (ok.K == r.K)]
-        m_ = m_[m_.config_key.map(lambda k: all(json.loads(k).get(x) == c.get(x) for x in keys))]
-        if len(m_):
-            rr.append({"shape": f"{r.M}x{r.N}x{r.K}", "config": tile_of(r.config_key) + f" regs {c.get('producer_regs')}",
-                       f"GEMM grid run {r.run_id}": r.tflops, f"ws-sweep run {m_.run_id.iloc[0]}": float(m_.tflops.iloc[0]),
-                       "sweep / grid": float(m_.tflops.iloc[0]) / r.tflops})
-    return pd.DataFrame(rr).set_index("shape") if rr else EMPTY
-
-
-def ws_sweep_views(ctx, wsw, gm, stale: str = "flag"):
-    """The ws-sweep section: table, spread, configs without a record, best vs default, run to run.
-    Returns (outputs, passed records)."""
-    if not len(wsw):
-        return [nodata(ctx, "the gluon-ws GEMM ws-sweep", stale)], wsw
-    tab, ok, bad = sweep_table(wsw)
-    skipped, line = sweep_skipped(wsw)
-    out = about(wsw, "ws-sweep") + [f"**ws-sweep, run {wsw.run_id.iloc[0]}**: TFLOP/s (columns: producer_regs)", tab,
-                                    sweep_spread_line(ok), P.table(skipped), line]
-    if len(ok):
-        out += ["best config per shape vs the default `GemmConfig()` in the same sweep:", sweep_best(ok).round(3)]
-        rr = run_to_run(gm, ok)
-        if len(rr):
-            out += ["**Run to run**: the same gluon-ws config and shape, timed in two runs:", rr.round(3)]
-    return out, ok
-
-
-def old_ws_sweep_views(use03) -> list:
-    """The earlier producer-registers x stages sweep of pattern 3's file (which held configs that do not fit)."""
-    old = ws_sweep_records(use03)
-    if not len(old):
-        return []
-    tab, ok, _ = sweep_table(old)
-    return about(old, "earlier ws-sweep (pattern 3's file)") + [
-        f"**earlier ws-sweep, run {old.run_id.iloc[0]} ({NB3}.jsonl)**: TFLOP/s (columns: producer_regs)", tab, sweep_spread_line(ok)]
+        return pd.DataFrame()
+    ok, cfgs = labelled(ok)
+    ok = ok.assign(cp=[bool(c.get("cp_async")) for c in cfgs])
+    rows = []
+    for (M, N, K), g in ok.groupby(["M", "N", "K"]):
+        ws = g[g.variant == "gluon-ws"]
+        cp, tma = ws[ws.cp], ws[~ws.cp]
+        peer = g[g.variant == GEMM_PEER]
+        if not len(cp) or not len(tma) or not len(peer):
+            continue
+        p, _ = peer_time(peer)
+        bc, bt = cp.loc[cp.ms_median.idxmin()], tma.loc[tma.ms_median.idxmin()]
+        rows.append({"M": int(M), "N": int(N), "K": int(K), "best TMA": bt.label, "best cp.async": bc.label,
+                     "TMA / cp.async": round(bt.ms_median / bc.ms_median, 3),
+                     "TMA / cuBLAS": round(p.ms_median / bt.ms_median, 3), "cp.async / cuBLAS": round(p.ms_median / bc.ms_median, 3)})
+    return pd.DataFrame(rows)
 
 
 # ---- from the shape sweep to a shape-bucketed heuristic ----
@@ -486,7 +513,65 @@ def bucket_proposal(st):
     return pd.DataFrame(rows)
 
 
-# ---- the consumer-schedule timeline (experiments.capture_gemm_timeline) ----
+# ---- wave quantization of the persistent grid (computed) ----
+def wave_table(shapes=None, tiles=((128, 256), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64)), sms=None):
+    """Wave quantization of the persistent grid, computed (no GPU): per shape and output tile, the
+    tile count, waves = tiles / SMs and the last wave's fill: efficiency = tiles / (ceil(waves) * SMs),
+    the share of SM-slots that hold a tile when every tile costs the same. A ragged edge tile costs as
+    much as a full one (TMA zero-fills), so it is counted whole."""
+    from ..experiments import GEMM_SHAPE_SWEEP
+    from ..kernels.hopper import H200_SMS
+    sms = sms or H200_SMS
+    rows = []
+    for (M, N, K) in (shapes or GEMM_SHAPE_SWEEP):
+        for (bm, bn) in tiles:
+            n = -(-M // bm) * -(-N // bn)
+            rows.append({"shape": f"{M}x{N}x{K}", "M": M, "N": N, "K": K, "tile": f"{bm}x{bn}", "tiles": n,
+                         "waves": round(n / sms, 2), "efficiency": round(n / (-(-n // sms) * sms), 3),
+                         "useful": round(M * N / (-(-M // bm) * bm * -(-N // bn) * bn), 3)})
+    return pd.DataFrame(rows)
+
+
+def wave_figure(wt):
+    """Heat map of wave_table: rows = shapes, columns = tiles, colour = last-wave efficiency x the
+    useful share of the tiles (the fraction of the MMA work that lands in C)."""
+    pv = wt.assign(score=wt.efficiency * wt.useful).pivot_table(index="shape", columns="tile", values="score",
+                                                               sort=False)
+    fig, ax = plt.subplots(figsize=(7.5, 0.28 * len(pv) + 1.2))
+    im = ax.imshow(pv.values, cmap="RdYlGn", vmin=0.3, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(pv.columns)), pv.columns)
+    ax.set_yticks(range(len(pv.index)), pv.index, fontsize=7)
+    for i in range(pv.shape[0]):
+        for j in range(pv.shape[1]):
+            ax.text(j, i, f"{pv.values[i, j]:.2f}", ha="center", va="center", fontsize=6)
+    ax.set_title("wave efficiency x useful share of the tile (132 SMs, one tile per SM at a time)", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.03)
+    fig.tight_layout()
+    return fig
+
+
+# ---- the consumer schedules: the forks in the source, the GEMM timeline (experiments.capture_gemm_timeline) ----
+def consumer_schedule() -> list:
+    """How the two GEMM kernels fork (partitions, worker warps and registers) and how their consumers
+    lay out the accumulator, read from the current source; lines of text."""
+    out = []
+    for kern, cons in (("ws_gemm_kernel", "_ws_consumer"), ("ws_pingpong_gemm_kernel", "_pp_consumer")):
+        src = gemm_source(kern)
+        calls = src.split("gl.warp_specialize(")[1:]  # one fork per producer kind (cp.async / TMA)
+        acc = re.search(r"warps_per_cta=(\[[^\]]*\])", gemm_source(cons))
+        for call in calls:
+            m = re.search(r"\],\s*(\[[^\]]*\]),\s*(\[[^\]]*\])\)", call)
+            parts = re.findall(r"\((\w+), \(", call[:m.end()] if m else call)
+            out.append(f"{kern}: partitions {', '.join(parts)} (the first is the default); worker warps "
+                       f"{m.group(1) if m else '?'}, worker registers {m.group(2) if m else '?'}; consumer accumulator "
+                       f"warps_per_cta={acc.group(1) if acc else '?'}")
+    out += ["cooperative (GemmConfig(pingpong=False)): with num_warps = 8 the two consumer warpgroups split the BM "
+            "rows of ONE tile; its epilogue stalls both",
+            "ping-pong (GemmConfig(pingpong=True), num_warps = 4 per warpgroup): two _pp_consumer partitions own "
+            "alternate tiles, each a whole BM x BN accumulator and its own C buffer; the ORDER barriers make their "
+            "mainloops take turns, so one warpgroup's epilogue overlaps the other's MMAs"]
+    return out
+
 
 def load_gemm_timeline(ctx: cm.Context):
     """results/<gpu>/04-warp-specialization.gemm-timeline.json, or None."""
@@ -640,26 +725,6 @@ def order_table(pr, part: str = "order") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def same_config_spread(st) -> pd.DataFrame:
-    """The sweep's noise floor: where a variant's heuristic case resolved to the same config as one of the
-    explicit cases, the two are one kernel timed twice in the run: heuristic time / explicit time per such
-    pair (1.0 = no noise). The best-of-many 'best / cuBLAS' column leans upward by about this spread."""
-    ok = cm.passed(st) if len(st) else st
-    if not len(ok):
-        return pd.DataFrame()
-    cfgs = ok["config_key"].map(json.loads)
-    drop = {"study", "sm_clock_mhz", "heuristic", "bracket"}
-    key = [json.dumps({k: v for k, v in c.items() if k not in drop}, sort_keys=True) for c in cfgs]
-    t = ok.assign(_key=key, _heur=[bool(c.get("heuristic")) for c in cfgs])
-    rows = []
-    for (M, N, K, v, k), g in t[t.variant != GEMM_PEER].groupby(["M", "N", "K", "variant", "_key"]):
-        h, e = g[g._heur], g[~g._heur]
-        if len(h) and len(e):
-            rows.append({"M": int(M), "N": int(N), "K": int(K), "variant": v,
-                         "heuristic / explicit": round(float(h.ms_median.iloc[0] / e.ms_median.iloc[0]), 3)})
-    return pd.DataFrame(rows)
-
-
 def operand_split_table(pr) -> pd.DataFrame:
     """The probe's 'split' part: per ragged shape and config (Gluon / cuBLAS) and L2 promotion, us with every
     operand's rows misaligned ('contig') and contig / us with only A, B, C or A and B padded (> 1: padding
@@ -740,29 +805,6 @@ def sktrace_records(path=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def stream_k_table(st) -> pd.DataFrame:
-    """Per shape of a 'gemm-shapes' run that has stream-K cases: the best gluon-ws config without stream-K,
-    the best with it, without / with (> 1: stream-K faster) and each one's ratio to the bracketed cuBLAS."""
-    ok = cm.passed(st) if len(st) else st
-    if not len(ok):
-        return pd.DataFrame()
-    ok, cfgs = labelled(ok)
-    ok = ok.assign(sk=[int(c.get("stream_k") or 0) for c in cfgs])
-    rows = []
-    for (M, N, K), g_all in ok.groupby(["M", "N", "K"]):
-        g, torch_rows = g_all[g_all.variant == "gluon-ws"], g_all[g_all.variant == GEMM_PEER]
-        sk, dp = g[g.sk > 0], g[g.sk == 0]
-        if not len(sk) or not len(dp) or not len(torch_rows):
-            continue
-        b_sk, b_dp = sk.loc[sk.ms_median.idxmin()], dp.loc[dp.ms_median.idxmin()]
-        peer = float(peer_time(torch_rows)[0].ms_median)
-        rows.append({"M": int(M), "N": int(N), "K": int(K), "best without stream-K": b_dp.label,
-                     "its / cuBLAS": round(peer / b_dp.ms_median, 3), "best stream-K": b_sk.label,
-                     "stream-K / cuBLAS": round(peer / b_sk.ms_median, 3),
-                     "without / stream-K": round(b_dp.ms_median / b_sk.ms_median, 3)})
-    return pd.DataFrame(rows)
-
-
 def alignment_table(pr) -> pd.DataFrame:
     """Per ragged shape and config of the probe: us with the contiguous (misaligned) rows, with rows padded
     to 128 bytes, and contig / pad (> 1: the misaligned rows cost that much), cuBLAS beside."""
@@ -797,53 +839,7 @@ def decode_probe_table(pr) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ws_vs_pipe_table(st, max_k: int = 2048) -> pd.DataFrame:
-    """The GEMM issue's 'gluon-ws >= gluon-pipelined where the epilogue matters (small K)': per shape of a
-    'gemm-shapes' run with K <= max_k, the heuristics' ratio and the best configs' ratio (pipelined time /
-    ws time: >= 1 means gluon-ws is at least as fast)."""
-    ok = cm.passed(st) if len(st) else st
-    if not len(ok):
-        return pd.DataFrame()
-    ok, _ = labelled(ok)
-    rows = []
-    for (M, N, K), g in ok[ok.K <= max_k].groupby(["M", "N", "K"]):
-        ws, pp = g[g.variant == "gluon-ws"], g[g.variant == "gluon-pipelined"]
-        if not len(ws) or not len(pp):
-            continue
-        hw, hp = ws[ws.label.str.endswith("heuristic")], pp[pp.label.str.endswith("heuristic")]
-        rows.append({"M": int(M), "N": int(N), "K": int(K),
-                     "heuristic: pipe / ws": round(hp.ms_median.min() / hw.ms_median.min(), 3) if len(hw) and len(hp) else np.nan,
-                     "best: pipe / ws": round(pp.ms_median.min() / ws.ms_median.min(), 3),
-                     "best ws": ws.loc[ws.ms_median.idxmin()].label, "best pipe": pp.loc[pp.ms_median.idxmin()].label})
-    return pd.DataFrame(rows)
-
-
-def cp_vs_tma_table(st) -> pd.DataFrame:
-    """Per shape of a 'gemm-shapes' run that has cp.async cases (rows not 128-byte aligned): the best gluon-ws
-    config reading with TMA, the best reading with the cp.async producer, TMA time / cp.async time (> 1: the
-    cp.async producer is faster) and each one's ratio to cuBLAS."""
-    ok = cm.passed(st) if len(st) else st
-    if not len(ok):
-        return pd.DataFrame()
-    ok, cfgs = labelled(ok)
-    ok = ok.assign(cp=[bool(c.get("cp_async")) for c in cfgs])
-    rows = []
-    for (M, N, K), g in ok.groupby(["M", "N", "K"]):
-        ws = g[g.variant == "gluon-ws"]
-        cp, tma = ws[ws.cp], ws[~ws.cp]
-        peer = g[g.variant == GEMM_PEER]
-        if not len(cp) or not len(tma) or not len(peer):
-            continue
-        p, _ = peer_time(peer)
-        bc, bt = cp.loc[cp.ms_median.idxmin()], tma.loc[tma.ms_median.idxmin()]
-        rows.append({"M": int(M), "N": int(N), "K": int(K), "best TMA": bt.label, "best cp.async": bc.label,
-                     "TMA / cp.async": round(bt.ms_median / bc.ms_median, 3),
-                     "TMA / cuBLAS": round(p.ms_median / bt.ms_median, 3), "cp.async / cuBLAS": round(p.ms_median / bc.ms_median, 3)})
-    return pd.DataFrame(rows)
-
-
 # ---- clusters / TMA multicast on the installed triton: evidence, checked on this CPU ----
-
 def _cluster_probe():
     """A 128 x 64 TMA load into a tile that both CTAs of a 2-CTA cluster share (NVMMASharedLayout
     cga_layout [[0, 0]]: the layout a multicast load would fill) and back out with a TMA store."""
