@@ -62,6 +62,7 @@ stale = "flag"             # "flag": show records whose kernel source changed si
 
 # %%
 from gluon_lab.analysis import common as cm, pipelined as P, warp_specialized as ana
+from gluon_lab.analysis import gemm as gana, ws_sanitizer as wsan  # the GEMM studies; section 8's sanitizer reading
 
 ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
 spec, slug = ctx.spec, ctx.slug
@@ -292,17 +293,17 @@ cm.show(ana.about(sw, "norm-sweep") or ana.nodata(ctx, "the gluon-ws norm-sweep"
 # persistent `tl.dot` kernel. TFLOP/s = 2·M·N·K / time.
 
 # %%
-mm = ana.gemm_candidates(use, use03)  # the GEMM grids of both files
-gm = ana.gemm_records(mm)             # the newest run holding all four GEMMs
-gemm_tab = ana.gemm_table(gm)
-cm.show(ana.about(gm, "GEMM grid") or ana.nodata(ctx, "a GEMM run with all of " + ", ".join(ana.GEMM4), stale))
-if ana.older_runs_line(gm, mm):
-    print(ana.older_runs_line(gm, mm))
+mm = gana.gemm_candidates(use, use03)  # the GEMM grids of both files
+gm = gana.gemm_records(mm)             # the newest run holding all four GEMMs
+gemm_tab = gana.gemm_table(gm)
+cm.show(ana.about(gm, "GEMM grid") or ana.nodata(ctx, "a GEMM run with all of " + ", ".join(gana.GEMM4), stale))
+if gana.older_runs_line(gm, mm):
+    print(gana.older_runs_line(gm, mm))
 cm.show(P.table(gemm_tab), P.geomean_line(gemm_tab))
-if ana.gemm_ceiling_lines(gm, use, use03):
-    print("\n".join(ana.gemm_ceiling_lines(gm, use, use03)))
+if gana.gemm_ceiling_lines(gm, use, use03):
+    print("\n".join(gana.gemm_ceiling_lines(gm, use, use03)))
 if len(gm):
-    cm.show("configs the gluon records ran with:", ana.gemm_configs(gm), P.gemm_bars(gm, ana.GEMM4))
+    cm.show("configs the gluon records ran with:", gana.gemm_configs(gm), P.gemm_bars(gm, gana.GEMM4))
 
 # %% [markdown]
 # ### GEMM targets
@@ -311,8 +312,8 @@ if len(gm):
 # gluon-pipelined at every shape. `met` is strict.
 
 # %% tags=["targets"]
-gt = ana.gemm_targets(gemm_tab)
-cm.show([f"run `{gm.run_id.iloc[0]}`" + (" — STALE records" if gm.stale.any() else ""), ana.gemm_targets_view(gt)]
+gt = gana.gemm_targets(gemm_tab)
+cm.show([f"run `{gm.run_id.iloc[0]}`" + (" — STALE records" if gm.stale.any() else ""), gana.gemm_targets_view(gt)]
         if len(gt) else ana.nodata(ctx, "the GEMM targets", stale))
 
 # %% [markdown]
@@ -324,9 +325,9 @@ cm.show([f"run `{gm.run_id.iloc[0]}`" + (" — STALE records" if gm.stale.any() 
 # in pattern 3's file, which did hold such configs.
 
 # %% tags=["fold"] fold_summary="the ws-sweep tables: TFLOP/s by tile and producer registers, configs without a record"
-wsw = ana.ws_sweep_records(use)
-views, ws_ok = ana.ws_sweep_views(ctx, wsw, gm, stale)
-cm.show(views, ana.old_ws_sweep_views(use03))
+wsw = gana.ws_sweep_records(use)
+views, ws_ok = gana.ws_sweep_views(ctx, wsw, gm, stale)
+cm.show(views, gana.old_ws_sweep_views(use03))
 
 # %% [markdown]
 # ## 7. Consumer schedules: cooperative and ping-pong
@@ -344,7 +345,7 @@ cm.show(views, ana.old_ws_sweep_views(use03))
 # The structure of both kernels, read from their source:
 
 # %%
-print("\n".join(ana.consumer_schedule()))
+print("\n".join(gana.consumer_schedule()))
 
 # %% [markdown]
 # ### The shape sweep: every schedule × tile beside cuBLAS
@@ -380,14 +381,14 @@ print("\n".join(ana.consumer_schedule()))
 # tile rules only.
 
 # %%
-shape_rec = ana.shape_sweep_records(use)
-shape_tab = ana.shape_sweep_table(shape_rec)
+shape_rec = gana.shape_sweep_records(use)
+shape_tab = gana.shape_sweep_table(shape_rec)
 if len(shape_tab):
     cm.show(ana.about(shape_rec, "GEMM shape sweep"), shape_tab.fillna("—"),
-            cm.target_list(ana.shape_sweep_targets(shape_tab)),
+            cm.target_list(gana.shape_sweep_targets(shape_tab)),
             "Per shape bucket (M class × 128×256-tile waves × long K), the config within 2% of the best Gluon "
             "config on the most shapes: what a shape-bucketed `GemmConfig.heuristic` is written from.",
-            ana.bucket_proposal(shape_rec).fillna("—"))
+            gana.bucket_proposal(shape_rec).fillna("—"))
 else:
     cm.show("The 'gemm-shapes' study has not run on a GPU yet: the table appears after "
             "`python -m gluon_lab bench 04-warp-specialization --parts gemm-shapes`.")
@@ -411,14 +412,14 @@ if len(pick_chk):
 
 # %%
 if len(shape_rec):
-    same_cfg = ana.same_config_spread(shape_rec)  # (not `spread`: the norm sections' name)
+    same_cfg = gana.same_config_spread(shape_rec)  # (not `spread`: the norm sections' name)
     if len(same_cfg):
         q = same_cfg["heuristic / explicit"]
         cm.show(f"Same config timed twice in run {shape_rec.run_id.iloc[0]}: {len(q)} pairs, heuristic / explicit "
                 f"median {q.median():.3f}, middle half {q.quantile(0.25):.3f}–{q.quantile(0.75):.3f}, "
                 f"range {q.min():.3f}–{q.max():.3f}.",
                 same_cfg[(q - 1).abs() > 0.02].sort_values("heuristic / explicit"))
-order_probe = ana.order_table(ana.probe_records(ana._probe_path(None, "gemm-probe-order.log")))
+order_probe = gana.order_table(gana.probe_records(gana.probe_path(None, "gemm-probe-order.log")))
 if len(order_probe):
     cm.show(order_probe)
 
@@ -430,7 +431,7 @@ if len(order_probe):
 
 # %%
 if len(shape_rec):
-    cm.show(ana.ws_vs_pipe_table(shape_rec).fillna("—"))
+    cm.show(gana.ws_vs_pipe_table(shape_rec).fillna("—"))
 
 # %% [markdown]
 # ### Why the ragged shapes lose: misaligned rows, measured (`ci/gemm_probe.py`)
@@ -456,20 +457,20 @@ if len(shape_rec):
 # split-K is what reaches cuBLAS at M = 32 with a long K (split slices put every SM on the B stream).
 
 # %%
-probe = ana.probe_records()
-probe_split = ana.probe_records(ana._probe_path(None, "gemm-probe-split.log"))
+probe = gana.probe_records()
+probe_split = gana.probe_records(gana.probe_path(None, "gemm-probe-split.log"))
 if len(probe):
-    cm.show(ana.alignment_table(probe).fillna("—"))
+    cm.show(gana.alignment_table(probe).fillna("—"))
 if len(probe_split):
     cm.show("Which operand's misaligned rows cost (contig / only that operand padded), under each L2 promotion:",
-            ana.operand_split_table(probe_split).fillna("—"), "The kernel cuBLAS runs at each ragged shape:",
-            ana.cublas_kernels())
+            gana.operand_split_table(probe_split).fillna("—"), "The kernel cuBLAS runs at each ragged shape:",
+            gana.cublas_kernels())
 if len(probe):
-    cm.show(ana.decode_probe_table(probe).fillna("—"))
+    cm.show(gana.decode_probe_table(probe).fillna("—"))
 else:
     cm.show("results/h200/gemm-probe.log is missing: run `PYTHONPATH=. python3 ci/gemm_probe.py > "
             "results/h200/gemm-probe.log` on the GPU.")
-cp_tab = ana.cp_vs_tma_table(shape_rec)
+cp_tab = gana.cp_vs_tma_table(shape_rec)
 cm.show("The sweep's misaligned shapes, gluon-ws reading with TMA vs with the cp.async producer (same run):"
         if len(cp_tab) else "The shape sweep shown has no cp.async cases (it ran before the cp.async producer).",
         *([cp_tab.fillna("—")] if len(cp_tab) else []))
@@ -485,10 +486,10 @@ cm.show("The sweep's misaligned shapes, gluon-ws reading with TMA vs with the cp
 # fill it.
 
 # %%
-GT = ana.load_gemm_timeline(ctx)
+GT = gana.load_gemm_timeline(ctx)
 if GT:
-    cm.show(f"timeline of run `{GT.get('run_id')}` ({GT.get('gpu')})", ana.gemm_timeline_stats(GT),
-            ana.gemm_timeline_figure(GT))
+    cm.show(f"timeline of run `{GT.get('run_id')}` ({GT.get('gpu')})", gana.gemm_timeline_stats(GT),
+            gana.gemm_timeline_figure(GT))
 else:
     cm.show("The consumer-schedule timeline has not run on a GPU yet: it appears after "
             "`python -m gluon_lab bench 04-warp-specialization --parts gemm-timeline`.")
@@ -508,8 +509,8 @@ else:
 # costs more than the idle SMs.
 
 # %%
-waves = ana.wave_table()
-cm.show(ana.wave_figure(waves))
+waves = gana.wave_table()
+cm.show(gana.wave_figure(waves))
 
 # %% [markdown]
 # ### Stream-K: measured, and why it loses here
@@ -546,8 +547,8 @@ cm.show(ana.wave_figure(waves))
 # does), which would take the fixup kernel's pass over the partials off the critical path.
 
 # %%
-sk_tab = ana.stream_k_table(shape_rec)
-phases = ana.phase_records()
+sk_tab = gana.stream_k_table(shape_rec)
+phases = gana.phase_records()
 if len(sk_tab):
     w = sk_tab["without / stream-K"]
     top = sk_tab.loc[w.idxmax()]
@@ -556,12 +557,12 @@ if len(sk_tab):
 cm.show(*([sk_tab.fillna("—")] if len(sk_tab) else ["The shape sweep shown has no stream-K cases."]),
         *(["Per-kernel GPU time of one call (results/h200/gemm-probe-phases.log):", phases.fillna("—")]
           if len(phases) else []))
-sk_trace = ana.sktrace_records()
+sk_trace = gana.sktrace_records()
 if len(sk_trace):
     cm.show("Per-unit stamps, medians over every CTA (results/h200/gemm-probe-sktrace.log; measured at commit ec46036, "
             "when the partials were still staged through shared memory for a TMA store; not re-run since they are "
             "stored from registers):", sk_trace.fillna("—"))
-sk_probe = ana.order_table(ana.probe_records(ana._probe_path(None, "gemm-probe-skprobe.log")), part="skprobe")
+sk_probe = gana.order_table(gana.probe_records(gana.probe_path(None, "gemm-probe-skprobe.log")), part="skprobe")
 if len(sk_probe):
     cm.show("Stream-K beside the heuristic of the time, cuBLAS / config per interleaved round "
             "(results/h200/gemm-probe-skprobe.log):", sk_probe)
@@ -576,7 +577,7 @@ if len(sk_probe):
 # memory, cluster barrier or CTA-rank operation. Checked here on the installed wheel:
 
 # %%
-cm.show(ana.cluster_evidence())
+cm.show(gana.cluster_evidence())
 
 # ## 8. Correctness and compute-sanitizer
 #
@@ -589,7 +590,7 @@ cm.show(ana.cluster_evidence())
 cm.show(P.table(P.correctness_table([*grids.values(), gm])))
 san_path = P.sanitizer_path(ctx)
 san, n_old = P.load_sanitizer(san_path)
-cm.show(ana.sanitizer_views(san, n_old, san_path))
+cm.show(wsan.sanitizer_views(san, n_old, san_path))
 
 # %% [markdown]
 # ### Where racecheck points: the reported accesses, mapped to the source
@@ -602,15 +603,15 @@ cm.show(ana.sanitizer_views(san, n_old, san_path))
 
 # %%
 sz = P.sanitize_driver()  # ci/sanitize.py: its cases and the diagnostic kernel's generator
-src_lines, defs = ana.ws_source_lines()
-diag_lines, err = ana.diag_source_lines(sz)
+src_lines, defs = wsan.ws_source_lines()
+diag_lines, err = wsan.diag_source_lines(sz)
 if err:
     print(err)
-race_tab, tails = ana.race_accesses(san, src_lines, defs, diag_lines)
+race_tab, tails = wsan.race_accesses(san, src_lines, defs, diag_lines)
 cm.show(tails)
 if len(race_tab):
-    print(ana.def_shift_line(race_tab, defs))
-cm.show(ana.race_view(race_tab))
+    print(wsan.def_shift_line(race_tab, defs))
+cm.show(wsan.race_view(race_tab))
 
 # %% [markdown]
 # ### What sits at the reported offsets: SASS of the same kernels, compiled on this CPU
@@ -624,18 +625,18 @@ cm.show(ana.race_view(race_tab))
 
 # %% tags=["fold"] fold_summary="SASS at the reported offsets (compiled on this CPU), with a few neighbours"
 if len(race_tab) and diag_lines is not None:
-    sass_tab, sass_ctx, errors = ana.sass_check(race_tab, sz)
+    sass_tab, sass_ctx, errors = wsan.sass_check(race_tab, sz)
     if errors:
         print("\n".join(errors))
     if len(sass_tab):
-        print(f"compiled with triton {ana.triton_version()} on this CPU")
-    cm.show(ana.sass_view(sass_tab), ana.sass_contexts(sass_ctx))
+        print(f"compiled with triton {wsan.triton_version()} on this CPU")
+    cm.show(wsan.sass_view(sass_tab), wsan.sass_contexts(sass_ctx))
 else:
     sass_tab = P.EMPTY
     print("no racecheck findings to locate" if not len(race_tab) else "ci/sanitize.py could not be loaded: no SASS check")
 
 # %%
-cm.show(ana.sanitizer_summary(san, race_tab, sass_tab))
+cm.show(wsan.sanitizer_summary(san, race_tab, sass_tab))
 
 # %% [markdown]
 # ### The entry hazard explained: Triton's warp-specialize dispatch, reproduced
@@ -663,7 +664,7 @@ cm.show(ana.sanitizer_summary(san, race_tab, sass_tab))
 # writes one copy per lane and keeps an explicit `gl.thread_barrier()` before the arrive.
 
 # %%
-disp = ana.dispatch_repro()
+disp = wsan.dispatch_repro()
 cm.show(disp if len(disp) else "No `results/h200/racecheck-dispatch.log`: run `ci/racecheck_dispatch/run.sh` on the GPU.")
 
 # %% [markdown]

@@ -1,7 +1,7 @@
-"""gluon_lab.analysis.warp_specialized (notebook 04) on the fixture records (04's file and 03's, which
-holds the GEMM comparison): values recomputed by hand from the raw lines and stamps, table shapes,
-figures by their axes and artists, the racecheck mapping, the no-records paths. CPU-only; the CPU
-compiles (census, SASS at the reported offsets) are in the tests marked slow."""
+"""gluon_lab.analysis.warp_specialized and .ws_sanitizer (notebook 04) on the fixture records (04's file and
+03's): values recomputed by hand from the raw lines and stamps, table shapes, figures by their axes and
+artists, the racecheck mapping, the no-records paths. CPU-only; the CPU compiles (census, SASS at the
+reported offsets) are in the tests marked slow. The GEMM studies (.gemm) are tests/test_analysis_gemm.py."""
 import json
 import statistics
 from pathlib import Path
@@ -15,7 +15,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from gluon_lab import plots  # noqa: E402
-from gluon_lab.analysis import common as cm, pipelined as P, warp_specialized as W  # noqa: E402
+from gluon_lab.analysis import common as cm, gemm as G, pipelined as P, warp_specialized as W  # noqa: E402
+from gluon_lab.analysis import ws_sanitizer as S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "records"
@@ -49,7 +50,7 @@ def grids(recs):
 
 @pytest.fixture(scope="module")
 def gm(recs):
-    return W.gemm_records(W.gemm_candidates(*recs))
+    return G.gemm_records(G.gemm_candidates(*recs))
 
 
 @pytest.fixture(autouse=True)
@@ -189,7 +190,7 @@ def test_headline_numbers(ctx, recs, grids, gm):
                                                    f"{int((r >= 0.98).sum())} of {len(r)} cells")
     b = pd.concat([P.vs_best_frame(grids[op], "gluon-ws") for op in ("rms_norm", "layer_norm")])["ratio"]
     assert nums["gluon-ws vs best baseline"].startswith(f"{plots.geomean(b):.2f}× geomean over {len(b)} cells")
-    t = W.gemm_table(gm)
+    t = G.gemm_table(gm)
     sq = P.square_ratio(t, "gluon-ws / cuBLAS")
     assert nums["GEMM vs cuBLAS at 8192³"].startswith(f"{sq:.2f}× cuBLAS, {P.square_ratio(t, 'gluon-ws'):.0f} TFLOP/s bf16")
     e = P.EMPTY
@@ -229,62 +230,13 @@ def test_norm_sweep(recs, grids):
     assert len(W.norm_sweep_views(full, per_knob, eff, heur)) == 2 + 2 * 3 + 4
 
 
-def test_gemm_from_pattern_3s_file(recs, gm):
-    use, use03 = recs
-    mm = W.gemm_candidates(use, use03)
-    assert set(mm.run_id) == {GEMM_RUN, "20261129T181340Z-1a9f4e29"} and set(gm.run_id) == {GEMM_RUN}
-    assert W.older_runs_line(gm, mm) == "other GEMM runs not used here: 20261129T181340Z-1a9f4e29"
-    t = W.gemm_table(gm)
-    assert t.shape == (3, 8) and t.columns[-1] == "gluon-ws / gluon-pipelined"
-    sq = {d["variant"]: d["tflops"] for d in raw("03-multibuffer-pipelining.jsonl") if d["run_id"] == GEMM_RUN
-          and d["op"] == "matmul" and d["pattern"] != "ceiling" and d["shape"] == {"M": 8192, "N": 8192, "K": 8192}}
-    assert t.loc[(8192, 8192, 8192), "gluon-ws / gluon-pipelined"] == round(sq["gluon-ws"] / sq["gluon-pipelined"], 3)
-    gt = W.gemm_targets(t)
-    assert list(gt.met) == [sq["gluon-ws"] / sq["torch"] >= 1.0, sq["gluon-ws"] / sq["torch"] >= 1.05,
-                            plots.geomean(t["gluon-ws / cuBLAS"]) >= 0.98, bool((t["gluon-ws / gluon-pipelined"] >= 1).all())]
-    lines = W.gemm_ceiling_lines(gm, use, use03)
-    assert lines[0].startswith(f"run {GEMM_RUN}: its own cuBLAS ceiling") and "note: gluon-pipelined 4096x4096x4096" in lines[1]
-    cfgs = W.gemm_configs(gm)  # labels (tile, stages, warps, group_m), not raw JSON
-    assert cfgs.shape == (3, 3) and not cfgs.iloc[:, 0].str.startswith("{").any()
-
-
-def test_ws_sweep_and_the_earlier_one(ctx, recs, gm):
-    use, use03 = recs
-    wsw = W.ws_sweep_records(use)
-    tab, ok, bad = W.sweep_table(wsw)
-    assert tab.shape == (8, 4) and len(ok) == 32 and not len(bad)
-    skipped, line = W.sweep_skipped(wsw)
-    assert len(skipped) == 16 and set(skipped.shape) == {16, 4} and set(skipped["shape"]) == {"4096x4096x4096"}
-    assert line == "48 configs in the current plan; 32 recorded; 0 recorded as errors; 16 without a record"
-    best = W.sweep_best(ok)
-    sq = [d for d in raw() if (d["config"] or {}).get("study") == "ws-sweep" and d["shape"] == {"M": 8192, "N": 8192, "K": 8192}]
-    assert best.loc["8192x8192x8192", "tflops"] == max(d["tflops"] for d in sq)
-    rr = W.run_to_run(gm, ok)
-    assert list(rr.index) == ["8192x8192x8192", "8192x14336x4096"] and (rr["sweep / grid"] > 0).all()
-    old = W.old_ws_sweep_views(use03)
-    old_tab = [o for o in old if isinstance(o, pd.DataFrame)][0]
-    cells = old_tab.to_numpy().ravel().tolist()
-    assert sum(isinstance(c, str) and c.startswith("does not fit (needs") for c in cells) == 8  # the 8 failed records
-    views, ws_ok = W.ws_sweep_views(ctx, wsw, gm)
-    assert len(ws_ok) == 32 and "**Run to run**: the same gluon-ws config and shape, timed in two runs:" in views[-2:]
-
-
-def test_consumer_schedule_read_from_the_source():
-    lines = W.consumer_schedule()
-    assert lines[0].startswith("ws_gemm_kernel: partitions _ws_consumer, cp_producer (") and \
-        "warps_per_cta=[num_warps, 1]" in lines[0] and "worker warps [CP_WARPS]" in lines[0]
-    assert lines[1].startswith("ws_gemm_kernel: partitions _ws_consumer, tma_producer (") and "worker warps [1]" in lines[1]
-    assert lines[2].startswith("ws_pingpong_gemm_kernel: partitions _pp_consumer, _pp_consumer, tma_producer")
-    assert "worker warps [4, 1]" in lines[2]
-
-
 def test_racecheck_accesses_mapped_to_the_source(ctx):
     san, n_old = P.load_sanitizer(P.sanitizer_path(ctx))
-    t = W.sanitizer_table(san)
+    t = S.sanitizer_table(san)
     assert t.loc[t.kernel == "ws-norm", "case"].iloc[0] == "rms_norm gluon-ws 37x1000"
     assert list(t.columns[:4]) == ["kernel", "case", "tool", "warp_specialize"]
-    src_lines, defs = W.ws_source_lines()
-    race, tails = W.race_accesses(san, src_lines, defs, None)  # without the diagnostic's generated file
+    src_lines, defs = S.ws_source_lines()
+    race, tails = S.race_accesses(san, src_lines, defs, None)  # without the diagnostic's generated file
     assert len(tails) == 3 and tails[0].startswith("**ws-gemm / racecheck** (exit code 3, matmul gluon-ws 300x264x520)")
     first = race[(race.kernel == "ws-gemm") & (race.role == "first access")].iloc[0]
     assert (first.access, first.offset) == ("Read", "ws_gemm_kernel+0xf0")
@@ -292,8 +244,8 @@ def test_racecheck_accesses_mapped_to_the_source(ctx):
     assert first["source line"].startswith("def ws_gemm_kernel(")
     noinval = race[race.kernel == "ws-gemm-noinval"]
     assert (noinval["maps to"] == "?").all()  # its generated file was not given
-    assert W.def_shift_line(race, defs).startswith("def lines: ws_gemm_kernel reported at line")
-    summ = W.sanitizer_summary(san, race, P.EMPTY)
+    assert S.def_shift_line(race, defs).startswith("def lines: ws_gemm_kernel reported at line")
+    summ = S.sanitizer_summary(san, race, P.EMPTY)
     assert "- synccheck: 3/3 kernels clean" in summ and "- racecheck, warp_specialize kernels: 3/3 report hazards" in summ
     assert "- Outputs under the sanitizer matched the float64 reference in" in summ
     assert "**Explained: a racecheck false positive.**" in summ  # the committed dispatch reproduction log
@@ -303,9 +255,9 @@ def test_takeaways(ctx, recs, grids, gm, timelines):
     use, _ = recs
     TL4, TL3 = timelines
     targets = W.target_tables(grids, ctx.spec)
-    t = W.gemm_table(gm)
+    t = G.gemm_table(gm)
     san = P.load_sanitizer(P.sanitizer_path(ctx))[0]
-    lines = W.takeaways(gm=gm, gemm_tab=t, gt=W.gemm_targets(t), targets=targets, summary=W.norm_summary(targets),
+    lines = W.takeaways(gm=gm, gemm_tab=t, gt=G.gemm_targets(t), targets=targets, summary=W.norm_summary(targets),
                         blocks=W.by_blocks(targets), TL4=TL4, ws_tl=W.ws_timeline_stats(TL4),
                         spread=W.spread_table(W.finish_spreads(TL3, TL4)), san=san)
     text = "\n".join(lines)
@@ -315,8 +267,7 @@ def test_takeaways(ctx, recs, grids, gm, timelines):
     assert f"**rms_norm: {W.verdict(plots.geomean(targets['rms_norm']['ws / pipelined']))}**" in text
     assert "The ratio rises with the blocks each CTA walks" in text  # 0.85 / 0.99 / 1.00 in the fixture
     assert "Persistent tail at NUM_STAGES=3" in text and "compute-sanitizer: 4/7 runs clean" in text and "Triton's dispatch protocol" in text
-    assert W.verdict(1.01) == "WS pays" and W.verdict(0.99) == "on par (geomean within 2%)" and W.verdict(0.9) == "WS does not pay here"
-    assert W.takeaways() == [W.pingpong_takeaway(W.EMPTY), W.shape_sweep_takeaway(W.EMPTY)]
+    assert W.takeaways() == [G.pingpong_takeaway(W.EMPTY), G.shape_sweep_takeaway(W.EMPTY)]
     assert "nothing is claimed" in W.takeaways()[0] and "has not run" in W.takeaways()[1]
 
 
@@ -324,14 +275,10 @@ def test_no_records_give_notes_not_errors(ctx, tmp_path):
     c = cm.setup(W.NB, mode="replay", results_dir=tmp_path)
     empty = cm.load(c)
     assert W.norm_grids(empty) == {} and W.target_tables({}, c.spec) == {} and W.by_blocks({}).empty
-    assert len(W.gemm_records(W.gemm_candidates(empty, empty))) == 0 and W.gemm_table(P.EMPTY).empty
-    assert W.gemm_targets(P.EMPTY).empty and W.gemm_ceiling_lines(P.EMPTY, empty, empty) == []
-    views, ok = W.ws_sweep_views(c, W.ws_sweep_records(empty), P.EMPTY)
-    assert views == [f"**No records for the gluon-ws GEMM ws-sweep** in `{tmp_path / 'h200'}/`."] and not len(ok)
-    assert W.old_ws_sweep_views(empty) == [] and W.norm_sweep_tables(W.norm_sweep_records(empty))[0].empty
+    assert W.norm_sweep_tables(W.norm_sweep_records(empty))[0].empty
     assert W.ws_timeline_stats(None).empty and W.finish_spreads(None, None) == {}
-    assert W.sanitizer_views(P.EMPTY, 0, tmp_path / "sanitizer.jsonl")[0].startswith("**No compute-sanitizer records:**")
-    assert W.sanitizer_summary(P.EMPTY, P.EMPTY, P.EMPTY) is None
+    assert S.sanitizer_views(P.EMPTY, 0, tmp_path / "sanitizer.jsonl")[0].startswith("**No compute-sanitizer records:**")
+    assert S.sanitizer_summary(P.EMPTY, P.EMPTY, P.EMPTY) is None
     assert W.census_notes(P.EMPTY, P.EMPTY) == "**No census rows** (compile failed above)."
 
 
@@ -346,109 +293,12 @@ def test_census_and_sass_at_the_reported_offsets_on_cpu(ctx):
     assert "wait sites gluon-ws minus gluon-pipelined" in notes
     san, _ = P.load_sanitizer(P.sanitizer_path(ctx))
     sz = P.sanitize_driver()
-    src_lines, defs = W.ws_source_lines()
-    diag, err = W.diag_source_lines(sz)
+    src_lines, defs = S.ws_source_lines()
+    diag, err = S.diag_source_lines(sz)
     assert err is None and diag
-    race, _ = W.race_accesses(san, src_lines, defs, diag)
-    tab, contexts, errors = W.sass_check(race[race.kernel == "ws-norm"], sz)
+    race, _ = S.race_accesses(san, src_lines, defs, diag)
+    tab, contexts, errors = S.sass_check(race[race.kernel == "ws-norm"], sz)
     assert not errors and len(tab) == len(race[race.kernel == "ws-norm"])
     assert tab["SASS here"].iloc[0].startswith("LDS.U8") and tab["kind matches (Read=LDS / Write=STS)"].all()
-    assert W.sass_contexts(contexts)[0].startswith("`ws-norm` around `ws_norm_kernel+0xf0`")
+    assert S.sass_contexts(contexts)[0].startswith("`ws-norm` around `ws_norm_kernel+0xf0`")
 
-
-def test_probe_log_parse(tmp_path):
-    """gemm_probe.py's log: timing lines parsed with TFLOP/s recomputed, FAILED lines skipped, a line that is
-    neither named by file:line; the alignment and decode tables from it, a decode shape without split-K rows
-    included (NaN there)."""
-    log = tmp_path / "p.log"
-    lines = ["NVIDIA H200 torch 2.11.0+cu130",
-             "align     2500x1736  x4104   contig cuBLAS                                        58.9 us    605 TF/s 1605 MHz",
-             "align     2500x1736  x4104   contig ws 128x128 8w s5                             108.8 us    328 TF/s 1980 MHz",
-             "align     2500x1736  x4104   pad    ws 128x128 8w s5                              72.0 us    494 TF/s 1785 MHz",
-             "decode      16x6144  x4096   contig cuBLAS                                        16.1 us     50 TF/s 1965 MHz",
-             "decode      16x6144  x4096   contig ws swap 16x64 s6 split-K 1                    17.9 us     45 TF/s 1980 MHz",
-             "decode      16x6144  x4096   contig ws swap 16x64 s6 split-K 2                    FAILED ValueError: x"]
-    log.write_text("\n".join(lines) + "\n")
-    pr = W.probe_records(log)
-    assert len(pr) == 5 and pr.loc[1, "TFLOP/s"] == round(2 * 2500 * 1736 * 4104 / 108.8 / 1e6)  # recomputed: 327
-    at = W.alignment_table(pr)
-    assert at.loc[0, "contig / padded"] == round(108.8 / 72.0, 2)
-    dt = W.decode_probe_table(pr)
-    assert dt.loc[0, "unsplit / cuBLAS"] == round(16.1 / 17.9, 3) and dt["split / cuBLAS"].isna().all()
-    log.write_text(lines[0] + "\n" + lines[1].replace("605 TF/s", "700 TF/s") + "\n")
-    with pytest.raises(ValueError, match=r"p\.log:2: 700 TF/s does not match"):
-        W.probe_records(log)
-
-
-def test_probe_split_promotion_kernels_and_phases(tmp_path):
-    """The probe's split part (one operand padded at a time, '== promotion X' sections), its kernels part and its
-    phases part: parsed, tabled, and a bad line named by file:line; the committed logs parse."""
-    log = tmp_path / "s.log"
-    lines = ["kernel     777x5000  x1000   contig cuBLAS: nvjet_sm90_tst_128x272_64x4_4x1_v_bz_coopA_NNT",
-             "split      777x5000  x1000   contig ws 128x128 8w s5                              30.5 us    255 TF/s 1965 MHz",
-             "split      777x5000  x1000   pad-ab ws 128x128 8w s5                              21.5 us    361 TF/s 1965 MHz",
-             "== promotion NONE",
-             "split      777x5000  x1000   contig ws 128x128 8w s5                              30.4 us    256 TF/s 1965 MHz",
-             "split      777x5000  x1000   pad-ab ws 128x128 8w s5                              20.0 us    389 TF/s 1965 MHz"]
-    log.write_text("\n".join(lines) + "\n")
-    pr = W.probe_records(log)
-    assert list(pr.promotion) == ["L2_128B", "L2_128B", "NONE", "NONE"]
-    t = W.operand_split_table(pr).set_index("promotion")
-    assert t.loc["L2_128B", "contig / pad-ab"] == round(30.5 / 21.5, 2) and t.loc["NONE", "contig / pad-ab"] == 1.52
-    assert W.cublas_kernels(log).loc[0, "cuBLAS kernel"].startswith("nvjet_sm90_tst_128x272")
-    log.write_text(lines[0].replace("cuBLAS:", "cuBLAS") + "\n")
-    with pytest.raises(ValueError, match=r"s\.log:1: not a gemm_probe.py kernel line"):
-        W.cublas_kernels(log)
-    ph = tmp_path / "ph.log"
-    ph.write_text("phases    2048x2048  x2048   128x128 4w s4 stream-K 1     total    36.9 us : ws_gemm_kernel 29.7 us | "
-                  "streamk_reduce_kernel 7.1 us\n")
-    r = W.phase_records(ph)
-    assert r.loc[0, "GEMM kernel us"] == 29.7 and r.loc[0, "reduce / fixup us"] == 7.1
-    ph.write_text("phases    2048x2048  x2048   128x128 4w s4 stream-K 1     total    40.0 us : ws_gemm_kernel 29.7 us | "
-                  "streamk_reduce_kernel 7.1 us\n")
-    with pytest.raises(ValueError, match=r"ph\.log:1: total 40.0 us is not the sum"):
-        W.phase_records(ph)
-    committed = W.probe_records(W._probe_path(None, "gemm-probe-split.log"))  # the committed logs parse
-    assert set(committed.promotion) == {"L2_128B", "L2_256B", "NONE"} and len(W.phase_records()) >= 10
-
-
-def test_order_rounds_and_same_config_spread(tmp_path):
-    """order_table: per-round cuBLAS / config ratios recomputed from the timing lines (a line without its round
-    is refused); same_config_spread pairs a heuristic case with the explicit case of the same config only."""
-    log = tmp_path / "o.log"
-    lines = ["order     4096x4096  x4096   contig cuBLAS round 0                               200.0 us    687 TF/s 1500 MHz",
-             "order     4096x4096  x4096   contig ws 128x256 8w s3 group_m 8 round 0          190.0 us    723 TF/s 1500 MHz",
-             "order     4096x4096  x4096   contig cuBLAS round 1                               210.0 us    654 TF/s 1500 MHz",
-             "order     4096x4096  x4096   contig ws 128x256 8w s3 group_m 8 round 1          200.0 us    687 TF/s 1500 MHz"]
-    log.write_text("\n".join(lines) + "\n")
-    t = W.order_table(W.probe_records(log))
-    assert len(t) == 1 and t.loc[0, "rounds"] == 2 and t.loc[0, "min"] == 1.05 and t.loc[0, "max"] == round(200 / 190, 3)
-    log.write_text(lines[0].replace(" round 0", "") + "\n")
-    with pytest.raises(ValueError, match="must name their round"):
-        W.order_table(W.probe_records(log))
-    base = {"op": "matmul", "M": 64, "N": 64, "K": 64, "passed": True, "rel_err": 0.0}
-    cfg = {"BM": 128, "BN": 256, "num_warps": 8, "study": "gemm-shapes"}
-    st = pd.DataFrame([
-        {**base, "variant": "gluon-ws", "ms_median": 1.1, "config_key": json.dumps({**cfg, "heuristic": True, "sm_clock_mhz": 1})},
-        {**base, "variant": "gluon-ws", "ms_median": 1.0, "config_key": json.dumps({**cfg, "sm_clock_mhz": 2})},
-        {**base, "variant": "gluon-ws", "ms_median": 0.5, "config_key": json.dumps({**cfg, "BN": 128})},
-        {**base, "variant": "torch", "ms_median": 1.0, "config_key": json.dumps({"study": "gemm-shapes"})}])
-    sp = W.same_config_spread(st)
-    assert len(sp) == 1 and sp.loc[0, "heuristic / explicit"] == 1.1
-
-
-def test_sktrace_log_parse(tmp_path):
-    """ci/gemm_probe.py sktrace lines: '-' is NaN (no unit of that kind), a malformed line is named by file:line;
-    the committed log parses (a data-parallel and a stream-K row per shape)."""
-    log = tmp_path / "t.log"
-    ok = ("sktrace    128x6144  x4096   stream-K 1     128x64 4w CTAs  132 | ns per k-step: whole tiles        - pieces"
-          "      365 | epilogue ns: whole        - partial      512 | unit gap       96 | span    19.3 us")
-    log.write_text(ok + "\n")
-    r = W.sktrace_records(log)
-    assert np.isnan(r.loc[0, "ns / k-step, whole tiles"]) and r.loc[0, "ns / k-step, pieces"] == 365
-    assert r.loc[0, "tile"] == "128x64 4w" and r.loc[0, "kernel span us"] == 19.3
-    log.write_text(ok.replace("| span", "span") + "\n")
-    with pytest.raises(ValueError, match=r"t\.log:1: not a gemm_probe.py sktrace line"):
-        W.sktrace_records(log)
-    committed = W.sktrace_records()
-    assert len(committed) >= 6 and set(committed.schedule.str.split().str[0]) == {"data-parallel", "stream-K"}

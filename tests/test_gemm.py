@@ -67,7 +67,7 @@ def test_heuristic_branches():
     swap / split (an explicit tile is that tile)."""
     import dataclasses
     from test_gemm_gpu import HEURISTIC_SHAPES
-    from gluon_lab.analysis.warp_specialized import gemm_config_label
+    from gluon_lab.analysis.gemm import gemm_config_label
     ws = [G.GemmConfig.heuristic(M, N, K=K, ws=True).validate() for (M, N, K) in HEURISTIC_SHAPES]
     assert [gemm_config_label(dataclasses.asdict(c)) for c in ws] == [
         "16x128x64 4w s6 swap-AB split-K 2", "32x128x64 4w s6 swap-AB split-K 4", "16x128x64 4w s6 swap-AB",

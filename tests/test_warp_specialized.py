@@ -212,7 +212,7 @@ def test_cluster_evidence_on_the_installed_triton():
     """The 04 page's claim, checked: triton 3.6.0's Hopper TMA copy has no multicast argument and a
     2-CTA cluster compile loads a shared tile with a plain (per-CTA) TMA copy. When an upgrade adds
     multicast this fails, and the page's section must be rewritten."""
-    from gluon_lab.analysis import warp_specialized as A
+    from gluon_lab.analysis import gemm as A
     t = dict(A.cluster_evidence().values.tolist())
     assert "multicast" not in t["hopper.tma.async_copy_global_to_shared parameters"]
     assert t["Gluon Python files mentioning 'multicast'"] == "none"
@@ -222,7 +222,7 @@ def test_cluster_evidence_on_the_installed_triton():
 
 
 def test_wave_table_counts_tiles():
-    from gluon_lab.analysis import warp_specialized as A
+    from gluon_lab.analysis import gemm as A
     t = A.wave_table(shapes=[(128, 4096, 4096), (1000, 3000, 2000)], tiles=((128, 256), (64, 64)), sms=132)
     r = {(row.shape, row.tile): row for row in t.itertuples()}
     assert r[("128x4096x4096", "128x256")].tiles == 16 and r[("128x4096x4096", "64x64")].tiles == 128
@@ -236,7 +236,7 @@ def test_shape_sweep_table_from_records():
     named, ping-pong vs cooperative from the best of each."""
     import json
     import pandas as pd
-    from gluon_lab.analysis import warp_specialized as A
+    from gluon_lab.analysis import gemm as A
 
     def rec(variant, ms, **cfg):
         return {"op": "matmul", "variant": variant, "M": 128, "N": 8192, "K": 8192, "ms_median": ms, "tflops": 1.0,
@@ -260,7 +260,7 @@ def test_shape_sweep_table_from_records():
 def test_dispatch_repro_log_is_read():
     """The committed racecheck log of ci/racecheck_dispatch: the protocol alone is clean, a pre-fork
     partial barrier gives the two hazards, synccheck stays clean."""
-    from gluon_lab.analysis import warp_specialized as A
+    from gluon_lab.analysis import ws_sanitizer as A
     t = A.dispatch_repro().set_index("variant")
     assert t.loc[0, "racecheck hazards"] == 0 and t.loc[1, "racecheck hazards"] == 2
     assert t.loc[2, "racecheck hazards"] == 0 and t.loc[0, "synccheck errors"] == 0 == t.loc[1, "synccheck errors"]
@@ -270,7 +270,7 @@ def test_dispatch_repro_log_is_read():
 def test_gemm_timeline_stats_measure_the_mainloop_share():
     """Cooperative: each tile's epilogue is a gap between mainloops; ping-pong: the other warpgroup's
     mainloop covers it. Rows are [wg + 1, start, last MMA issued, store issued] (ns)."""
-    from gluon_lab.analysis import warp_specialized as A
+    from gluon_lab.analysis import gemm as A
     GT = {"timelines": {"4096x4096x4096": {"cooperative": {"ns": [[1, 0, 100, 130, 1, 130, 230, 260]]},
                                            "ping-pong": {"ns": [[1, 0, 100, 130, 2, 100, 200, 230, 1, 200, 300, 330]]}}}}
     t = A.gemm_timeline_stats(GT).set_index("schedule")
@@ -382,7 +382,7 @@ def test_stream_k_pieces_cover_every_k_step_once(M, N, K, bm, bn, waves):
 def test_bucket_proposal_picks_the_config_that_holds_most_shapes():
     import json
     import pandas as pd
-    from gluon_lab.analysis import warp_specialized as A
+    from gluon_lab.analysis import gemm as A
     assert A.shape_bucket(16, 4096, 4096) == "M<=64, <1 wave" and A.shape_bucket(8192, 8192, 8192) == "M>2048, >=4 waves"
     assert A.shape_bucket(1024, 1024, 32768).endswith("long K")
 

@@ -50,6 +50,9 @@ Module functions (gluon_lab/analysis/<pattern>.py, `NB = "NN-name"` at the top)
       the module docstring under "Kernel-facing", so the kernel refactor has one place to adapt.
       Prefer `codegen.inspect_variant(op, variant, N=..., dtype=..., **config)` for CPU compiles.
     * shared by two or more notebooks -> `common`; otherwise it stays in the pattern module.
+    * a pattern module that holds two ideas is split by idea, each readable in one sitting, data flowing
+      one way (04: `warp_specialized` imports `gemm`, the GEMM studies; `ws_sanitizer`, section 8's
+      sanitizer reading, imports `warp_specialized`); the notebook imports each (`gemm as gana`).
 
 Tests
     * `tests/fixtures/records/<gpu>/<NB>.jsonl`: unmodified lines copied from results/<gpu>/<NB>.jsonl

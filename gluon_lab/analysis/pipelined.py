@@ -1,8 +1,8 @@
 """Notebook 03-multibuffer-pipelining: persistent CTAs through a NUM_STAGES mbarrier ring (norms and a
-TMA + wgmma GEMM). Also the pieces notebook 04 (warp_specialized.py) builds on, which read the same
-kinds of records: the measured %globaltimer timelines and every CTA's finish, the norm grids against
-the copy ceiling and the baselines, row blocks per CTA, the GEMM-vs-cuBLAS table, the correctness
-table and the compute-sanitizer lines.
+TMA + wgmma GEMM). Also the pieces notebook 04 (warp_specialized.py, gemm.py, ws_sanitizer.py) builds
+on, which read the same kinds of records: the measured %globaltimer timelines and every CTA's finish,
+the norm grids against the copy ceiling and the baselines, row blocks per CTA, the GEMM-vs-cuBLAS
+table, the correctness table and the compute-sanitizer lines.
 
 Records: every function takes the records DataFrame as `common.load` returns it (after the notebook's
 `stale` choice: `keep(df, stale)`), and picks per section the newest run that holds its data
