@@ -230,6 +230,14 @@ cm.show(ana.schedule_table(allrec, ana.DGRAD))
 cm.show(ana.targets(allrec))
 
 # %% [markdown]
+# Issue 32 asks it of the fastest Gluon kernel per shape (what `auto` can run: gluon-pipelined, gluon-ws or
+# gluon-gather), same run as cuDNN: fprop and wgrad ≥ 1.0× geomean and ≥ 0.90× on every shape, dgrad ≥ 1.5×
+# on every shape.
+
+# %%
+cm.show(cm.target_list(ana.issue_targets(allrec)), *(ana.best_gluon(allrec, op) for op in (ana.OP, ana.DGRAD, ana.WGRAD)))
+
+# %% [markdown]
 # The Gluon tile's knobs on every plan shape (patch TH × TW, BN, ring stages, warps), the heuristic's
 # record beside them; the short-K shapes' tail sweep (two CTAs per SM: no gain), for fprop and dgrad;
 # and the wgrad kernel's knobs (patch, tile, ring, warps, split). The heuristics were set from a first

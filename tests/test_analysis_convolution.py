@@ -116,3 +116,35 @@ def test_schedule_table_and_wave_map_from_the_committed_records():
     assert w.loc["2x1280→1280 8x8 3x3 s1", "schedule"] == "split-K 8"
     assert w.loc["128x384→384 64x64 3x3 s1", "schedule"] == "data-parallel"
     assert ana.wave_map(op=ana.DGRAD).loc["4x1280→1280 8x8 1x1 s1", "schedule"] == "split-K 4"
+
+
+def test_best_gluon_and_issue_targets_recomputed_from_the_records(df):
+    """best_gluon: per shape of the newest run with cuDNN, the fastest Gluon variant and cuDNN's time ÷ its time
+    (recomputed here from the raw records of that run); issue_targets: the geomean and every-shape bars on those
+    ratios, met only where the numbers say so."""
+    t = ana.best_gluon(df, ana.OP)
+    raw = [r for r in _raw() if r["op"] == "conv2d" and "study" not in r["config"] and r["passed"]]
+    run = max((r for r in raw if r["variant"] == "torch"), key=lambda r: r["timestamp"])["run_id"]
+    by = {}
+    for r in (r for r in raw if r["run_id"] == run):
+        by.setdefault(_key(r), {})[r["variant"]] = r["ms_median"]
+    want = {}
+    for k, us in by.items():
+        ours = {v: us[v] for v in ana.GLUON if v in us}
+        if "torch" in us and ours:
+            pick = min(ours, key=ours.get)
+            want[k] = (pick, us["torch"] / ours[pick])
+    assert len(t) == len(want) > 0
+    assert sorted((p, round(x, 6)) for p, x in want.values()) == \
+        sorted((p, round(x, 6)) for p, x in zip(t["best Gluon"], t["vs cuDNN (x)"]))
+    it = ana.issue_targets(df).set_index("target")
+    r = t["vs cuDNN (x)"]
+    row = it.loc["fprop ≥ 1.0× cuDNN geomean"]
+    assert row["measured"].startswith(f"{plots.geomean(list(r)):.3f}× over {len(r)} shapes")
+    assert row["met"] == ("met" if plots.geomean(list(r)) >= 1.0 else "missed")
+    row = it.loc["fprop ≥ 0.90× cuDNN on every shape"]
+    assert row["measured"].startswith(f"{int((r >= 0.9).sum())} of {len(r)} shapes; worst {r.min():.2f}×")
+    assert row["met"] == ("met" if (r >= 0.9).all() else "missed")
+    assert "dgrad ≥ 1.50× cuDNN on every shape" in it.index and "dgrad ≥ 1.5× cuDNN geomean" not in it.index
+    e = df.iloc[0:0]
+    assert ana.best_gluon(e) is None and ana.issue_targets(e) is None

@@ -187,6 +187,59 @@ def targets(df):
                                                              "gluon-pipelined, gluon-gather where no TMA path)"})
 
 
+GLUON = ("gluon-pipelined", "gluon-ws", "gluon-gather")
+# issue 32's bars on the best Gluon kernel of each shape: (geomean, every shape) of its time ÷ cuDNN's, same run
+ISSUE_TARGETS = {OP: (1.0, 0.90), DGRAD: (None, 1.5), WGRAD: (1.0, 0.90)}
+_OP_NAME = {OP: "fprop", DGRAD: "dgrad", WGRAD: "wgrad"}
+
+
+def best_gluon(df, op: str = OP):
+    """Per shape of the newest run holding cuDNN (cells re-measured later composed in, cm.newest_run): the
+    fastest Gluon variant that ran there (what `auto` can pick), its µs, cuDNN's µs and cuDNN ÷ it (same run,
+    same FLOPs: the TFLOP/s ratio). None without such a run."""
+    import pandas as pd
+    d = fprop(df, op)
+    if not len(d) or BASE not in set(d["variant"]):
+        return None
+    d = cm.newest_run(d, require=(BASE, ))
+    rows = []
+    for shape, g in d.groupby("shape", sort=False):
+        us = dict(zip(g["variant"], g["us"]))
+        ours = {v: us[v] for v in GLUON if v in us}
+        if BASE not in us or not ours:
+            continue
+        pick = min(ours, key=ours.get)
+        rows.append({"shape": shape, "best Gluon": pick, "µs": round(ours[pick], 1), "cuDNN µs": round(us[BASE], 1),
+                     "vs cuDNN (x)": us[BASE] / ours[pick], "run": cm.run_short(g["run_id"].iloc[0])})
+    if not rows:
+        return None
+    t = pd.DataFrame(rows).set_index("shape")
+    t.columns.name = f"{_OP_NAME[op]}: the fastest Gluon kernel per shape vs cuDNN"
+    return t
+
+
+def issue_targets(df):
+    """Issue 32's conv targets on the best Gluon kernel per shape (best_gluon): fprop and wgrad ≥ 1.0× cuDNN
+    geomean and ≥ 0.90× on every shape, dgrad ≥ 1.5× on every shape. A (target, measured, met) frame for
+    cm.target_list; None without records."""
+    import pandas as pd
+    rows = []
+    for op, (gm, every) in ISSUE_TARGETS.items():
+        t = best_gluon(df, op)
+        if t is None:
+            continue
+        r = t["vs cuDNN (x)"]
+        worst = r.idxmin()
+        if gm is not None:
+            rows.append({"target": f"{_OP_NAME[op]} ≥ {gm:.1f}× cuDNN geomean",
+                         "measured": f"{plots.geomean(list(r)):.3f}× over {len(r)} shapes",
+                         "met": "met" if plots.geomean(list(r)) >= gm else "missed"})
+        rows.append({"target": f"{_OP_NAME[op]} ≥ {every:.2f}× cuDNN on every shape",
+                     "measured": f"{int((r >= every).sum())} of {len(r)} shapes; worst {r.min():.2f}× ({worst})",
+                     "met": "met" if (r >= every).all() else "missed"})
+    return pd.DataFrame(rows) if rows else None
+
+
 _SWEEP_FMT = {
     "fprop-sweep": lambda c: f"{c['TH']}x{c['TW']}x{c['BN']} {c['num_stages']}st {c['num_warps']}w",
     "tail-sweep": lambda c: f"{c['TH']}x{c['TW']}x{c['BN']} {c['num_stages']}st {c['num_warps']}w {c['ctas_per_sm']}/SM",
