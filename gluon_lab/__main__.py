@@ -19,6 +19,16 @@ def _table(recs) -> str:
         return pd.DataFrame(rows).to_string(index=False)
 
 
+def _shard_args(parser, shards: bool = False) -> None:
+    parser.add_argument("--gpus", default=None, help="measure on several GPUs of this host, one worker process each: "
+                        "'all', a count N or ordinals '0,3,5' (default: one GPU, this process)")
+    if shards:
+        parser.add_argument("--shard", default=None, help="I/N: measure shard I of N of the plan (one host of a job "
+                            "array; with --run-id); `adopt` merges the shards")
+        parser.add_argument("--run-id", default=None, help="the run id every shard shares (`python -m gluon_lab "
+                            "run-id` makes one)")
+
+
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
@@ -30,6 +40,7 @@ def main(argv=None) -> int:
     b.add_argument("--results-dir", default="results")
     b.add_argument("--quick", action="store_true")
     b.add_argument("--parts", default=None, help="comma-separated parts of the plan (notebook-specific)")
+    _shard_args(b, shards=True)
     c = sub.add_parser("ceilings", help="measure copy bandwidth and bf16 matmul throughput")
     r = sub.add_parser("report", help="execute the notebooks (papermill) and render reports/ (nbconvert)")
     r.add_argument("--mode", default="auto", choices=["auto", "measure", "replay"])
@@ -39,6 +50,7 @@ def main(argv=None) -> int:
     r.add_argument("--partial", action="store_true",
                    help="publish pages that lack records / headline data (marked PARTIAL) instead of failing")
     r.add_argument("--full", action="store_true", help="measure mode: the full plans (default: the quick ones)")
+    _shard_args(r)
     r.add_argument("notebooks", nargs="*")
     cp = sub.add_parser("compare", help="per-case time ratios of two runs of a notebook (--list: the runs)")
     cp.add_argument("notebook", help="e.g. 01-tma-caching")
@@ -49,7 +61,8 @@ def main(argv=None) -> int:
     cp.add_argument("--all", action="store_true", help="every case (default: the 20 that moved most)")
     cp.add_argument("--list", action="store_true", help="list the runs and exit")
     ad = sub.add_parser("adopt", help="append a measure build's records (runs/<run>) to results/ for commit")
-    ad.add_argument("run_folder")
+    ad.add_argument("run_folder", nargs="+", help="a run's folder; several: the shards of one run (bench --shard), "
+                    "merged (every shard once)")
     ad.add_argument("--results-dir", default=None)
     ad.add_argument("--replace-artifacts", action="store_true",
                     help="also replace existing timeline / Inductor-code JSON files (default: keep them)")
@@ -94,19 +107,37 @@ def main(argv=None) -> int:
     rf.add_argument("--results-dir", default="runs/refresh/results", help="where the new records go (then `adopt`)")
     rf.add_argument("--budget-s", type=float, default=None, help="start no cell that would end past this many seconds")
     rf.add_argument("--dry-run", action="store_true", help="only say what is due (no GPU needed)")
+    _shard_args(rf)
+    sub.add_parser("run-id", help="print a new run id (for --run-id: the one id every shard of a job array shares)")
     a = p.parse_args(argv)
+    if a.cmd == "run-id":
+        from .results import new_run_id
+        print(new_run_id())
+        return 0
+    if getattr(a, "gpus", None) or getattr(a, "shard", None) or getattr(a, "run_id", None):
+        from . import shard
+        try:
+            gpus = shard.parse_gpus(a.gpus, shard.host_gpus()) if getattr(a, "gpus", None) else None
+            part = shard.parse_shard(a.shard) if getattr(a, "shard", None) else None
+            shard.configure(gpus=gpus, shard=part, run_id=getattr(a, "run_id", None))
+        except ValueError as e:
+            p.error(str(e))
 
     if a.cmd == "bench":
         from .experiments import EXPERIMENTS
         if a.notebook not in EXPERIMENTS:
             p.error(f"unknown notebook {a.notebook!r}; known: {sorted(EXPERIMENTS)}")
         kw = {"parts": tuple(a.parts.split(","))} if a.parts else {}
+        from .shard import close_all
         recs, where = EXPERIMENTS[a.notebook](results_dir=a.results_dir, quick=a.quick, **kw)
+        lost = close_all()
         print(_table(recs))
         print(f"wrote {where}")
         bad = [r for r in recs if r.passed is False]
-        print(f"{len(recs) - len(bad)} passed, {len(bad)} failed")
-        return 1 if bad else 0
+        for x in lost:
+            print(f"LOST (its worker on GPU {x['gpu']} died, exit {x['exitcode']}): {x['case']}")
+        print(f"{len(recs) - len(bad)} passed, {len(bad)} failed" + (f", {len(lost)} lost" if lost else ""))
+        return 1 if bad or lost else 0
     if a.cmd == "ceilings":
         from .bench import measure_ceilings
         c = measure_ceilings()

@@ -204,7 +204,7 @@ def run_backward(results_dir: str = "results", quick: bool = False, plan: Backwa
     from .plan_common import measure_plan, save_timeline
     plan = plan or (BackwardPlan.quick() if quick else BackwardPlan())
     recs, s = measure_plan(NB, results_dir, quick, backward_cases(plan, parts))
-    if "train-step" in parts:
+    if "train-step" in parts and s.primary:
         recs += measure_training_step(s, shapes=((1, 512), ) if quick else TRAIN_SHAPES)
     if "timeline" in parts:
         save_timeline(s, results_dir, NB, capture_timeline)

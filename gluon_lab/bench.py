@@ -18,6 +18,7 @@ Timers (every Record names its timer):
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -336,6 +337,26 @@ def measure_ceilings(prov: dict | None = None, copy_gib: float = 2.0, matmul_n: 
 
 
 # ----------------------------------------------------------------------------------------------
+# a sharded run's worker (gluon_lab.shard.Pool spawns one per GPU): a Session on its GPU, one case a call
+
+def _pool_session(notebook: str, results_dir: str, run_id: str, shard: str, ceiling_kw: dict) -> "Session":
+    s = Session(notebook, results_dir, run_id=run_id, shard=shard, pool=False, **ceiling_kw)
+    s.save()  # its ceilings, first
+    return s
+
+
+def _pool_measure(s: "Session", case: dict) -> str:
+    r = s.measure_copy(case["shape"], case["dtype"], case.get("timer", "auto")) if case.get("op") == "copy" \
+        else s.measure(**case)
+    s.save()
+    return r.to_json()
+
+
+def pool_factory():
+    return _pool_session, _pool_measure
+
+
+# ----------------------------------------------------------------------------------------------
 # a measurement session: provenance + ceilings of this run + records
 
 def clone_inputs(inputs) -> tuple:
@@ -356,21 +377,51 @@ class Session:
     """Everything measured in one run shares provenance, run_id and the ceilings measured at its
     start, so SOL vs measured ceilings compares numbers taken minutes apart on the same GPU."""
 
-    def __init__(self, notebook: str, results_dir: str = "results", ceilings: bool = True, **ceiling_kw):
+    def __init__(self, notebook: str, results_dir: str = "results", ceilings: bool = True, run_id: str | None = None,
+                 shard: str | None = None, pool: bool | None = None, **ceiling_kw):
+        """run_id / shard: this process's part in a sharded run (default: gluon_lab.shard.SETTINGS, which the CLI's
+        --run-id / --shard / --gpus set). pool: one worker process per GPU of SETTINGS.gpus measures the sweeps
+        (default: when it names several GPUs); this process keeps the captures, on the first GPU."""
+        from . import shard as sh
         if not device.cuda_available():
             raise device.GPUUnavailableError("a measurement Session needs a CUDA GPU; use mode='replay' on CPU")
+        st = sh.SETTINGS
         self.notebook = notebook
         self.results_dir = results_dir
-        self.prov = provenance()
+        gpus = st.gpus or []
+        self.pool = None
+        if pool is None:
+            pool = len(gpus) > 1
+        self.shard = sh.parse_shard(shard, what="shard") if shard else (st.shard if not pool else None)
+        part = str(self.shard or sh.Shard(0, len(gpus) if pool else 1))
+        self.prov = provenance(run_id or st.run_id, shard=part)
         self.info = device.gpu_info()
         self.spec = device.lookup_spec(self.info["gpu_name"])
         self.records: list[Record] = []
         self.saved = 0
+        self._seed = 1234
+        self._hashes: dict = {}
+        if pool:
+            # the workers measure every sweep, each after its own ceilings; this process's own measurements (the
+            # captures) use the first GPU's ceilings, which its worker measured
+            self.pool = sh.Pool(notebook, results_dir, gpus, self.prov["run_id"], ceiling_kw)
+            c = self.pool.ceilings(gpus[0]) if ceilings else None
+            self.ceilings = Ceilings(records=[], **c) if c else None
+            return
         self.ceilings = measure_ceilings(self.prov, **ceiling_kw) if ceilings else None
         if self.ceilings:
             self.records.extend(self.ceilings.records)
-        self._seed = 1234
-        self._hashes: dict = {}
+
+    @property
+    def primary(self) -> bool:
+        """Does this process take the plan's captures (timelines, Inductor code, studies that are not case
+        sweeps)? Every run but shards 1.. of a job array (shard 0 takes them)."""
+        return self.shard is None or self.shard.index == 0
+
+    def close(self) -> None:
+        """End the worker processes of a pooled run (each finishes its case first)."""
+        if self.pool is not None:
+            self.pool.close()
 
     def next_seed(self) -> int:
         self._seed += 1
@@ -563,6 +614,12 @@ class Session:
         (cases, estimate) and about every 15 s (done / total, elapsed, estimated time left)."""
         import sys
         import time
+        if self.pool is not None:  # every GPU's worker takes its share (gluon_lab.shard.split); records saved there
+            lines = self.pool.sweep(list(cases), desc=desc)
+            return [Record.from_dict(json.loads(x)) for x in lines if x is not None]
+        if self.shard is not None and self.shard.count > 1:
+            from .shard import shard_cases
+            cases = shard_cases(list(cases), self.shard)
         out = []
         tty = sys.stderr.isatty()
         t0 = last = time.time()

@@ -113,12 +113,14 @@ def gpu_info(device_index: int = 0) -> dict | None:
         import subprocess
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)
-        driver = out.stdout.strip().splitlines()[device_index] if out.returncode == 0 else None
+        driver = out.stdout.strip().splitlines()[host_index(device_index)] if out.returncode == 0 else None
     except Exception:  # nvidia-smi missing: keep the record, without the driver string
         driver = None
     return {
         "gpu_name": p.name,
         "gpu_slug": gpu_slug(p.name),
+        "host_index": host_index(device_index),
+        "uuid": str(p.uuid) if getattr(p, "uuid", None) is not None else None,
         "capability": f"{p.major}.{p.minor}",
         "sm_count": p.multi_processor_count,
         "l2_bytes": int(getattr(p, "L2_cache_size", 0)) or None,
@@ -128,12 +130,23 @@ def gpu_info(device_index: int = 0) -> dict | None:
     }
 
 
+def host_index(device_index: int = 0) -> int:
+    """The host's CUDA ordinal of this process's device `device_index`: through CUDA_VISIBLE_DEVICES when it lists
+    ordinals (a sharded run's worker sees one GPU as device 0), else device_index itself."""
+    import os
+    vis = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if device_index < len(vis) and vis[device_index].isdigit():
+        return int(vis[device_index])
+    return device_index
+
+
 def sm_clock_mhz(index: int = 0) -> int | None:
     """The GPU's current SM clock (MHz) as NVML reports it (nvidia-smi); None when unavailable. Read
-    right after a compute-bound timing: the clock ramps under load and throttles with power."""
+    right after a compute-bound timing: the clock ramps under load and throttles with power. index: this
+    process's device (nvidia-smi numbers the host's GPUs, so a sharded run's worker asks for its host ordinal)."""
     import subprocess
     try:
-        out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
+        out = subprocess.run(["nvidia-smi", "-i", str(host_index(index)), "--query-gpu=clocks.sm", "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=10)
         return int(out.stdout.strip().splitlines()[0])
     except Exception:  # noqa: BLE001 - no nvidia-smi / no GPU: the record says None

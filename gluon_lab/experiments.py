@@ -283,18 +283,18 @@ def run_ceilings(results_dir: str = "results", quick: bool = False, plan: Ceilin
     plan = plan or (CeilingsPlan.quick() if quick else CeilingsPlan())
     recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan) if "grid" in parts else [])
     from . import holdout
-    if "auto-check" in parts:  # first: the held-out check reads the table the other parts do not change
+    if "auto-check" in parts and s.primary:  # first: the held-out check reads the table the other parts do not change
         recs += holdout.measure(s, holdout.exclude_keys(plan_shapes()), plan=holdout.HoldoutPlan.quick() if quick else None)
     if "auto-evidence" in parts:  # votes in the next table (`select`), not in the one the check above read
         recs += s.sweep(holdout.evidence_cases(holdout.EvidencePlan.quick() if quick else None),
                         desc=f"00-ceilings {holdout.EVIDENCE_STUDY}")
-    if "dispatch" in parts:
+    if "dispatch" in parts and s.primary:  # captures: shard 0 of a job array takes them (Session.primary)
         recs += measure_dispatch(s)
     if "fastpath-grid" in parts:
         recs += s.sweep(fastpath_grid_cases(plan), desc="00-ceilings fastpath-grid")
-    if "block" in parts:
+    if "block" in parts and s.primary:
         recs += measure_decoder_block(s, shapes=((1, 1024), ) if quick else BLOCK_SHAPES)
-    if "block-fp16" in parts:
+    if "block-fp16" in parts and s.primary:
         recs += measure_decoder_block(s, shapes=((1, 1024), ) if quick else BLOCK_SHAPES, dtype="float16")
     return recs, s.save()
 
@@ -445,7 +445,7 @@ def run_tma_caching(results_dir: str = "results", quick: bool = False, plan: Tma
     from .results import atomic_write_text
     plan = plan or (TmaCachingPlan.quick() if quick else TmaCachingPlan())
     recs, s = measure_plan("01-tma-caching", results_dir, quick, tma_caching_cases(plan, parts))
-    if "inductor-code" in parts:
+    if "inductor-code" in parts and s.primary:
         art = {}
         for N in plan.inductor_code_Ns:
             for op, mode in (("rms_norm", None), ("rms_norm", "max-autotune-no-cudagraphs"), ("layer_norm", None)):
@@ -1184,7 +1184,7 @@ def run_qk_norm_rope(results_dir: str = "results", quick: bool = False, plan: Qk
     from .results import atomic_write_text
     plan = plan or (QkNormRopePlan.quick() if quick else QkNormRopePlan())
     recs, s = measure_plan("05-fused-qk-norm-rope", results_dir, quick, qk_norm_rope_cases(plan, parts))
-    if "inductor-code" in parts:
+    if "inductor-code" in parts and s.primary:
         art = {}
         for D in plan.inductor_code_Ds:
             for neox in (True, False):

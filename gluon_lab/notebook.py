@@ -89,6 +89,64 @@ def ceilings(df) -> dict | None:
             "copy_timer": copy["timer"], "matmul_timer": mm["timer"]}
 
 
+#: How far one GPU's ceiling may sit from the median of its run's GPUs before its cells are flagged: the upper end
+#: of what one H200 shows against itself (the same config timed twice in one run moves ±1% at the median, up to
+#: ±6%: the 04 gemm-shapes sweep's same-config pairs, analysis.gemm.same_config_spread).
+DEVICE_NOISE = 0.06
+
+
+def device_disagreement(df, noise: float = DEVICE_NOISE):
+    """Runs measured on several GPUs (their records' gpu_uuid; GPUs of one model are one device class): per GPU
+    of such a run, its ceilings (copy GB/s, bf16 matmul TFLOP/s) against the median over the run's GPUs, and
+    the cells (dtype x shape) it measured. One row per (run, GPU, ceiling) off by more than `noise`; an empty
+    frame when every GPU agrees or no run used several."""
+    import pandas as pd
+    cols = ["run_id", "gpu_index", "gpu_uuid", "ceiling", "value", "run median", "off by", "cells measured there"]
+    if not len(df) or "gpu_uuid" not in df or df["gpu_uuid"].isna().all():
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for run, g in df[df["gpu_uuid"].notna()].groupby("run_id"):
+        if g["gpu_uuid"].nunique() < 2:
+            continue
+        c = g[g["pattern"] == "ceiling"]
+        for name, sel, col in (("copy GB/s", (c["op"] == "copy") & c["M"].isna(), "gbps"),
+                               ("matmul TFLOP/s", c["op"] == "matmul", "tflops")):
+            per = c[sel].groupby("gpu_uuid")[col].median()
+            if len(per) < 2:
+                continue
+            med = float(per.median())
+            for uuid, v in per.items():
+                off = float(v) / med - 1
+                if abs(off) > noise:
+                    mine = g[(g["gpu_uuid"] == uuid) & (g["pattern"] != "ceiling")]
+                    rows.append({"run_id": run, "gpu_index": g.loc[g["gpu_uuid"] == uuid, "gpu_index"].iloc[0],
+                                 "gpu_uuid": uuid, "ceiling": name, "value": round(float(v), 1),
+                                 "run median": round(med, 1), "off by": f"{100 * off:+.1f}%",
+                                 "cells measured there": mine.groupby(["dtype", "config_key"], dropna=False)
+                                 .ngroups if len(mine) else 0})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def device_note(df, noise: float = DEVICE_NOISE) -> str | None:
+    """A page's line on runs measured over several GPUs: how many, and any GPU whose ceilings disagree with the
+    others' by more than the noise floor (its cells are named by the table device_disagreement returns)."""
+    if not len(df) or "gpu_uuid" not in df or df["gpu_uuid"].isna().all():
+        return None
+    multi = df[df["gpu_uuid"].notna()].groupby("run_id")["gpu_uuid"].nunique()
+    multi = multi[multi > 1]
+    if not len(multi):
+        return None
+    bad = device_disagreement(df, noise)
+    head = (f"{len(multi)} run(s) here were measured on several GPUs of one model (up to {int(multi.max())}; "
+            "each cell on one GPU, its peers beside it).")
+    if not len(bad):
+        return head + f" Their ceilings agree within the noise floor (±{100 * noise:.0f}%)."
+    flagged = "; ".join(f"run {r.run_id} GPU {r.gpu_index}: {r.ceiling} {r.value} vs {r['run median']} ({r['off by']}), "
+                        f"{r['cells measured there']} cells" for _, r in bad.iterrows())
+    return (head + f" **Flagged: GPUs whose ceilings sit more than ±{100 * noise:.0f}% from their run's median** — "
+            f"compare their cells with care: {flagged}.")
+
+
 def missing_note(df, what: str) -> str | None:
     if len(df):
         return None

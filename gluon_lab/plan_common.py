@@ -64,6 +64,8 @@ def save_timeline(session, results_dir: str, notebook: str, capture, suffix: str
     import json
     from pathlib import Path
     from .results import atomic_write_text
+    if not session.primary:  # shards 1.. of a job array: shard 0 takes the captures
+        return
     path = Path(results_dir) / session.info["gpu_slug"] / f"{notebook}{suffix}"
     atomic_write_text(path, json.dumps({"gpu": session.info["gpu_name"], "run_id": session.prov["run_id"], **capture()},
                                        indent=0))

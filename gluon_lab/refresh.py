@@ -27,9 +27,7 @@ from pathlib import Path
 # per-notebook: (plan cases of the full plan, parts measured by functions other than case sweeps)
 SPECIAL_PARTS = {"00-ceilings": {"dispatch": '"study": "dispatch"', "block": '"study": "inductor-rewrite"',
                                  "auto-check": '"study": "auto-check"'}}
-#: seconds one case takes on the H200 (check, capture, >= 100 ms of replays) and a first compile on top
-SECONDS_PER_CASE = 0.6
-SECONDS_PER_COMPILE = 2.0
+from .shard import SECONDS_PER_CASE, SECONDS_PER_COMPILE, estimate_s  # noqa: E402,F401 - the estimate a split uses too
 
 
 from .experiments import NOTEBOOKS  # noqa: E402,F401 - the plans live with the plans
@@ -176,11 +174,6 @@ def special_stale(notebook: str, df) -> list[str]:
     return out
 
 
-def estimate_s(cells: list[list[dict]]) -> float:
-    variants = {(c["op"], c.get("variant")) for cs in cells for c in cs}
-    return sum(len(cs) for cs in cells) * SECONDS_PER_CASE + len(variants) * SECONDS_PER_COMPILE
-
-
 def load_marked(notebook: str, results_dirs: list, gpu: str = "h200"):
     """The notebook's records from every folder given (repository results/ and the refresh's output),
     stale-marked by today's code."""
@@ -231,6 +224,22 @@ def run(notebooks: list, results_dir: str, budget_s: float | None = None, dry_ru
         s = Session(nb, results_dir)
         s.save()
         done = 0
+        if s.pool is not None:  # --gpus: the cells that fit the budget (estimate / GPUs) in one sweep over the workers
+            n, take, est = len(s.pool.gpus), [], 0.0
+            for cs in cells:
+                if budget_s is not None and time.time() - t0 + (est + estimate_s([cs])) / n > budget_s and take:
+                    break
+                take.append(cs)
+                est += estimate_s([cs])
+            if len(take) < len(cells):
+                log(f"{nb}: {len(take)} of {len(cells)} cells fit the budget on {n} GPUs; the next refresh resumes there")
+                rc = 1
+            recs = s.sweep([c for cs in take for c in cs], desc=f"{nb} ({len(take)} cells on {n} GPUs)")
+            done += len(recs)
+            if any(r.passed is False for r in recs) or s.pool.lost:
+                rc = 1
+            s.close()
+            cells = []
         for i, cs in enumerate(cells, 1):
             est = estimate_s([cs])
             if budget_s is not None and time.time() - t0 + est > budget_s:

@@ -652,46 +652,61 @@ def _render_page(nb: Path, executed: Path, stage: Path, res: Path, order: list[s
     (stage / "pages" / f"{nb.stem}.json").write_text(json.dumps(card, indent=1))
 
 
-def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None = None,
+def adopt(run_folder, results_dir: str | os.PathLike | None = None,
           replace_artifacts: bool = False, skipped: list | None = None,
           archived: list | None = None) -> list[tuple[Path, int]]:
     """Append the records of a measure build (`runs/<run>/results`, or the run folder itself) to the
-    committed results/; returns [(store, records appended)].
+    committed results/; returns [(store, records appended)]. run_folder may be a list of folders: the shards
+    of one sharded run (`bench --shard I/N` on each host), merged into one run.
 
-    Every store is read and validated first (nothing is appended if one is bad); a run already in
-    its target store is refused (adopting twice would duplicate it), and so is a source that is the
-    target. Non-record stores (`results.NON_RECORD_STORES`, e.g. sanitizer.jsonl) are appended line
-    by line under the store's lock. Artifacts (`*.json`: timelines, Inductor code) are copied only
-    where results/ has none, unless replace_artifacts; the ones left alone go to `skipped`.
-    The run ids already there include the archived ones (<notebook>.history.jsonl.gz). Last, each
-    store appended to is archived (archive.archive_store: the runs the new records supersede move
-    to its history file); the plans go to `archived`."""
+    Every store is read and validated first (nothing is appended if one is bad); the shards of every run among
+    the folders must be whole (shard.check_shards: none missing, none twice); a run already in its target
+    store is refused (adopting twice would duplicate it), and so is a source that is the target. Non-record
+    stores (`results.NON_RECORD_STORES`, e.g. sanitizer.jsonl) are appended line by line under the store's
+    lock. Artifacts (`*.json`: timelines, Inductor code) are copied only where results/ has none, unless
+    replace_artifacts; the ones left alone go to `skipped`. The run ids already there include the archived
+    ones (<notebook>.history.jsonl.gz). Last, each store appended to is archived (archive.archive_store: the
+    runs the new records supersede move to its history file); the plans go to `archived`."""
     from . import archive
     import fcntl
 
     from . import results
+    from .shard import check_shards
     skipped = [] if skipped is None else skipped
-    src = Path(run_folder)
-    src = src / "results" if (src / "results").is_dir() else src
+    folders = [run_folder] if isinstance(run_folder, (str, os.PathLike)) else list(run_folder)
+    if not folders:
+        raise ValueError("run_folder: name at least one folder to adopt")
     dst = Path(results_dir) if results_dir else REPO / "results"
-    if not src.is_dir():
-        raise FileNotFoundError(f"run_folder {str(run_folder)!r}: no such folder (expected runs/<run>/results)")
-    if src.resolve() == dst.resolve():
-        raise ValueError(f"run_folder {src} is the results folder itself: nothing to adopt")
+    srcs = []
+    for rf in folders:
+        src = Path(rf)
+        src = src / "results" if (src / "results").is_dir() else src
+        if not src.is_dir():
+            raise FileNotFoundError(f"run_folder {str(rf)!r}: no such folder (expected runs/<run>/results)")
+        if src.resolve() == dst.resolve():
+            raise ValueError(f"run_folder {src} is the results folder itself: nothing to adopt")
+        if src.resolve() in [s.resolve() for s in srcs]:
+            raise ValueError(f"run_folder {src} is named twice")
+        srcs.append(src)
     plan = []  # (source, target, records or None for a non-record store)
-    for f in sorted(src.rglob("*.jsonl")):
-        target = dst / f.relative_to(src)
-        if f.name in results.NON_RECORD_STORES:
-            plan.append((f, target, None))
-            continue
-        recs, _ = results.read_records(f, on_error="raise")
+    by_folder: dict = {}
+    for src in srcs:
+        for f in sorted(src.rglob("*.jsonl")):
+            target = dst / f.relative_to(src)
+            if f.name in results.NON_RECORD_STORES:
+                plan.append((f, target, None))
+                continue
+            recs, _ = results.read_records(f, on_error="raise")
+            by_folder.setdefault(src, []).extend(recs)
+            plan.append((f, target, recs))
+    check_shards(by_folder)
+    for target in {t for _, t, recs in plan if recs is not None}:
         if target.exists() or results.history_path(target).exists():
             have = {r.run_id for r in results.read_records(target, on_error="raise", history=True)[0]}
-            again = sorted({r.run_id for r in recs} & have)
+            again = sorted({r.run_id for _, t, recs in plan if t == target and recs is not None for r in recs} & have)
             if again:
-                raise ValueError(f"{target} already holds run(s) {', '.join(again)}: adopting {f} again would "
-                                 "duplicate its records")
-        plan.append((f, target, recs))
+                raise ValueError(f"{target} already holds run(s) {', '.join(again)}: adopting "
+                                 f"{', '.join(str(f) for f, t, _ in plan if t == target)} again would duplicate its records")
     done = []
     for f, target, recs in plan:
         if recs is not None:
@@ -708,6 +723,18 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
                     fh.write("\n")
             fh.writelines(lines)
         done.append((target, len(lines)))
+    for src in srcs:
+        _adopt_artifacts(src, dst, replace_artifacts, skipped, done)
+    if not done and not skipped:
+        raise FileNotFoundError(f"{', '.join(map(str, srcs))}: no records (*.jsonl) to adopt")
+    for target in dict.fromkeys(t for _, t, recs in plan if recs is not None):  # last: the artifacts pin their runs
+        plan_ = archive.archive_store(target)
+        if archived is not None:
+            archived.append(plan_)
+    return done
+
+
+def _adopt_artifacts(src: Path, dst: Path, replace_artifacts: bool, skipped: list, done: list) -> None:
     for f in sorted(src.rglob("*.json")):  # artifacts (timelines, Inductor code): whole files, not appended
         target = dst / f.relative_to(src)
         if target.exists() and not replace_artifacts:
@@ -716,11 +743,3 @@ def adopt(run_folder: str | os.PathLike, results_dir: str | os.PathLike | None =
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, target)
         done.append((target, 0))
-    if not done and not skipped:
-        raise FileNotFoundError(f"{src}: no records (*.jsonl) to adopt")
-    for f, target, recs in plan:  # last, so that the artifacts just copied pin the runs they name
-        if recs is not None:
-            plan_ = archive.archive_store(target)
-            if archived is not None:
-                archived.append(plan_)
-    return done

@@ -127,10 +127,18 @@ class Record:
     timestamp: str | None = None
     notes: str | None = None
     schema: int = SCHEMA_VERSION
+    # where it ran (gluon_lab.shard): the CUDA ordinal of the GPU on its host, that GPU's UUID, and "I/N", the
+    # shard of the run that measured it ("0/1": an unsharded run); absent on records older than sharding
+    gpu_index: int | None = None
+    gpu_uuid: str | None = None
+    shard: str | None = None
     extra: dict = field(default_factory=dict)  # fields this version does not know: kept, written back as they were
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
+        for k in OMIT_IF_NULL:  # a record older than these fields is written back as it was read
+            if d[k] is None:
+                del d[k]
         extra = d.pop("extra")
         clash = sorted(set(extra) & set(d))
         if clash:
@@ -171,7 +179,9 @@ TYPES: dict[str, tuple[str, bool]] = {
     "torch": ("str", True), "triton": ("str", True), "python": ("str", True), "git_commit": ("str", True),
     "kernel_source_hash": ("str", True), "run_id": ("str", True), "timestamp": ("str", True),
     "notes": ("str", True), "schema": ("int", False),
+    "gpu_index": ("int", True), "gpu_uuid": ("str", True), "shard": ("str", True),
 }
+OMIT_IF_NULL = ("gpu_index", "gpu_uuid", "shard")
 REQUIRED = ("op", "variant", "pattern", "shape", "dtype")
 POSITIVE = ("ms_median", "ms_min", "ms_max")  # > 0 when present
 NON_NEGATIVE = ("bytes", "flops")  # >= 0 when present
@@ -217,6 +227,14 @@ def check_field(name: str, v) -> None:
         raise ValueError(f"field {name!r} must be > 0, got {_show(v)}")
     if name in NON_NEGATIVE and v < 0:
         raise ValueError(f"field {name!r} must be >= 0, got {_show(v)}")
+    if name == "gpu_index" and v < 0:
+        raise ValueError(f"field 'gpu_index' must be >= 0 (a CUDA ordinal), got {_show(v)}")
+    if name == "shard":  # "I/N" (gluon_lab.shard.parse_shard's rule; not imported: results sits below it)
+        parts = v.split("/")
+        if len(parts) != 2 or not all(x.isdigit() for x in parts):
+            raise ValueError(f"field 'shard' must be 'I/N' (shard I of N), got {_show(v)}")
+        if int(parts[1]) < 1 or int(parts[0]) >= int(parts[1]):
+            raise ValueError(f"field 'shard' {_show(v)}: N must be >= 1 and I in 0..N-1")
     if name == "shape":
         for k, x in v.items():
             if k in SHAPE_STRING_ENTRIES:
@@ -378,11 +396,12 @@ def new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:8]
 
 
-def provenance(run_id: str | None = None) -> dict:
-    """Fields every Record of one run shares: GPU, driver, versions, commit, run id, time."""
+def provenance(run_id: str | None = None, shard: str = "0/1") -> dict:
+    """Fields every Record of one run shares: GPU (name, its CUDA ordinal on the host, UUID), driver, versions,
+    commit, run id, shard ("I/N": which part of a sharded run; "0/1" unsharded), time."""
     from . import device
     prov: dict[str, Any] = {"python": platform.python_version(), "git_commit": git_commit(),
-                            "run_id": run_id or new_run_id(),
+                            "run_id": run_id or new_run_id(), "shard": shard,
                             "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     try:
         import torch
@@ -396,7 +415,8 @@ def provenance(run_id: str | None = None) -> dict:
         prov["triton"] = None
     info = device.gpu_info()
     if info:
-        prov.update(gpu_name=info["gpu_name"], sm_count=info["sm_count"], driver=info["driver"], cuda=info["cuda"])
+        prov.update(gpu_name=info["gpu_name"], sm_count=info["sm_count"], driver=info["driver"], cuda=info["cuda"],
+                    gpu_index=info.get("host_index"), gpu_uuid=info.get("uuid"))
     return prov
 
 

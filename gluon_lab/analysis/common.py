@@ -13,7 +13,8 @@ from pathlib import Path
 
 from .. import device, plots
 from ..notebook import (archived_records, ceilings, config_value, copy_reference_table,  # noqa: F401
-                        graph_output_caveat, inductor_kernels, load_sanitizer, missing_note, newest_run,
+                        device_disagreement, device_note, graph_output_caveat, inductor_kernels, load_sanitizer,
+                        missing_note, newest_run,
                         no_records, provenance_table, resolve_mode, section_line, stale_note, stale_table)
 from ..notebook import gpu_slug as _gpu_slug
 from ..notebook import load as _load
@@ -148,7 +149,7 @@ def overview(ctx: Context, df) -> list:
     and a missing note when there is no record at all (then no empty table)."""
     if not len(df):
         return [None, missing_note(df, f"{ctx.notebook} on {ctx.slug}")]
-    return [provenance_table(df, archived(ctx)), None]
+    return [provenance_table(df, archived(ctx)), device_note(df)]
 
 
 def passed(df):
