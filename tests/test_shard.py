@@ -263,3 +263,100 @@ def test_cli_rules(capsys):
         main(["bench", "06-convolution", "--shard", "2/2", "--run-id", "20261207T120000Z-abc"])
     assert "--shard '2/2'" in capsys.readouterr().err
     assert main(["run-id"]) == 0 and shard.RUN_ID.fullmatch(capsys.readouterr().out.strip())
+
+
+# ---- bench.Session's part in a run (device calls faked: the wiring, not the GPU) -------------------------
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    from gluon_lab import bench, device
+    monkeypatch.setattr(device, "cuda_available", lambda: True)
+    monkeypatch.setattr(device, "gpu_info", lambda device_index=0: {
+        "gpu_name": "NVIDIA H200", "gpu_slug": "h200", "sm_count": 132, "driver": "580", "cuda": "13.0",
+        "host_index": device.host_index(device_index), "uuid": "GPU-fake"})
+    made = []
+    monkeypatch.setattr(bench, "measure_ceilings", lambda prov, **kw: made.append(prov) or bench.Ceilings(
+        copy_gbps=4000.0, matmul_tflops=700.0, copy_bytes=1 << 31, records=[]))
+    for k in list(shard.ENV.values()):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6")
+    monkeypatch.setattr(shard, "SETTINGS", shard.Settings())
+    return made
+
+
+def test_session_default_shard_and_pool_modes(fake_gpu, tmp_path, monkeypatch):
+    from gluon_lab import bench
+    s = bench.Session("04-warp-specialization", str(tmp_path))
+    assert s.prov["shard"] == "0/1" and s.prov["gpu_index"] == 6 and s.prov["gpu_uuid"] == "GPU-fake"
+    assert s.primary and s.pool is None and len(fake_gpu) == 1  # its own ceilings
+
+    run = "20261207T120000Z-abc"
+    shard.configure(shard=shard.Shard(1, 3), run_id=run)
+    s = bench.Session("04-warp-specialization", str(tmp_path))
+    assert s.prov["run_id"] == run and s.prov["shard"] == "1/3" and not s.primary
+    seen = []
+    monkeypatch.setattr(s, "measure", lambda **c: seen.append(c) or results.Record(
+        op=c["op"], variant=c["variant"], pattern="x", shape=c["shape"], dtype=c["dtype"], passed=True, **s.prov))
+    cases = [c for c in CASES_04 if c.get("op") != "copy"][:60]
+    s.sweep(cases, desc="t")
+    assert seen == shard.shard_cases(cases, shard.Shard(1, 3)) and 0 < len(seen) < len(cases)
+
+    class FakePool:
+        def __init__(self, notebook, results_dir, gpus, run_id, ceiling_kw):
+            self.gpus, self.run_id = gpus, run_id
+
+        def ceilings(self, gpu):
+            return {"copy_gbps": 4100.0, "matmul_tflops": 690.0, "copy_bytes": 1 << 31}
+
+        def sweep(self, cases, desc):
+            return [results.Record(op=c["op"], variant=c["variant"], pattern="x", shape=c["shape"], dtype=c["dtype"],
+                                   run_id=self.run_id).to_json() for c in cases] + [None]
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(shard, "Pool", FakePool)
+    shard.configure(gpus=[2, 5], run_id=run)
+    n = len(fake_gpu)
+    s = bench.Session("04-warp-specialization", str(tmp_path))
+    assert isinstance(s.pool, FakePool) and s.pool.gpus == [2, 5] and s.primary and len(fake_gpu) == n
+    assert s.ceilings.matmul_tflops == 690.0 and s.prov["shard"] == "0/2"  # the workers measure the ceilings
+    got = s.sweep(cases[:5], desc="t")
+    assert [r.variant for r in got] == [c["variant"] for c in cases[:5]]  # a lost case (None) is left out
+    s.close()
+    assert s.pool.closed
+
+
+def test_refresh_on_a_pool_sweeps_the_cells_that_fit_the_budget_at_once(fake_gpu, tmp_path, monkeypatch):
+    """refresh --gpus: the due cells whose estimate over the GPUs fits the budget, in order, in ONE sweep (the pool
+    splits it); the rest is left for the next refresh (exit 1, said in the log)."""
+    from gluon_lab import bench, refresh
+    swept, logs = [], []
+
+    class FakeSession:
+        def __init__(self, nb, results_dir):
+            self.pool = type("P", (), {"gpus": [0, 1, 2, 3], "lost": []})()
+
+        def save(self):
+            return "store"
+
+        def sweep(self, cases, desc):
+            swept.append(list(cases))
+            return [results.Record(op=c["op"], variant=c["variant"], pattern="x", shape=c["shape"], dtype=c["dtype"],
+                                   passed=True) for c in cases]
+
+        def close(self):
+            pass
+
+    cells = [[{"op": "matmul", "variant": f"v{v}", "dtype": "bfloat16", "shape": {"M": 64 * (k + 1), "N": 64, "K": 64}}
+              for v in range(10)] for k in range(5)]
+    per = refresh.estimate_s([cells[0]])  # 10 cases, 10 variants: 26 s each
+    counts = {"cases": 50, "cells": 5, "missing": 50, "stale": 0, "split": 0, "cells_due": 5, "cases_due": 50}
+    monkeypatch.setattr(refresh, "plan", lambda nbs, dirs, gpu="h200", log=print: {"06-convolution": (cells, counts, [])})
+    monkeypatch.setattr(bench, "Session", FakeSession)
+    rc = refresh.run(["06-convolution"], str(tmp_path), budget_s=3 * per / 4 + 1, log=logs.append)
+    assert rc == 1 and len(swept) == 1 and swept[0] == [c for cs in cells[:3] for c in cs]
+    assert any("3 of 5 cells fit the budget on 4 GPUs" in m for m in logs), logs
+    swept.clear()
+    assert refresh.run(["06-convolution"], str(tmp_path), log=logs.append) == 0 and len(swept) == 1
+    assert len(swept[0]) == 50
