@@ -17,6 +17,7 @@ Timers (every Record names its timer):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -393,7 +394,7 @@ class Session:
         if pool is None:
             pool = len(gpus) > 1
         self.shard = sh.parse_shard(shard, what="shard") if shard else (st.shard if not pool else None)
-        part = str(self.shard or sh.Shard(0, len(gpus) if pool else 1))
+        part = str(self.shard or sh.Shard(0, 1))  # a host's pool is one shard of its run (which GPU: gpu_index)
         self.prov = provenance(run_id or st.run_id, shard=part)
         self.info = device.gpu_info()
         self.spec = device.lookup_spec(self.info["gpu_name"])
@@ -411,6 +412,18 @@ class Session:
         self.ceilings = measure_ceilings(self.prov, **ceiling_kw) if ceilings else None
         if self.ceilings:
             self.records.extend(self.ceilings.records)
+
+    _whole = False
+
+    @contextlib.contextmanager
+    def unsharded(self):
+        """Sweeps inside measure every case they are given, not this shard's part (a study shard 0 takes whole,
+        as 00's held-out check: its draw is one set of cases)."""
+        self._whole, before = True, self._whole
+        try:
+            yield self
+        finally:
+            self._whole = before
 
     @property
     def primary(self) -> bool:
@@ -617,7 +630,7 @@ class Session:
         if self.pool is not None:  # every GPU's worker takes its share (gluon_lab.shard.split); records saved there
             lines = self.pool.sweep(list(cases), desc=desc)
             return [Record.from_dict(json.loads(x)) for x in lines if x is not None]
-        if self.shard is not None and self.shard.count > 1:
+        if self.shard is not None and self.shard.count > 1 and not self._whole:
             from .shard import shard_cases
             cases = shard_cases(list(cases), self.shard)
         out = []

@@ -284,7 +284,8 @@ def run_ceilings(results_dir: str = "results", quick: bool = False, plan: Ceilin
     recs, s = measure_plan("00-ceilings", results_dir, quick, plan_cases(plan) if "grid" in parts else [])
     from . import holdout
     if "auto-check" in parts and s.primary:  # first: the held-out check reads the table the other parts do not change
-        recs += holdout.measure(s, holdout.exclude_keys(plan_shapes()), plan=holdout.HoldoutPlan.quick() if quick else None)
+        with s.unsharded():  # one draw, measured whole by shard 0 of a job array
+            recs += holdout.measure(s, holdout.exclude_keys(plan_shapes()), plan=holdout.HoldoutPlan.quick() if quick else None)
     if "auto-evidence" in parts:  # votes in the next table (`select`), not in the one the check above read
         recs += s.sweep(holdout.evidence_cases(holdout.EvidencePlan.quick() if quick else None),
                         desc=f"00-ceilings {holdout.EVIDENCE_STUDY}")

@@ -203,9 +203,12 @@ def plan(notebooks: list, results_dirs: list, gpu: str = "h200", log=print) -> d
 def run(notebooks: list, results_dir: str, budget_s: float | None = None, dry_run: bool = False,
         repo_results: str | None = None, log=print) -> int:
     """Measure what is due (GPU). Returns 0 when everything due was measured and passed, 1 otherwise."""
-    from . import device
+    from . import device, shard
     from .bench import Session
     from .currency import default_results_dir
+    if shard.SETTINGS.shard is not None and shard.SETTINGS.shard.count > 1:
+        raise ValueError(f"refresh measures what is due on this host, not a shard of a job array "
+                         f"({shard.ENV['shard']}={shard.SETTINGS.shard} is set: unset it, or use bench --shard)")
     dirs = [str(repo_results or default_results_dir()), results_dir]
     gpu = device.gpu_info()["gpu_slug"] if not dry_run and device.cuda_available() else "h200"
     plans = plan(notebooks, dirs, gpu, log=log)

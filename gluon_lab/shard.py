@@ -69,10 +69,14 @@ def host_gpus() -> list[int]:
     """The CUDA ordinals of this host's GPUs that this process may use (CUDA_VISIBLE_DEVICES when it lists
     ordinals, else every GPU nvidia-smi lists), without initializing CUDA in this process."""
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if vis is not None and vis.strip():
+    if vis is not None:
         items = [v.strip() for v in vis.split(",") if v.strip()]
-        if all(v.isdigit() for v in items):
-            return [int(v) for v in items]
+        if not items:
+            return []  # set and empty: CUDA sees no GPU
+        if not all(v.isdigit() for v in items):
+            raise ValueError(f"--gpus: CUDA_VISIBLE_DEVICES={vis!r} names devices by UUID or MIG instance; the workers "
+                             "are placed by ordinal: list ordinals there (or unset it)")
+        return [int(v) for v in items]
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
@@ -81,7 +85,8 @@ def host_gpus() -> list[int]:
 
 
 def parse_gpus(text, visible: Sequence[int]) -> list[int]:
-    """--gpus: 'all' (every visible GPU), 'N' (the first N), or a list of ordinals '0,3,5'. ValueError naming
+    """--gpus: 'all' (every visible GPU), 'N' (the first N), or a list of ordinals '0,3,5' ('3,': GPU 3 alone).
+    ValueError naming
     --gpus and the rule: none visible, more than visible, an ordinal not visible, one named twice."""
     visible = list(visible)
     t = str(text).strip()
@@ -94,8 +99,8 @@ def parse_gpus(text, visible: Sequence[int]) -> list[int]:
         if not 1 <= n <= len(visible):
             raise ValueError(f"--gpus {t}: N must be in 1..{len(visible)} (the GPUs visible here: {visible})")
         return visible[:n]
-    if re.fullmatch(r"\d+(,\d+)+", t):
-        ids = [int(v) for v in t.split(",")]
+    if re.fullmatch(r"\d+(,\d+)+|\d+,", t):  # '3,' names GPU 3 alone ('3' is a count)
+        ids = [int(v) for v in t.split(",") if v]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
             raise ValueError(f"--gpus {t}: GPU {dup[0]} is named twice")
@@ -275,17 +280,19 @@ class Pool:
         self.procs = {}
         self.lost: list[dict] = []  # {"gpu", "exitcode", "case"}: what dead workers took with them
         self._seq = 0
-        for k, g in enumerate(self.gpus):
+        for g in self.gpus:
             self.pipes[g], w = self.ctx.Pipe(duplex=False)
             # not daemonic: a worker may start processes of its own (Inductor's compile workers); it ends on close(),
             # at exit (atexit), or by itself when its parent is gone
+            # its records say shard "0/1": a host's pool is one shard of a run (which GPU: gpu_index / gpu_uuid)
             p = self.ctx.Process(target=_worker_main, name=f"gluon-lab-gpu{g}", daemon=False,
-                                 args=(g, notebook, results_dir, run_id, f"{k}/{self.n}", ceiling_kw or {},
+                                 args=(g, notebook, results_dir, run_id, "0/1", ceiling_kw or {},
                                        self.tasks[g], w, factory))
             p.start()
             w.close()  # the worker holds the writing end: EOF here once it is gone
             self.procs[g] = p
         self.inflight: dict = {}  # gpu -> key of the case it reported starting and has not finished
+        self.sent: dict = {}  # gpu -> keys sent to it and not done (at most PREFETCH)
         self.ready: dict = {}  # gpu -> its ceilings (JSON) once it is ready
         if not _POOLS:
             import atexit
@@ -295,15 +302,31 @@ class Pool:
     def alive(self) -> list[int]:
         return [g for g in self.gpus if self.procs[g].exitcode is None]
 
+    PREFETCH = 2  # cases handed to a worker ahead of its 'done' (one measuring, one waiting): the rest stay here
+
     def _assign(self, cases: Sequence[dict], keys: Sequence, gpus: Sequence[int]) -> dict:
-        """Give each of `gpus` its share (split) of the cases; {gpu: [keys in order]}."""
+        """Each of `gpus`'s share (split) of the cases: {gpu: [keys in order]}, queued here (_feed sends them)."""
         share = split(cases, len(gpus))
-        plan = {}
-        for g, idx in zip(gpus, share):
-            plan[g] = [keys[i] for i in idx]
-            for i in idx:
-                self.tasks[g].put((keys[i], cases[i]))
-        return plan
+        return {g: [keys[i] for i in idx] for g, idx in zip(gpus, share)}
+
+    def _feed(self, todo: dict, by_key: dict) -> None:
+        """Top up every living worker to PREFETCH cases sent and not done (in its share's order)."""
+        for g, ks in todo.items():
+            if self.procs[g].exitcode is not None:
+                continue
+            sent = self.sent.setdefault(g, [])
+            for k in ks:
+                if len(sent) >= self.PREFETCH:
+                    break
+                if k not in sent:
+                    self.tasks[g].put((k, by_key[k]))
+                    sent.append(k)
+
+    def _bury(self, g) -> None:
+        """A dead worker's task queue: nobody reads it any more; never wait for its feeder at exit."""
+        q = self.tasks[g]
+        q.cancel_join_thread()
+        q.close()
 
     def _handle(self, msg, out: dict, todo: dict) -> None:
         kind, g, key, payload = msg
@@ -314,6 +337,8 @@ class Pool:
         elif kind == "done":
             self.inflight.pop(g, None)
             out[key] = payload
+            if key in self.sent.get(g, []):
+                self.sent[g].remove(key)
             if key in todo.get(g, []):
                 todo[g].remove(key)
 
@@ -329,11 +354,18 @@ class Pool:
                 conn.close()
 
     def ceilings(self, gpu: int, timeout_s: float = 600) -> dict | None:
-        """The ceilings worker `gpu` measured at its start ({copy_gbps, matmul_tflops, copy_bytes}; None if none)."""
+        """The ceilings worker `gpu` measured at its start ({copy_gbps, matmul_tflops, copy_bytes}; None if none);
+        if that worker died at its start, the first other worker's."""
         t0 = time.time()
         while gpu not in self.ready:
             if self.procs[gpu].exitcode is not None:
-                raise WorkerDied(f"the worker on GPU {gpu} died at its start (exit {self.procs[gpu].exitcode})")
+                others = [g for g in self.gpus if g != gpu and self.procs[g].exitcode is None]
+                if not others:
+                    raise WorkerDied(f"every worker died at its start ({self._deaths()})")
+                self.log(f"the worker on GPU {gpu} died at its start (exit {self.procs[gpu].exitcode}); "
+                         f"this process's own measurements take GPU {others[0]}'s ceilings")
+                gpu = others[0]
+                continue
             if time.time() - t0 > timeout_s:
                 raise WorkerDied(f"the worker on GPU {gpu} did not start within {timeout_s:.0f} s")
             self._pump({}, {}, self.poll_s)
@@ -353,6 +385,7 @@ class Pool:
         out: dict = {}
         t0 = last = time.time()
         while any(todo.values()):
+            self._feed(todo, by_key)
             self._pump(out, todo, self.poll_s)
             dead = [g for g in todo if todo[g] and self.procs[g].exitcode is not None]
             until = time.time() + 10  # (a process the worker started may hold its pipe open: do not wait for EOF forever)
@@ -360,14 +393,25 @@ class Pool:
                 self._pump(out, todo, 0.2)  # everything a dead worker sent before it went, up to its EOF
                 dead = [g for g in dead if todo[g]]
             for g in dead:
-                self._drain(g)
+                self._bury(g)
                 rest = todo.pop(g)
+                self.sent.pop(g, None)
                 key = self.inflight.pop(g, None)  # its 'start' always arrives first: the pipe is written in order
                 if key is not None and key in rest:
                     rest.remove(key)
                     self.lost.append({"gpu": g, "exitcode": self.procs[g].exitcode, "case": by_key[key]})
                     self.log(f"{desc}: the worker on GPU {g} died (exit {self.procs[g].exitcode}) measuring "
                              f"{_label(by_key[key])}: that case is lost (not in the store; refresh re-measures it)")
+                    # the rest of its unit is not measured elsewhere: a unit's peers stay on one GPU, and refresh
+                    # measures the incomplete cell whole
+                    unit = unit_of(by_key[key])
+                    skip = [k for k in rest if unit_of(by_key[k]) == unit]
+                    for k in skip:
+                        rest.remove(k)
+                        self.lost.append({"gpu": g, "exitcode": self.procs[g].exitcode, "case": by_key[k]})
+                    if skip:
+                        self.log(f"{desc}: {len(skip)} more cases of that shape are left unmeasured with it (its "
+                                 "peers stay on one GPU: refresh measures the cell whole)")
                 alive = self.alive()
                 if rest and not alive:
                     raise WorkerDied(f"{desc}: every worker has died ({self._deaths()}); {len(rest)} cases of GPU {g} "
@@ -383,16 +427,6 @@ class Pool:
                 self.log(f"{desc}: {len(cases) - left}/{len(cases)} cases on {len(self.alive())} GPUs, {now - t0:.0f} s")
         return [out.get(k) for k in keys]
 
-    def _drain(self, g):
-        """A dead worker's unstarted cases are taken off its queue (they are reassigned by key)."""
-        import queue
-        q = self.tasks[g]
-        while True:
-            try:
-                q.get_nowait()
-            except (queue.Empty, OSError, ValueError):
-                return
-
     def _deaths(self) -> str:
         return ", ".join(f"GPU {g} exit {p.exitcode}" for g, p in self.procs.items() if p.exitcode is not None)
 
@@ -401,11 +435,12 @@ class Pool:
             _POOLS.remove(self)
         for g in self.alive():
             self.tasks[g].put(None)
-        for p in self.procs.values():
+        for g, p in self.procs.items():
             p.join(timeout_s)
             if p.exitcode is None:
                 p.terminate()
                 p.join(5)
+            self._bury(g)
 
 
 def _label(case: dict) -> str:
@@ -416,17 +451,24 @@ def _label(case: dict) -> str:
 
 def check_shards(sources: dict) -> None:
     """sources: {folder: [records]}. Every run id among them must be whole: one shard count N, shards 0..N-1
-    each present, and each shard in one folder only (a shard adopted twice would duplicate its records).
+    each present, each shard in one folder only (a shard adopted twice would duplicate its records), one commit
+    and one GPU model (the split is the same only for the same plan).
     ValueError naming the run, the shard and the folders. Records without a shard (older runs) are not checked;
     a run whose records all say '0/1' is whole."""
     seen: dict = {}  # run_id -> {shard: set(folders)}
+    same: dict = {}  # run_id -> {(git_commit, gpu_name)}
     for folder, recs in sources.items():
         for r in recs:
-            sh = getattr(r, "shard", None) if not isinstance(r, dict) else r.get("shard")
+            get = r.get if isinstance(r, dict) else (lambda k, r=r: getattr(r, k, None))
+            sh = get("shard")
             if sh is None:
                 continue
-            seen.setdefault(r.run_id if not isinstance(r, dict) else r["run_id"], {}).setdefault(sh, set()).add(str(folder))
+            seen.setdefault(get("run_id"), {}).setdefault(sh, set()).add(str(folder))
+            same.setdefault(get("run_id"), set()).add((get("git_commit"), get("gpu_name")))
     for run, shards in sorted(seen.items()):
+        if len(same[run]) > 1:
+            raise ValueError(f"run {run}: its shards ran different code or GPU models ({sorted(map(str, same[run]))}): "
+                             "the split is the same only for the same plan at the same commit; re-run the odd shard")
         parsed = {s: parse_shard(s, what=f"run {run}'s shard") for s in shards}
         counts = sorted({p.count for p in parsed.values()})
         if len(counts) > 1:

@@ -66,7 +66,7 @@ def test_parse_rules_name_the_argument():
             shard.parse_shard(bad)
     assert shard.parse_gpus("all", [0, 1, 2, 3]) == [0, 1, 2, 3]
     assert shard.parse_gpus("2", [4, 5, 6]) == [4, 5]
-    assert shard.parse_gpus("0,3,5", list(range(8))) == [0, 3, 5]
+    assert shard.parse_gpus("0,3,5", list(range(8))) == [0, 3, 5] and shard.parse_gpus("3,", list(range(8))) == [3]
     for bad, rule in (("9", "N must be in 1..8"), ("0", "N must be in 1..8"), ("0,9", "GPU 9 is not visible"),
                       ("1,1", "GPU 1 is named twice"), ("x", "--gpus must be")):
         with pytest.raises(ValueError, match=rule):
@@ -78,7 +78,21 @@ def test_parse_rules_name_the_argument():
         shard.parse_run_id("today")
 
 
-def test_settings_travel_through_the_environment(monkeypatch):
+@pytest.fixture
+def clean_env(monkeypatch):
+    """configure() exports settings into os.environ: give each test a copy of the environment, restored after, and
+    fresh settings."""
+    import os
+    saved = dict(os.environ)
+    for k in shard.ENV.values():
+        os.environ.pop(k, None)
+    monkeypatch.setattr(shard, "SETTINGS", shard.Settings())
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_settings_travel_through_the_environment(clean_env):
     env = {"GLUON_LAB_GPUS": "0,3", "GLUON_LAB_SHARD": "1/4", "GLUON_LAB_RUN_ID": "20261207T120000Z-abc"}
     s = shard.from_env(env)
     assert (s.gpus, s.shard, s.run_id) == ([0, 3], shard.Shard(1, 4), "20261207T120000Z-abc")
@@ -88,9 +102,6 @@ def test_settings_travel_through_the_environment(monkeypatch):
         shard.configure(shard=shard.Shard(0, 2))
     with pytest.raises(ValueError, match="separate modes"):
         shard.configure(gpus=[0, 1], shard=shard.Shard(0, 2), run_id="20261207T120000Z-abc")
-    for k in list(shard.ENV.values()) + ["CUDA_VISIBLE_DEVICES"]:
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setattr(shard, "SETTINGS", shard.Settings())
     shard.configure(gpus=[2, 5], run_id="20261207T120000Z-abc")
     import os
     assert os.environ["GLUON_LAB_GPUS"] == "2,5" and os.environ["CUDA_VISIBLE_DEVICES"] == "2"
@@ -124,7 +135,7 @@ def test_pool_measures_every_case_once_with_units_on_one_gpu(tmp_path):
         for o in out:
             gpus[json.dumps(o["case"]["shape"])].add(o["gpu"])
         assert all(len(g) == 1 for g in gpus.values())  # peers of a shape on one GPU
-        assert {o["gpu"] for o in out} == {"3", "5", "7"} and {o["shard"] for o in out} == {"0/3", "1/3", "2/3"}
+        assert {o["gpu"] for o in out} == {"3", "5", "7"} and {o["shard"] for o in out} == {"0/1"}  # one run's shard
         again = [json.loads(x) for x in pool.sweep(cases[:4], desc="t2")]  # the workers serve the next sweep too
         assert [o["case"] for o in again] == cases[:4] and not pool.lost
     finally:
@@ -137,17 +148,61 @@ def test_a_dying_worker_loses_only_its_in_flight_case(tmp_path):
     pool = shard.Pool("04-warp-specialization", str(tmp_path), [0, 1], "20261207T120000Z-abc", factory=FAKE,
                       log=logs.append, poll_s=0.1)
     try:
-        cases = _cases(die=(2, 1))
+        cases = _cases(die=(2, 1))  # unit 2 (M = 192): v0 measured, v1 kills its worker, v2 not measured elsewhere
         out = pool.sweep(cases, desc="t")
         lost = [i for i, x in enumerate(out) if x is None]
-        assert lost == [cases.index(next(c for c in cases if c.get("die")))]
-        assert len(pool.lost) == 1 and pool.lost[0]["case"].get("die") and pool.lost[0]["exitcode"] == 3
+        assert lost == [cases.index(c) for c in cases if c["shape"]["M"] == 192 and c["variant"] != "v0"]
+        assert len(pool.lost) == 2 and pool.lost[0]["case"].get("die") and pool.lost[0]["exitcode"] == 3
         done = [json.loads(x) for x in out if x is not None]
-        assert len(done) == len(cases) - 1
+        assert len(done) == len(cases) - 2
+        gpus = {}
+        for o in done:
+            gpus.setdefault(o["case"]["shape"]["M"], set()).add(o["gpu"])
+        assert all(len(g) == 1 for g in gpus.values())  # no shape's peers on two GPUs, even after the death
         assert any("died (exit 3)" in m and "is lost" in m for m in logs), logs
+        assert any("1 more cases of that shape are left unmeasured" in m for m in logs), logs
         assert pool.alive() == [g for g in (0, 1) if pool.procs[g].exitcode is None] and len(pool.alive()) == 1
         with pytest.raises(shard.WorkerDied, match="every worker has died"):
-            pool.sweep(_cases(n_units=1, per_unit=2, die=(0, 0)), desc="t3")
+            pool.sweep(_cases(n_units=2, per_unit=2, die=(0, 0)), desc="t3")  # unit 1 has no worker left
+    finally:
+        pool.close()
+
+
+def test_a_run_with_a_dead_worker_exits(tmp_path):
+    """Many cases and a worker that dies on its first: the sweep ends, and so does the process (no queue feeder
+    left writing to a dead worker's queue: cases are handed out as they are needed)."""
+    import subprocess
+    import sys
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path.parent)!r}); sys.path.insert(0, 'tests')\n"
+            "from gluon_lab import shard\n"
+            "cases = [{'op': 'matmul', 'variant': f'v{i % 3}', 'dtype': 'bf16', 'shape': {'M': i // 3 + 1}} "
+            "for i in range(2000)]\n"
+            "cases[0]['die'] = True\n"
+            "p = shard.Pool('nb', '.', [0, 1], '20261207T120000Z-abc', factory='shard_fakes:factory', log=lambda m: None, "
+            "poll_s=0.05)\n"
+            "out = p.sweep(cases, 'x'); p.close()\n"
+            "print(sum(x is not None for x in out), len(p.lost))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    measured, lost = map(int, r.stdout.split())
+    assert lost == 3 and measured == 1997  # the dying case and the rest of its shape
+
+
+def test_a_worker_dead_at_its_start_leaves_the_others_working(tmp_path):
+    logs = []
+    pool = shard.Pool("die-at-start-1", str(tmp_path), [0, 1, 2], "20261207T120000Z-abc", factory=FAKE,
+                      log=logs.append, poll_s=0.05)
+    try:
+        assert pool.ceilings(1) is None  # the worker that died said nothing; another's (none in this fake) is used
+        assert pool.procs[1].exitcode == 4 and any("died at its start" in m for m in logs)
+        out = [json.loads(x) for x in pool.sweep(_cases(), desc="t")]
+        assert len(out) == 18 and {o["gpu"] for o in out} == {"0", "2"} and not pool.lost
+    finally:
+        pool.close()
+    pool = shard.Pool("with-ceilings", str(tmp_path), [0, 3], "20261207T120000Z-abc", factory=FAKE, log=logs.append,
+                      poll_s=0.05)
+    try:
+        assert pool.ceilings(3)["copy_gbps"] == 4003.0
     finally:
         pool.close()
 
@@ -189,6 +244,10 @@ def test_check_shards_whole_missing_twice():
         shard.check_shards({"a": [_record(run, "0/2"), _record(run, "1/2")], "b": [_record(run, "1/2")]})
     with pytest.raises(ValueError, match="different counts"):
         shard.check_shards({"a": [_record(run, "0/2")], "b": [_record(run, "1/3")]})
+    other = _record(run, "1/2")
+    other.git_commit = "f" * 40
+    with pytest.raises(ValueError, match="different code or GPU models"):
+        shard.check_shards({"a": [_record(run, "0/2")], "b": [other]})
 
 
 def test_adopt_merges_the_shards_of_a_run_and_refuses_a_missing_one(tmp_path):
@@ -277,11 +336,15 @@ def fake_gpu(monkeypatch):
     made = []
     monkeypatch.setattr(bench, "measure_ceilings", lambda prov, **kw: made.append(prov) or bench.Ceilings(
         copy_gbps=4000.0, matmul_tflops=700.0, copy_bytes=1 << 31, records=[]))
-    for k in list(shard.ENV.values()):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6")
+    import os
+    saved = dict(os.environ)
+    for k in shard.ENV.values():
+        os.environ.pop(k, None)
+    os.environ["CUDA_VISIBLE_DEVICES"] = "6"
     monkeypatch.setattr(shard, "SETTINGS", shard.Settings())
-    return made
+    yield made
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def test_session_default_shard_and_pool_modes(fake_gpu, tmp_path, monkeypatch):
@@ -300,6 +363,13 @@ def test_session_default_shard_and_pool_modes(fake_gpu, tmp_path, monkeypatch):
     cases = [c for c in CASES_04 if c.get("op") != "copy"][:60]
     s.sweep(cases, desc="t")
     assert seen == shard.shard_cases(cases, shard.Shard(1, 3)) and 0 < len(seen) < len(cases)
+    seen.clear()
+    with s.unsharded():  # a study shard 0 takes whole (00's held-out draw)
+        s.sweep(cases, desc="t")
+    assert seen == cases
+    from gluon_lab import refresh
+    with pytest.raises(ValueError, match="not a shard of a job array"):
+        refresh.run(["06-convolution"], str(tmp_path))
 
     class FakePool:
         def __init__(self, notebook, results_dir, gpus, run_id, ceiling_kw):
@@ -320,7 +390,7 @@ def test_session_default_shard_and_pool_modes(fake_gpu, tmp_path, monkeypatch):
     n = len(fake_gpu)
     s = bench.Session("04-warp-specialization", str(tmp_path))
     assert isinstance(s.pool, FakePool) and s.pool.gpus == [2, 5] and s.primary and len(fake_gpu) == n
-    assert s.ceilings.matmul_tflops == 690.0 and s.prov["shard"] == "0/2"  # the workers measure the ceilings
+    assert s.ceilings.matmul_tflops == 690.0 and s.prov["shard"] == "0/1"  # the workers measure the ceilings
     got = s.sweep(cases[:5], desc="t")
     assert [r.variant for r in got] == [c["variant"] for c in cases[:5]]  # a lost case (None) is left out
     s.close()
@@ -360,3 +430,13 @@ def test_refresh_on_a_pool_sweeps_the_cells_that_fit_the_budget_at_once(fake_gpu
     swept.clear()
     assert refresh.run(["06-convolution"], str(tmp_path), log=logs.append) == 0 and len(swept) == 1
     assert len(swept[0]) == 50
+
+
+def test_host_gpus_reads_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,6")
+    assert shard.host_gpus() == [4, 6]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert shard.host_gpus() == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8f2a,GPU-11aa")
+    with pytest.raises(ValueError, match="names devices by UUID"):
+        shard.host_gpus()
