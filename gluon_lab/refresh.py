@@ -230,8 +230,8 @@ def run(notebooks: list, results_dir: str, budget_s: float | None = None, dry_ru
         if s.pool is not None:  # --gpus: the cells that fit the budget (estimate / GPUs) in one sweep over the workers
             n, take, est = len(s.pool.gpus), [], 0.0
             for cs in cells:
-                if budget_s is not None and time.time() - t0 + (est + estimate_s([cs])) / n > budget_s and take:
-                    break
+                if budget_s is not None and time.time() - t0 + (est + estimate_s([cs])) / n > budget_s:
+                    break  # as the one-GPU loop: no cell starts that would end past the budget
                 take.append(cs)
                 est += estimate_s([cs])
             if len(take) < len(cells):
