@@ -95,6 +95,15 @@ def ceilings(df) -> dict | None:
 DEVICE_NOISE = 0.06
 
 
+def _multi_gpu_runs(df):
+    """run_id -> how many GPUs (gpu_uuid) measured it, for the runs measured on several."""
+    import pandas as pd
+    if not len(df) or "gpu_uuid" not in df or df["gpu_uuid"].isna().all():
+        return pd.Series(dtype="int64")
+    n = df[df["gpu_uuid"].notna()].groupby("run_id")["gpu_uuid"].nunique()
+    return n[n > 1]
+
+
 def device_disagreement(df, noise: float = DEVICE_NOISE):
     """Runs measured on several GPUs (their records' gpu_uuid; GPUs of one model are one device class): per GPU
     of such a run, its ceilings (copy GB/s, bf16 matmul TFLOP/s) against the median over the run's GPUs, and
@@ -102,12 +111,9 @@ def device_disagreement(df, noise: float = DEVICE_NOISE):
     frame when every GPU agrees or no run used several."""
     import pandas as pd
     cols = ["run_id", "gpu_index", "gpu_uuid", "ceiling", "value", "run median", "off by", "cells measured there"]
-    if not len(df) or "gpu_uuid" not in df or df["gpu_uuid"].isna().all():
-        return pd.DataFrame(columns=cols)
     rows = []
-    for run, g in df[df["gpu_uuid"].notna()].groupby("run_id"):
-        if g["gpu_uuid"].nunique() < 2:
-            continue
+    for run in _multi_gpu_runs(df).index:
+        g = df[(df["run_id"] == run) & df["gpu_uuid"].notna()]
         c = g[g["pattern"] == "ceiling"]
         for name, sel, col in (("copy GB/s", (c["op"] == "copy") & c["M"].isna(), "gbps"),
                                ("matmul TFLOP/s", c["op"] == "matmul", "tflops")):
@@ -122,18 +128,14 @@ def device_disagreement(df, noise: float = DEVICE_NOISE):
                     rows.append({"run_id": run, "gpu_index": g.loc[g["gpu_uuid"] == uuid, "gpu_index"].iloc[0],
                                  "gpu_uuid": uuid, "ceiling": name, "value": round(float(v), 1),
                                  "run median": round(med, 1), "off by": f"{100 * off:+.1f}%",
-                                 "cells measured there": mine.groupby(["dtype", "config_key"], dropna=False)
-                                 .ngroups if len(mine) else 0})
+                                 "cells measured there": mine.groupby(["dtype", "config_key"], dropna=False).ngroups})
     return pd.DataFrame(rows, columns=cols)
 
 
 def device_note(df, noise: float = DEVICE_NOISE) -> str | None:
     """A page's line on runs measured over several GPUs: how many, and any GPU whose ceilings disagree with the
     others' by more than the noise floor (its cells are named by the table device_disagreement returns)."""
-    if not len(df) or "gpu_uuid" not in df or df["gpu_uuid"].isna().all():
-        return None
-    multi = df[df["gpu_uuid"].notna()].groupby("run_id")["gpu_uuid"].nunique()
-    multi = multi[multi > 1]
+    multi = _multi_gpu_runs(df)
     if not len(multi):
         return None
     bad = device_disagreement(df, noise)

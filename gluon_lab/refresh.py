@@ -27,7 +27,7 @@ from pathlib import Path
 # per-notebook: (plan cases of the full plan, parts measured by functions other than case sweeps)
 SPECIAL_PARTS = {"00-ceilings": {"dispatch": '"study": "dispatch"', "block": '"study": "inductor-rewrite"',
                                  "auto-check": '"study": "auto-check"'}}
-from .shard import SECONDS_PER_CASE, SECONDS_PER_COMPILE, estimate_s  # noqa: E402,F401 - the estimate a split uses too
+from .shard import estimate_s  # noqa: E402 - the estimate a split uses too
 
 
 from .experiments import NOTEBOOKS  # noqa: E402,F401 - the plans live with the plans
@@ -230,10 +230,11 @@ def run(notebooks: list, results_dir: str, budget_s: float | None = None, dry_ru
         if s.pool is not None:  # --gpus: the cells that fit the budget (estimate / GPUs) in one sweep over the workers
             n, take, est = len(s.pool.gpus), [], 0.0
             for cs in cells:
-                if budget_s is not None and time.time() - t0 + (est + estimate_s([cs])) / n > budget_s:
+                e = estimate_s([cs])
+                if budget_s is not None and time.time() - t0 + (est + e) / n > budget_s:
                     break  # as the one-GPU loop: no cell starts that would end past the budget
                 take.append(cs)
-                est += estimate_s([cs])
+                est += e
             if len(take) < len(cells):
                 log(f"{nb}: {len(take)} of {len(cells)} cells fit the budget on {n} GPUs; the next refresh resumes there")
                 rc = 1

@@ -272,13 +272,15 @@ class Pool:
         import multiprocessing as mp
         self.ctx = mp.get_context("spawn")
         self.gpus = list(gpus)
-        self.n = len(self.gpus)
         self.log = log
         self.poll_s = poll_s
         self.tasks = {g: self.ctx.Queue() for g in self.gpus}
         self.pipes = {}  # gpu -> the reading end of its worker's messages
         self.procs = {}
         self.lost: list[dict] = []  # {"gpu", "exitcode", "case"}: what dead workers took with them
+        self.inflight: dict = {}  # gpu -> key of the case it reported starting and has not finished
+        self.sent: dict = {}  # gpu -> keys sent to it and not done (at most PREFETCH)
+        self.ready: dict = {}  # gpu -> its ceilings (JSON) once it is ready
         self._seq = 0
         for g in self.gpus:
             self.pipes[g], w = self.ctx.Pipe(duplex=False)
@@ -291,9 +293,6 @@ class Pool:
             p.start()
             w.close()  # the worker holds the writing end: EOF here once it is gone
             self.procs[g] = p
-        self.inflight: dict = {}  # gpu -> key of the case it reported starting and has not finished
-        self.sent: dict = {}  # gpu -> keys sent to it and not done (at most PREFETCH)
-        self.ready: dict = {}  # gpu -> its ceilings (JSON) once it is ready
         if not _POOLS:
             import atexit
             atexit.register(close_all)
