@@ -14,8 +14,9 @@ mkdir -p "$D"
 rc=0
 for how in "" "--gpus 1"; do
   t0=$(date +%s)
-  python3 -m gluon_lab bench "$NB" --quick --parts "$PARTS" --results-dir "$D" $how > "$OUT/gpus1-bench.log" 2>&1 || rc=1
-  echo "bench $NB --quick --parts $PARTS $how: exit $? after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpus1.log"
+  python3 -m gluon_lab bench "$NB" --quick --parts "$PARTS" --results-dir "$D" $how > "$OUT/gpus1-bench.log" 2>&1
+  st=$?; [ "$st" = 0 ] || rc=1
+  echo "bench $NB --quick --parts $PARTS $how: exit $st after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/gpus1.log"
   tail -n 5 "$OUT/gpus1-bench.log" | tee -a "$OUT/gpus1.log"
 done
 rm -f "$OUT/gpus1-bench.log"
