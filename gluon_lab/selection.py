@@ -92,10 +92,14 @@ def _votes(df):
             continue
         if v.configure is not None:
             try:
-                resolved = json.loads(json.dumps(dataclasses.asdict(v.resolve(dict(r["shape"]), r["dtype"]))))
+                obj = v.resolve(dict(r["shape"]), r["dtype"])
+                resolved = json.loads(json.dumps(dataclasses.asdict(obj)))
             except (ValueError, TypeError, KeyError):
                 continue
-            if any(cfg.get(k) != val for k, val in resolved.items()):
+            # a config field added after a record was measured is missing from it: the record ran its default
+            defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(obj)
+                                              if f.default is not dataclasses.MISSING}))
+            if any(cfg.get(k, defaults.get(k)) != val for k, val in resolved.items()):
                 continue  # a record of an override (or of an older heuristic) does not speak for auto
         keep.append(i)
     return df.loc[keep]

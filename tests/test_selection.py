@@ -361,3 +361,40 @@ def test_cross_validation_leaves_each_cell_out(monkeypatch):
     r = d[d["shape"].map(lambda s: s["M"]) == 8192].iloc[0]
     assert r["chosen"] == "gluon-a" and r["chosen / best"] == pytest.approx(0.4 / 0.8)  # the others say a
     assert (d["chosen / torch"] > 1).all()
+
+
+def test_a_config_field_added_after_the_record_counts_as_its_default(tmp_path, monkeypatch):
+    """A record measured before its config gained a field lacks that field: it ran the field's default, so it votes
+    while today's resolved config holds the default there (it is current), and not once the heuristic resolves the
+    field to something else; a record of another value of a field it names never votes."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Cfg:
+        tile: int = 64
+        added: bool = False  # a field the records below predate
+
+    pick = {"added": False}
+
+    def fn(x, weight, eps=1e-6, out=None, config=None):
+        return specs.get("rms_norm").eager(x, weight, eps)
+    registry._ensure_loaded()
+    reg = {op: dict(vs) for op, vs in registry._REGISTRY.items()}
+    monkeypatch.setattr(registry, "_REGISTRY", reg)
+    registry.register("rms_norm", "gluon-cfg", pattern="tma-caching", needs_cuda=False,
+                      configure=lambda shape, dtype, over: Cfg(**{**pick, **over}))(fn)
+    th = registry.get_variant("rms_norm", "torch").code_hash()
+    gh = registry.get_variant("rms_norm", "gluon-cfg").code_hash()
+    p = tmp_path / "h200" / "nb.jsonl"
+    results.append_records(p, [
+        _rec("torch", 4096, 4096, 1.0, th), _rec("gluon-cfg", 4096, 4096, 0.5, gh, config={"tile": 64}),
+        _rec("torch", 2048, 4096, 1.0, th), _rec("gluon-cfg", 2048, 4096, 0.5, gh, config={"tile": 128}),
+        _rec("torch", 1024, 4096, 1.0, th), _rec("gluon-cfg", 1024, 4096, 0.5, gh, config={"tile": 64, "added": True}),
+    ])
+
+    def voted():
+        cells = selection.build(tmp_path)["entries"].get("h200", {}).get("rms_norm", {"cells": []})["cells"]
+        return sorted(c["shape"]["M"] for c in cells if "gluon-cfg" in c["ms"])
+    assert voted() == [4096]
+    pick["added"] = True  # today's heuristic turns the new field on: the old record no longer speaks for it
+    assert voted() == [1024]
