@@ -871,6 +871,10 @@ class WarpSpecializedPlan:
     # the cp.async producer (the cp_async knob) beside TMA on shapes whose rows are not 128-byte aligned
     # (K or N not a multiple of 64 bf16): (BM, BN, num_warps, num_stages, producer_regs), and the last-wave split
     shape_cp_configs: tuple = ((128, 256, 8, 3, 96), (128, 128, 8, 5, 152), (128, 128, 4, 4, 96))
+    # ... and the padded-copy producer (pad_rows: aligned copies of A and B, then TMA) there: the heuristic's
+    # config of both variants with it, and the tiles the gemm probe ran fastest on padded rows (BM, BN,
+    # num_warps, num_stages, pingpong): 128x128 8w s5 and ping-pong 128x128 4w s4 (results/h200/gemm-probe.log)
+    shape_pad_configs: tuple = ((128, 128, 8, 5, False), (128, 128, 4, 4, True), (128, 256, 8, 3, False))
     # stream-K (gluon-ws cooperative) where 128x128 tiles leave a partial wave within the first
     # STREAM_K_WAVES waves: (BM, BN, num_warps, num_stages, stream_k waves); waves 2 only past one whole wave;
     # the skinny tiles at M <= 256 and swap-AB at M <= 64 as well
@@ -959,6 +963,11 @@ def ws_cases(plan: WarpSpecializedPlan, parts) -> list[dict]:
                 if ragged_wave and k_steps >= 4:
                     study("gluon-ws", shape, {**split128, "split_k": 4, "split_last_wave": True, "producer_regs": 96,
                                               "cp_async": True})
+                for v in ("gluon-pipelined", "gluon-ws"):
+                    study(v, shape, {"pad_rows": True})  # the heuristic's pick, its operands staged
+                for (bm, bn, nw, st, pp) in plan.shape_pad_configs:
+                    study("gluon-ws", shape, {"BM": bm, "BN": bn, "BK": 64, "num_warps": nw, "num_stages": st,
+                                              "pad_rows": True, **({"pingpong": True} if pp else {})})
             # cuBLAS again after the shape's Gluon cases: the clock drifts over a shape's ~20 timings (1455-1980
             # MHz in run 20261202T061301Z), so the page takes the peer as the geomean of the two and shows the drift
             cases.append({"op": "matmul", "variant": "torch", "shape": shape, "dtype": plan.gemm_dtype,
@@ -1239,17 +1248,18 @@ class ConvPlan:
     gluon-pipelined; gluon-ws; gluon-gather), bf16, CUDA-graph timing; 'gather': the shapes only the cp.async
     gather takes (torch, triton, gluon-gather); 'fprop-sweep': gluon-pipelined's tile / ring knobs on every
     shape; 'dgrad': the same shapes' input gradients (cuDNN, Triton, Gluon: stride**2 sub-problems);
-    'wgrad': their filter gradients (cuDNN, Triton, the Gluon split-K kernel); 'wgrad-sweep': the split-K
-    kernel's knobs; 'schedule': the template's schedules on gluon-ws fprop and dgrad (data-parallel, split-K
-    2 / 4 / 8, last-wave split, the 16 x 8 patch on 8 x 8 images) on the SM-idle shapes (IDLE_SHAPES) and
-    two that fill the SMs; 'timeline': per-tile %globaltimer stamps of the INSTRUMENT fprop build."""
+    'wgrad': their filter gradients (cuDNN, Triton, the Gluon split-K kernel and the warp-specialized template
+    instance); 'wgrad-sweep': the split-K kernel's knobs; 'schedule': the template's schedules on gluon-ws fprop
+    and dgrad (data-parallel, split-K 2 / 4 / 8, last-wave split, the 16 x 8 patch on 8 x 8 images) and wgrad
+    (split-K 1 / 2 / 4 / 8 over the pixels, tile- or slice-major, BN 64, one consumer warpgroup) on the SM-idle shapes (IDLE_SHAPES)
+    and two that fill the SMs; 'timeline': per-tile %globaltimer stamps of the INSTRUMENT fprop build."""
     shapes: tuple = CONV_SHAPES + IDLE_SHAPES
     dtype: str = "bfloat16"
     variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws", "gluon-gather")
     gather_shapes: tuple = GATHER_SHAPES
     gather_variants: tuple = ("torch", "triton", "gluon-gather")
     dgrad_variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")
-    wgrad_variants: tuple = ("torch", "triton", "gluon-pipelined")
+    wgrad_variants: tuple = ("torch", "triton", "gluon-pipelined", "gluon-ws")
     sweep_shapes: tuple = CONV_SHAPES
     sweep_knobs: tuple = (  # (TH, TW, BN, num_stages, num_warps); TH 0: the heuristic's patch
         (0, 0, 128, 4, 4), (0, 0, 128, 5, 4), (0, 0, 64, 4, 4), (0, 0, 256, 3, 8), (2, 32, 128, 4, 4),
@@ -1268,6 +1278,10 @@ class ConvPlan:
                              {"split_k": 2, "split_last_wave": True}, {"TH": 16, "TW": 8, "num_warps": 8},
                              {"TH": 16, "TW": 8, "num_warps": 8, "split_k": 1}, {"BN": 128}, {"BN": 128, "split_k": 2},
                              {"BN": 128, "split_k": 4})
+    # the warp-specialized wgrad's schedules (split_k slices of the pixels; 1 = persistent data-parallel) and tiles
+    wgrad_schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8}, {"BN": 64},
+                                   {"num_warps": 4}, {"slice_major": True}, {"split_k": 4, "slice_major": True},
+                                   {"split_k": 8, "slice_major": True})
     timeline_shapes: tuple = ((128, 384, 384, 64, 64, 3, 1, 1), (8, 640, 320, 32, 32, 1, 1, 0))
     # short-K shapes (1x1 fprop / dgrad, stride-2 dgrad sub-problems): smaller tiles and two CTAs per SM
     tail_shapes: tuple = ((8, 640, 320, 32, 32, 1, 1, 0), (64, 512, 1024, 28, 28, 1, 2, 0), (8, 320, 320, 64, 64, 3, 2, 1))
@@ -1281,7 +1295,7 @@ class ConvPlan:
                    gather_shapes=((2, 3, 32, 17, 17, 3, 2, 1), ), sweep_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ),
                    sweep_knobs=((0, 0, 64, 4, 4), ), wgrad_sweep_knobs=((0, 0, 64, 64, 4, 4, 0), ),
                    gather_knobs=((128, 64, 4, 4), ), schedule_shapes=((2, 128, 128, 8, 8, 3, 1, 1), ),
-                   schedule_knobs=({"split_k": 1}, {"split_k": 2}),
+                   schedule_knobs=({"split_k": 1}, {"split_k": 2}), wgrad_schedule_knobs=({"split_k": 2}, ),
                    timeline_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ))
 
 
@@ -1345,6 +1359,11 @@ def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
                     if resolves(op, "gluon-ws", _conv_shape(t), plan.dtype, knobs):
                         cases.append({"op": op, "variant": "gluon-ws", "shape": _conv_shape(t), "dtype": plan.dtype,
                                       "timer": "cudagraph", "config": {**knobs, "study": "schedule"}})
+        for t in plan.schedule_shapes:
+            for knobs in plan.wgrad_schedule_knobs:
+                if resolves("conv2d_weight_grad", "gluon-ws", _conv_shape(t), plan.dtype, knobs):
+                    cases.append({"op": "conv2d_weight_grad", "variant": "gluon-ws", "shape": _conv_shape(t),
+                                  "dtype": plan.dtype, "timer": "cudagraph", "config": {**knobs, "study": "schedule"}})
     if "wgrad-sweep" in parts:
         for t in plan.shapes:
             for th, tw, bm, bn, st, nw, sp in plan.wgrad_sweep_knobs:

@@ -448,12 +448,16 @@ if len(shape_rec):
 # (third table: `nvjet_sm90_tst_…` kernels whose names carry non-power-of-two tiles such as 128 × 272 and
 # 192 × 128 and cluster shapes 2x1 / 4x1 / 1x2, i.e. 2–4-CTA clusters; triton 3.6.0 has neither
 # multicast nor such tiles, see "Clusters" below). Which of those saves cuBLAS is not measured here.
-# Padding inside the call costs a copy of A and B (the bytes moved are about what the padded layout saves
-# at these sizes), so the lab does not pad. A `cp.async` producer (`GemmConfig(cp_async=True)`,
+# Two producers try to win that back. The padded-copy producer (`GemmConfig(pad_rows=True)`,
+# `kernels/igemm/staging.py`) pays for it up front: one extra launch copies each operand whose rows are off
+# 128-byte lines into a buffer whose rows are on them, and the ordinary TMA producer reads the copy. It
+# costs a read and a write of A and B, so it can only win where the GEMM's time saved exceeds those bytes'
+# time: the last table measures it on every ragged shape of the sweep (the heuristic's tile and the
+# probe's fastest padded tiles). A `cp.async` producer (`GemmConfig(cp_async=True)`,
 # `cp_producer` (kernels/igemm/producers.py): a warpgroup of 16-byte copies into the same swizzled ring, edges zero-filled, each
 # thread's `cp.async.mbarrier.arrive.noinc` completing FULL, a proxy fence before the wgmma reads) is
 # correct (float64 GPU tests, racecheck / synccheck) but slower than TMA on all four misaligned shapes
-# (fourth table), so no heuristic picks it; why is not diagnosed. The probe's decode part: swap-AB with
+# (last table), so no heuristic picks it; why is not diagnosed. The probe's decode part: swap-AB with
 # split-K is what reaches cuBLAS at M = 32 with a long K (split slices put every SM on the B stream).
 
 # %%
@@ -470,10 +474,11 @@ if len(probe):
 else:
     cm.show("results/h200/gemm-probe.log is missing: run `PYTHONPATH=. python3 ci/gemm_probe.py > "
             "results/h200/gemm-probe.log` on the GPU.")
-cp_tab = gana.cp_vs_tma_table(shape_rec)
-cm.show("The sweep's misaligned shapes, gluon-ws reading with TMA vs with the cp.async producer (same run):"
-        if len(cp_tab) else "The shape sweep shown has no cp.async cases (it ran before the cp.async producer).",
-        *([cp_tab.fillna("—")] if len(cp_tab) else []))
+prod_tab = gana.producer_table(shape_rec)
+cm.show("The sweep's misaligned shapes, gluon-ws's best config per producer: TMA in place, the padded copy, "
+        "cp.async (same run; a producer's column is missing where the run did not try it):"
+        if len(prod_tab) else "The shape sweep shown tried no producer but TMA in place.",
+        *([prod_tab.fillna("—")] if len(prod_tab) else []))
 
 # %% [markdown]
 # ### Ping-pong vs cooperative, tile by tile: the consumer timeline

@@ -185,6 +185,16 @@ cm.show(ana.sweep_table(allrec, "gather-sweep"))
 # (`filter_box_issue`: the rotated tap by index, an N-contiguous B) instead of a rotated copy — at 1280 × 1280
 # × 3 × 3 that copy had cost more than the dgrad's MMAs — and wgrad stores its gradient directly in its dtype
 # when it runs one split (no fp32 workspace, zero fill, atomics or cast pass).
+#
+# wgrad has two Gluon kernels. gluon-pipelined (`conv.conv_wgrad_kernel`) runs one (co block, tap, ci block)
+# tile per program over a split of the pixels, fp32 atomics under a split. gluon-ws (`kernels/conv_wgrad_ws.py`)
+# is wgrad on the implicit-GEMM template: M = Co, N = taps × Ci, K = the pixel patches; a 1-warp producer issues
+# the grad_output box and the tap-shifted x box (`wgrad_issue`) into the template's empty/full ring, the grid is
+# persistent (a CTA's next tile loads while its last one stores), each whole tile leaves as one TMA store of a
+# [BM, 1, BN] box of the [Co, R·R, Ci] gradient, and a split over the pixels sums its fp32 partials in a
+# deterministic fixup (`wgrad_fixup_kernel`) instead of atomics. The two are complementary: on few-pixel shapes
+# (hundreds of tiles of 1-16 k-steps) the persistent grid and the TMA-store epilogue are what matter; on long
+# pixel loops the mainloop is. `auto` and the targets below take the faster per shape.
 
 # %%
 cm.show(ana.tflops_table(allrec, ana.DGRAD))
@@ -199,11 +209,15 @@ cm.show(ana.tflops_table(allrec, ana.WGRAD))
 # grid leaves most of the 132 SMs idle. Split-K cuts each tile's k-steps into balanced slices, each slice's
 # fp32 partial goes from registers to a workspace (`store_partial`) and `patch_fixup_kernel` sums the slices
 # in order (deterministic) into the NHWC output. The wave map: per shape, the tiles, how full a
-# data-parallel grid's waves are, and the schedule `split_choice` picks (its largest launch).
+# data-parallel grid's waves are, and the schedule `split_choice` picks (its largest launch); for wgrad the
+# tiles are Co / BM × taps × Ci / BN and the k-steps are the pixel patches, so the split is over the pixels
+# (`conv_wgrad_ws.split_choice`: waves × (k-steps per slice + 4), the cost model gluon-pipelined's split was
+# measured with).
 
 # %%
 cm.show(ana.wave_map())
 cm.show(ana.wave_map(op=ana.DGRAD))
+cm.show(ana.wave_map(op=ana.WGRAD))
 
 # %% [markdown]
 # The schedule study (every schedule side by side, one run): split-K wins where the data-parallel grid fills
@@ -213,6 +227,7 @@ cm.show(ana.wave_map(op=ana.DGRAD))
 # %%
 cm.show(ana.schedule_table(allrec))
 cm.show(ana.schedule_table(allrec, ana.DGRAD))
+cm.show(ana.schedule_table(allrec, ana.WGRAD))
 
 # %% [markdown]
 # ## 6. Targets

@@ -113,10 +113,15 @@ def test_schedule_table_and_wave_map_from_the_committed_records():
     col = f"8x8x{rec[-1]['config']['BN']} split-K 8"  # the tile is part of the column: BN 128 and 256 apart
     assert col in t.columns and any(c.endswith("data-parallel") for c in t.columns), list(t.columns)
     assert t.loc["2x1280→1280 8x8 3x3 s1", col] == round(1000 * rec[-1]["ms_median"], 1)
-    w = ana.wave_map()
-    assert w.loc["2x1280→1280 8x8 3x3 s1", "schedule"] == "split-K 8"
+    w = ana.wave_map()  # BN 128 under split-K where it fills more SMs (conv_ws._split_bn): 20 tiles x 6 slices
+    assert tuple(w.loc["2x1280→1280 8x8 3x3 s1", ["patch", "schedule", "units"]]) == ("8x8x128", "split-K 6", 120)
+    assert tuple(w.loc["2x1280→1280 16x16 3x3 s1", ["patch", "schedule"]]) == ("8x16x256", "split-K 6")  # long slices
     assert w.loc["128x384→384 64x64 3x3 s1", "schedule"] == "data-parallel"
-    assert ana.wave_map(op=ana.DGRAD).loc["4x1280→1280 8x8 1x1 s1", "schedule"] == "split-K 4"
+    assert ana.wave_map(op=ana.DGRAD).loc["4x1280→1280 8x8 1x1 s1", "schedule"] == "split-K 3"
+    ww = ana.wave_map(op=ana.WGRAD)  # wgrad on the template: 900 tiles of 2 k-steps fill the SMs; SD 3x3 splits
+    assert tuple(ww.loc["2x1280→1280 8x8 3x3 s1", ["patch", "tiles", "k-steps / tile", "schedule"]]) == \
+        ("8x8 128x128", 900, 2, "data-parallel")
+    assert ww.loc["8x320→320 64x64 3x3 s1", "schedule"] == "split-K 8"
 
 
 def test_best_gluon_and_issue_targets_recomputed_from_the_records(df):

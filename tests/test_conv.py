@@ -397,3 +397,53 @@ def test_ws_split_config_rules():
     assert conv_ws.WsConvConfig(split_k=0).plan(264, 64, 132) == (1, 0, 264)
     with pytest.raises(ValueError, match="split_k must be in 0..16"):
         conv_ws.WsConvConfig(split_k=17).validate("bfloat16")
+
+
+def test_wgrad_short_loop_rules():
+    """WgradConfig.heuristic on short pixel loops (<= WGRAD_SHORT_LOOP k-steps), at the 06 plan's shapes (the
+    measured reasons are in the code): BM 64 under two waves of 128 x 128 tiles, 2 stages on <= 8 k-steps with
+    >= two waves of tiles; long loops keep 128 x 128 and 4 stages."""
+    def pick(B, Ci, Co, H, R, stride=1):
+        c = conv.WgradConfig.heuristic(dict(B=B, Ci=Ci, Co=Co, H=H, W=H, R=R, stride=stride, pad=R // 2), "bfloat16")
+        return c.TH, c.TW, c.BM, c.BN, c.num_stages
+
+    assert pick(1, 512, 512, 32, 3) == (2, 32, 64, 128, 4)     # 144 tiles, 16 k-steps: BM 64
+    assert pick(1, 512, 512, 7, 3) == (8, 8, 64, 128, 2)       # 1 k-step, 288 tiles at BM 64: 2 stages too
+    assert pick(2, 1280, 1280, 8, 3) == (8, 8, 128, 128, 2)    # 900 tiles, 2 k-steps: 2 stages
+    assert pick(2, 1280, 1280, 16, 3) == (4, 16, 128, 128, 2)  # 900 tiles, 8 k-steps: 2 stages
+    assert pick(4, 1280, 1280, 8, 1) == (8, 8, 64, 128, 4)     # 100 tiles: BM 64; 200 < 2 waves: 4 stages
+    for long_loop in ((64, 256, 256, 14, 3), (8, 640, 320, 32, 1), (8, 320, 320, 64, 3, 2), (64, 512, 1024, 28, 1, 2)):
+        assert pick(*long_loop)[2:] == (128, 128, 4), long_loop
+
+
+def test_ws_split_bn_rule():
+    """gluon-ws's BN in the split-K regime (conv_ws._split_bn): 128 where it fills more SMs or BN 256's slices
+    are short; 256 where the fill ties and the slices are long, and wherever no split is needed."""
+    def bn(B, Ci, Co, H, R, stride=1):
+        return conv_ws.WsConvConfig.heuristic(dict(B=B, Ci=Ci, Co=Co, H=H, W=H, R=R, stride=stride, pad=R // 2),
+                                              "bfloat16").BN
+
+    assert bn(1, 512, 512, 7, 3) == 128     # 32 vs 16 units
+    assert bn(2, 1280, 1280, 8, 3) == 128   # 120 vs 80 units
+    assert bn(4, 1280, 1280, 8, 1) == 128   # 120 vs 80 units
+    assert bn(1, 512, 512, 32, 3) == 128    # 128 units each; BN 256's slices 9 k-steps < SHORT_SLICE
+    assert bn(2, 1280, 1280, 16, 3) == 256  # 120 units each; slices of 30 k-steps
+    assert bn(64, 256, 256, 14, 3) == 256 and bn(64, 512, 1024, 28, 1, 2) == 256  # tiles fill the SMs: no split
+
+
+@pytest.mark.slow
+def test_short_loop_picks_compile_and_census():
+    """The new picks compile for sm_90: wgrad at BM 64 / 2 stages (one split: the gradient stored directly, no
+    atomics; the 32-bit stores of the wgmma layout are counted, not hidden) and gluon-ws at BN 128 under split-K
+    (the producer's 2 boxes, the consumers' m64n128 wgmma, the TMA store of the patch)."""
+    s = dict(B=1, Ci=512, Co=512, H=7, W=7, R=3, stride=1, pad=1)
+    c = codegen.census(codegen.compile_sm90(**{k: v for k, v in conv.wgrad_codegen(s, "bfloat16").items()
+                                               if k != "options"}))
+    assert c["sass"]["UTMALDG"] == 4 and c["sass"]["HGMMA"] == 4 and c["wgmma_shapes"] == ["m64n128k16"], c["sass"]
+    assert c["ld_global"] == 0 and c["st_global_by_bits"] == {32: 32} and c["spill_bytes"] == 0, c
+    assert c["smem_bytes"] <= conv.WgradConfig.heuristic(s, "bfloat16").smem_bytes("bfloat16") + 1024
+    spec = conv_ws.fprop_ws_codegen(s, "bfloat16")
+    assert spec["constexprs"]["SPLIT_K"] == 8, spec["constexprs"]  # 4 tiles of BN 128 (2 of BN 256) x 8 slices
+    c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+    assert c["sass"]["UTMALDG"] == 2 and c["sass"]["UTMASTG"] == 1 and c["spill_bytes"] == 0, c["sass"]
+    assert "m64n128k16" in c["wgmma_shapes"], c["wgmma_shapes"]

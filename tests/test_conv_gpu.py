@@ -183,7 +183,7 @@ WSPEC = specs.get("conv2d_weight_grad")
 def test_wgrad_every_variant_matches_float64(shape, dtype):
     inp = bench.make_inputs("conv2d_weight_grad", shape, dtype, seed=shape["Co"] + shape["H"])
     ref = WSPEC.reference(*inp)
-    for v in ("torch", "triton", "gluon-pipelined"):
+    for v in ("torch", "triton", "gluon-pipelined", "gluon-ws"):
         _poison(ref.numel() * 4)
         gw = gll.conv2d_weight_grad(*inp, variant=v)
         torch.cuda.synchronize()
@@ -203,13 +203,38 @@ def test_wgrad_splits_sum_to_the_same_gradient(splits):
     assert bench.compare(gw, ref, "bfloat16", WSPEC.tolerance["bfloat16"])["passed"]
 
 
+# The short-pixel-loop tile rules of WgradConfig.heuristic (BM 64 under two waves of 128 x 128 tiles; 2 stages
+# on <= 8 k-steps per program with >= two waves of tiles), each picked by the heuristic, with Ci / Co tails.
+WGRAD_SHORT = [
+    (dict(B=2, Ci=520, Co=600, H=7, W=9, R=3, stride=1, pad=1), (64, 2)),     # BM 64 and 2 stages
+    (dict(B=2, Ci=776, Co=776, H=6, W=6, R=3, stride=1, pad=1), (128, 2)),    # 441 tiles of 128 x 128, 2 stages
+    (dict(B=3, Ci=264, Co=520, H=9, W=7, R=1, stride=1, pad=0), (64, 4)),     # 1x1, few tiles: BM 64, 4 stages
+]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape,pick", WGRAD_SHORT, ids=lambda v: "-".join(f"{k}{x}" for k, x in v.items())
+                         if isinstance(v, dict) else f"BM{v[0]}-st{v[1]}")
+def test_wgrad_short_loop_tiles_match_float64(shape, pick, dtype):
+    from gluon_lab.kernels import conv
+    cfg = conv.WgradConfig.heuristic(shape, dtype)
+    assert (cfg.BM, cfg.num_stages) == pick, cfg
+    inp = bench.make_inputs("conv2d_weight_grad", shape, dtype, seed=shape["Ci"])
+    ref = WSPEC.reference(*inp)
+    _poison(ref.numel() * 4)
+    gw = gll.conv2d_weight_grad(*inp, variant="gluon-pipelined")
+    torch.cuda.synchronize()
+    ok = bench.compare(gw, ref, dtype, WSPEC.tolerance[dtype])
+    assert ok["passed"], ok
+
+
 # ---- the template's schedules on conv (gluon-ws of conv2d and conv2d_input_grad) ------------------------
 # Every producer x schedule pair a heuristic can pick: the tap-box producer (stride 1 and the stride-2 parity
 # view) x data-parallel / split-K (2, 3, 8 slices: even and uneven K cuts) / last-wave split, on SM-idle
 # shapes (few tiles: split_choice splits them), ragged patches and channel tails, against float64 on
 # NaN-poisoned outputs (a split tile's pixel the fixup misses stays NaN).
 SCHED_CASES = [
-    dict(B=2, Ci=320, Co=256, H=8, W=8, R=3, stride=1, pad=1),    # SM-idle: 8x8 image, 8x8 patch, BN 256
+    dict(B=2, Ci=320, Co=256, H=8, W=8, R=3, stride=1, pad=1),    # SM-idle: 8x8 image, 8x8 patch (BN 128: _split_bn)
     dict(B=1, Ci=136, Co=200, H=7, W=9, R=3, stride=1, pad=1),    # ragged patch, Ci / Co tails
     dict(B=2, Ci=192, Co=128, H=12, W=10, R=3, stride=2, pad=1),  # stride 2 (parity view), 6x5 outputs
     dict(B=3, Ci=512, Co=136, H=8, W=8, R=1, stride=1, pad=0),    # 1x1, many channels
@@ -229,3 +254,18 @@ def test_ws_schedules_match_float64(shape, sched):
         res = bench.check_correctness(op, "gluon-ws", inp, config=dataclasses.replace(cfg, **sched))
         assert res["passed"], (op, dtype, sched, res)
     assert conv_ws.split_choice(4, 180) == 8 and conv_ws.split_choice(100, 180) == 1
+
+
+def test_ws_split_keeps_bn_256_on_long_slices():
+    """The split regime's other BN: where BN 128 fills no more SMs and BN 256's K-slices are long (_split_bn), the
+    heuristic keeps BN 256 with split-K 6 (2x1280ch 16x16's rule; here with a Ci tail) — fprop, and dgrad on the
+    shape whose GEMM view is that fprop (Ci and Co swapped), against float64 on NaN-poisoned outputs."""
+    from gluon_lab.kernels import conv_ws
+    fwd = dict(B=2, Ci=720, Co=1280, H=16, W=16, R=3, stride=1, pad=1)
+    assert conv_ws.WsConvConfig.heuristic(fwd, "bfloat16").plan(2 * 2 * 5, 9 * 12, 132)[0] == 6
+    for op, shape in (("conv2d", fwd), ("conv2d_input_grad", {**fwd, "Ci": 1280, "Co": 720})):
+        cfg = registry.get_variant(op, "gluon-ws").configure(shape, "bfloat16", {})
+        assert cfg.BN == 256, (op, cfg)
+        inp = bench.make_inputs(op, shape, "bfloat16", seed=7)
+        res = bench.check_correctness(op, "gluon-ws", inp, call="api")  # the public call: the heuristic's config
+        assert res["passed"], (op, res)

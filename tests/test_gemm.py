@@ -1,5 +1,7 @@
 """gluon-pipelined matmul on the CPU: compiles for sm_90 and shows what the pattern promises
 (TMA loads into a NUM_STAGES ring, wgmma, a TMA-store epilogue, no spills); config and input rules."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -144,3 +146,45 @@ def test_stream_k_partials_leave_shared_memory_alone(cfg):
     assert c["spill_bytes"] == 0 and c["tma_store"] == 1 and c["st_global"] == cfg.BM * cfg.BN // (64 * cfg.num_warps)
     assert cfg.smem_bytes() == G.GemmConfig(BM=cfg.BM, BN=cfg.BN, num_warps=cfg.num_warps,
                                             num_stages=cfg.num_stages).smem_bytes()
+
+
+@pytest.mark.parametrize("vec", [True, False])
+def test_pad_copy_kernel_census(vec):
+    """The padded-copy producer's staging kernel: 16-byte loads and stores when the row length is a multiple of
+    8 elements (strides always are: gemm.check's 16-byte rows), element-wise masks otherwise; no spills."""
+    from gluon_lab.kernels.hopper import kernel_spec
+    from gluon_lab.kernels.igemm import staging as S
+    args = {n: "*bf16" for n in ("a", "a_dst", "b", "b_dst")}
+    args.update({n: "i32" for n in ("a_rows", "a_cols", "a_stride", "a_dst_stride", "a_blocks", "b_rows", "b_cols",
+                                    "b_stride", "b_dst_stride")})
+    spec = kernel_spec(S.pad_copy_kernel, args, {"A_VEC": vec, "B_VEC": True, "BR": S.COPY_ROWS, "BC": S.COPY_COLS,
+                                                 "num_warps": S.COPY_WARPS}, num_warps=S.COPY_WARPS)
+    k = codegen.compile_sm90(**spec)
+    ptx, c = k.asm["ptx"], codegen.census(k)
+    assert c["spill_bytes"] == 0
+    wide_ld, wide_st = ptx.count("ld.global.v4.b32"), ptx.count("st.global.v4.b32")
+    per_thread = S.COPY_ROWS * S.COPY_COLS // (8 * 32 * S.COPY_WARPS)  # 16-byte vectors per thread per block
+    if vec:  # both operands' blocks move as 16-byte vectors
+        assert wide_ld == 2 * per_thread and wide_st == 2 * per_thread, (wide_ld, wide_st)
+    else:  # only B's (A's masks are per element)
+        assert wide_ld == per_thread and wide_st == per_thread, (wide_ld, wide_st)
+
+
+def test_pad_rows_rules_and_the_gemm_kernel_unchanged():
+    """pad_rows with cp_async is refused (two producers); the GEMM kernel a pad_rows config launches compiles
+    to the same code as without it (the copy is a launch of its own); needs_pad reads the row stride and base."""
+    from gluon_lab.kernels import gemm_ws as W
+    from gluon_lab.kernels.igemm import staging as S
+    with pytest.raises(ValueError, match="pad_rows=True.*cp_async"):
+        G.GemmConfig(BN=128, num_warps=4, num_stages=4, cp_async=True, producer_regs=96, pad_rows=True).validate()
+    for cfg in (G.GemmConfig(), G.GemmConfig(BN=128, num_warps=4, split_k=4, split_last_wave=True)):
+        plain = codegen.compile_sm90(**W.codegen_spec(cfg))
+        padded = codegen.compile_sm90(**W.codegen_spec(dataclasses.replace(cfg, pad_rows=True)))
+        assert plain.asm["ptx"] == padded.asm["ptx"]
+    meta = dict(dtype=torch.bfloat16, device="meta")  # data_ptr 0 (a line) plus the view's offset
+    assert not S.needs_pad(torch.empty(8, 64, **meta))  # 128-byte rows
+    assert S.needs_pad(torch.empty(8, 1000, **meta))  # 2000 B rows
+    assert S.needs_pad(torch.empty(8, 72, **meta)[:, 8:])  # rows of 144 B, based 16 B past a line
+    assert S.needs_pad(torch.empty(8, 128, **meta)[:, 8:])  # 256-byte rows, but based 16 B past a line
+    v = S.padded_like(torch.empty(5, 1001, **meta))
+    assert v.shape == (5, 1001) and v.stride(0) == 1024 and not S.needs_pad(v)

@@ -89,7 +89,16 @@ STREAMK = [dict(BN=128, num_stages=4, num_warps=4, stream_k=1), dict(BN=128, num
            dict(BM=16, BN=128, num_stages=6, num_warps=4, swap_ab=True, stream_k=1), dict(stream_k=1), dict(stream_k=2)]
 STREAMK_SHAPES = [(1, 8, 8), (17, 1000, 3000), (1000, 3000, 2000), (128, 128 * 133, 520), (300, 264, 1032),
                   (128, 6144, 4096), (2500, 1736, 4104), (777, 5000, 1000)]
-SCHEDULES = ([(c, s) for c in STREAMK for s in STREAMK_SHAPES] + [(c, s) for c in PINGPONG for s in PINGPONG_SHAPES] + [(c, s) for c in SPLITK for s in SPLITK_SHAPES]
+# the padded-copy producer (pad_rows: A and / or B copied onto 128-byte lines first, then TMA) under every
+# schedule and consumer a heuristic could pair it with; shapes where both operands, only A (K = 1000) or only B
+# (N = 1000) are off a line, or neither (1024 x 1024 x 1024: no copy launched), one-element and ragged edges
+PAD = [dict(pad_rows=True), dict(BN=128, num_warps=8, num_stages=5, pad_rows=True),
+       dict(BN=128, num_warps=4, num_stages=4, pingpong=True, pad_rows=True),
+       dict(BN=128, num_warps=4, num_stages=4, split_k=4, split_last_wave=True, pad_rows=True),
+       dict(BN=128, num_warps=4, num_stages=4, stream_k=1, pad_rows=True),
+       dict(BM=16, BN=128, num_warps=4, num_stages=6, swap_ab=True, split_k=2, pad_rows=True)]
+PAD_SHAPES = [(1, 8, 8), (300, 264, 1032), (130, 1024, 1000), (130, 1000, 1024), (2500, 1736, 4104), (1024, 1024, 1024)]
+SCHEDULES = ([(c, s) for c in PAD for s in PAD_SHAPES if c.get("split_k", 1) <= -(-s[2] // 64)] + [(c, s) for c in STREAMK for s in STREAMK_SHAPES] + [(c, s) for c in PINGPONG for s in PINGPONG_SHAPES] + [(c, s) for c in SPLITK for s in SPLITK_SHAPES]
              + [(c, s) for c in SWAP for s in SWAP_SHAPES if c.get("split_k", 1) <= -(-s[2] // 64)]
              + [(c, s) for c in LAST_WAVE for s in LAST_WAVE_SHAPES]
              + [(c, s) for c in CP_ASYNC for s in CP_SHAPES if c.get("split_k", 1) <= -(-s[2] // 64)])
@@ -136,20 +145,23 @@ def test_heuristic_picks_match_float64_through_the_api(variant, shape):
     assert res["passed"], res
 
 
-@pytest.mark.parametrize("cp", [False, True])
-def test_strided_views_match_float64(cp):
+@pytest.mark.parametrize("producer,K", [("tma", 1032), ("cp", 1032), ("pad", 1032), ("pad", 1001)])
+def test_strided_views_match_float64(producer, K):
     """Row strides that are not the shape's (views into wider buffers, C written through a view too): the
-    cp.async producer reads them from the strides it is given, TMA from its descriptors; the columns past
-    N in C's buffer stay untouched."""
+    cp.async producer reads them from the strides it is given, TMA from its descriptors, the padded copy
+    copies them (K = 1001: a row length off 16 bytes, the copy's element-wise masks); the columns past N in
+    C's buffer stay untouched."""
     import torch
     from gluon_lab.kernels import gemm as G
     from gluon_lab.kernels import gemm_ws as W
-    M, N, K = 777, 1000, 1032
+    M, N = 777, 1000
     g = torch.Generator(device="cuda").manual_seed(5)
-    a = torch.randn(M, K + 40, device="cuda", dtype=torch.bfloat16, generator=g)[:, :K]
+    a = torch.randn(M, 1032 + 40, device="cuda", dtype=torch.bfloat16, generator=g)[:, :K]
     b = torch.randn(K, N + 24, device="cuda", dtype=torch.bfloat16, generator=g)[:, :N]
     cbuf = torch.full((M, N + 8), float("nan"), device="cuda", dtype=torch.bfloat16)
-    cfg = G.GemmConfig(BN=128, num_warps=8, num_stages=5, cp_async=cp, producer_regs=152 if cp else 40)
+    cp = producer == "cp"
+    cfg = G.GemmConfig(BN=128, num_warps=8, num_stages=5, cp_async=cp, producer_regs=152 if cp else 40,
+                       pad_rows=producer == "pad")
     W.launch(a, b, out=cbuf[:, :N], config=cfg)
     torch.cuda.synchronize()
     ref = a.double() @ b.double()
@@ -157,3 +169,26 @@ def test_strided_views_match_float64(cp):
     assert torch.isfinite(got).all()
     assert ((got - ref).abs().max() / ref.abs().max()).item() < 1e-2
     assert torch.isnan(cbuf[:, N:]).all()
+
+
+def test_padded_copy_through_the_api_replays_both_launches(monkeypatch):
+    """A heuristic that picks pad_rows (patched in here: none does yet) through gll.matmul: the fast path keeps
+    the copy and the GEMM as one launches plan (the padded buffers are scratch, allocated again per replay),
+    and the replay matches float64 on poisoned outputs."""
+    import dataclasses
+
+    from gluon_lab import bench, fastpath
+    from gluon_lab.kernels import gemm as G
+    pick = G.GemmConfig.heuristic.__func__
+    monkeypatch.setattr(G.GemmConfig, "heuristic",
+                        classmethod(lambda cls, *a, **k: dataclasses.replace(pick(cls, *a, **k), pad_rows=True)))
+    fastpath.clear()
+    try:
+        inputs = bench.make_inputs("matmul", {"M": 1000, "N": 3000, "K": 2000}, "bfloat16", seed=11)
+        res = bench.check_correctness("matmul", "gluon-ws", inputs, call="api")
+        assert res["passed"], res
+        plan = fastpath.plan_of("matmul", *inputs, variant="gluon-ws")
+        assert plan is not None and plan.kind == "launches", plan
+        assert [st.name for st in plan.steps] == ["pad_copy_kernel", "ws_gemm_kernel"] and len(plan.scratch) == 2, plan
+    finally:
+        fastpath.clear()

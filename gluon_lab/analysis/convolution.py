@@ -252,11 +252,14 @@ SCHEDULED = "gluon-ws"  # the template instance that takes the schedules (kernel
 
 
 def _schedule_label(c: dict) -> str:
-    """A schedule-study column: the tile (patch TH x TW x BN) and the schedule, so two tiles under one schedule
-    are two columns."""
+    """A schedule-study column: the tile (fprop / dgrad: patch TH x TW x BN; wgrad: patch, BM x BN and the
+    consumer warps) and the schedule, so two tiles under one schedule are two columns."""
     sk = c.get("split_k", 0)
     sched = "split-K auto" if not sk else ("data-parallel" if sk == 1 else f"split-K {sk}")
-    return f"{c['TH']}x{c['TW']}x{c['BN']} {sched}" + (" (last wave)" if c.get("split_last_wave") else "")
+    tile = (f"{c['TH']}x{c['TW']} {c['BM']}x{c['BN']} {c['num_warps']}w" if "BM" in c
+            else f"{c['TH']}x{c['TW']}x{c['BN']}")
+    return (f"{tile} {sched}" + (" (last wave)" if c.get("split_last_wave") else "")
+            + (" slice-major" if c.get("slice_major") else ""))
 
 
 def schedule_table(df, op: str = OP):
@@ -275,10 +278,18 @@ def schedule_table(df, op: str = OP):
     return piv.round(1)
 
 
+def _wave_row(sh: dict, patch: str, tiles: int, k_tiles: int, plan: tuple) -> dict:
+    from ..kernels.igemm.schedule import wave_fill
+    split, _, units = plan
+    return {"shape": label(sh), "patch": patch, "tiles": tiles, "data-parallel SM fill": round(wave_fill(tiles), 2),
+            "k-steps / tile": k_tiles, "schedule": "data-parallel" if split == 1 else f"split-K {split}",
+            "units": units, "units' SM fill": round(wave_fill(units), 2)}
+
+
 def wave_map(shapes=None, op: str = OP):
     """Per shape, what gluon-ws runs on the H200 (its config through the registry, the split plan of its largest
-    launch): output tiles, waves of data-parallel tiles on 132 SMs, the schedule's split_k and work units and the
-    SMs they fill."""
+    launch; wgrad: Co / BM x taps x Ci / BN tiles whose k-steps are the pixel patches): output tiles, waves of
+    data-parallel tiles on 132 SMs, the schedule's split_k and work units and the SMs they fill."""
     import pandas as pd
     from .. import registry
     from ..kernels.hopper import H200_SMS
@@ -287,6 +298,13 @@ def wave_map(shapes=None, op: str = OP):
     v = registry.get_variant(op, SCHEDULED)
     for sh in shapes or plan_shapes(idle=True):
         cfg = v.resolve(sh, "bfloat16", {})
+        if op == WGRAD:  # M = Co, N = taps x Ci, K = the B·OH·OW pixels in TH x TW patches
+            OH, OW = (out_size(sh[d], sh["R"], sh["stride"], sh["pad"]) for d in ("H", "W"))
+            tiles = -(-sh["Co"] // cfg.BM) * sh["R"] ** 2 * -(-sh["Ci"] // cfg.BN)
+            k_tiles = sh["B"] * -(-OH // cfg.TH) * -(-OW // cfg.TW)
+            rows.append(_wave_row(sh, f"{cfg.TH}x{cfg.TW} {cfg.BM}x{cfg.BN}", tiles, k_tiles,
+                                  cfg.plan(tiles, k_tiles, H200_SMS)))
+            continue
         st = sh["stride"] if op == DGRAD else 1
         OH = sh["H"] // st if op == DGRAD else out_size(sh["H"], sh["R"], sh["stride"], sh["pad"])
         OW = sh["W"] // st if op == DGRAD else out_size(sh["W"], sh["R"], sh["stride"], sh["pad"])
@@ -294,11 +312,7 @@ def wave_map(shapes=None, op: str = OP):
         taps = (-(-sh["R"] // st)) ** 2 if op == DGRAD else sh["R"] ** 2
         tiles = sh["B"] * -(-OH // cfg.TH) * -(-OW // cfg.TW) * -(-n_out // cfg.BN)
         k_tiles = taps * -(-n_in // cfg.BK)
-        split, full, units = cfg.plan(tiles, k_tiles, H200_SMS)
-        rows.append({"shape": label(sh), "patch": f"{cfg.TH}x{cfg.TW}x{cfg.BN}", "tiles": tiles,
-                     "data-parallel SM fill": round(tiles / (-(-tiles // H200_SMS) * H200_SMS), 2),
-                     "k-steps / tile": k_tiles, "schedule": "data-parallel" if split == 1 else f"split-K {split}",
-                     "units": units, "units' SM fill": round(units / (-(-units // H200_SMS) * H200_SMS), 2)})
+        rows.append(_wave_row(sh, f"{cfg.TH}x{cfg.TW}x{cfg.BN}", tiles, k_tiles, cfg.plan(tiles, k_tiles, H200_SMS)))
     t = pd.DataFrame(rows).set_index("shape")
     t.columns.name = f"{SCHEDULED} {op}: tiles and schedule (largest launch)"
     return t

@@ -276,14 +276,16 @@ def shape_sweep_records(use):
 
 
 def gemm_config_label(cfg: dict) -> str:
-    """'ws 128x128x64 4w s4 pp' style label of a study record's config ('heuristic' when it set none)."""
+    """'ws 128x128x64 4w s4 pp' style label of a study record's config ('heuristic' when it set no tile; either
+    with ' padded copy' when the padded-copy producer staged the operands)."""
+    pad = " padded copy" if cfg.get("pad_rows") else ""
     if cfg.get("heuristic") or not any(k in cfg for k in ("BM", "BN", "BK")):  # the study marks its heuristic cases
-        return "heuristic"
+        return "heuristic" + pad
     lab = f"{cfg.get('BM')}x{cfg.get('BN')}x{cfg.get('BK')} {cfg.get('num_warps')}w s{cfg.get('num_stages')}"
     return (lab + (" ping-pong" if cfg.get("pingpong") else "") + (" swap-AB" if cfg.get("swap_ab") else "")
             + (f" split-K {cfg['split_k']}" if cfg.get("split_k", 1) > 1 else "")
             + (" (last wave)" if cfg.get("split_last_wave") else "") + (" cp.async" if cfg.get("cp_async") else "")
-            + (f" stream-K {cfg['stream_k']}w" if cfg.get("stream_k") else ""))
+            + (f" stream-K {cfg['stream_k']}w" if cfg.get("stream_k") else "") + pad)
 
 
 def labelled(ok):
@@ -442,27 +444,38 @@ def ws_vs_pipe_table(st, max_k: int = 2048) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def cp_vs_tma_table(st) -> pd.DataFrame:
-    """Per shape of a 'gemm-shapes' run that has cp.async cases (rows not 128-byte aligned): the best gluon-ws
-    config reading with TMA, the best reading with the cp.async producer, TMA time / cp.async time (> 1: the
-    cp.async producer is faster) and each one's ratio to cuBLAS."""
+def producer_of(cfg: dict) -> str:
+    """Which A/B producer a gluon-ws config ran: PRODUCERS' key."""
+    return "cp.async" if cfg.get("cp_async") else "padded copy" if cfg.get("pad_rows") else "TMA"
+
+
+def producer_table(st) -> pd.DataFrame:
+    """Per shape of a 'gemm-shapes' run that tried another producer than TMA in place (rows not 128-byte
+    aligned): the best gluon-ws config of each producer, its time / cuBLAS's (> 1: faster than cuBLAS) and the
+    best padded-copy / cp.async config's speed-up over the best in-place TMA one (> 1: that producer wins)."""
     ok = cm.passed(st) if len(st) else st
     if not len(ok):
         return pd.DataFrame()
     ok, cfgs = labelled(ok)
-    ok = ok.assign(cp=[bool(c.get("cp_async")) for c in cfgs])
+    ok = ok.assign(producer=[producer_of(c) for c in cfgs])
     rows = []
     for (M, N, K), g in ok.groupby(["M", "N", "K"]):
         ws = g[g.variant == "gluon-ws"]
-        cp, tma = ws[ws.cp], ws[~ws.cp]
         peer = g[g.variant == GEMM_PEER]
-        if not len(cp) or not len(tma) or not len(peer):
+        tma = ws[ws.producer == "TMA"]
+        if not len(tma) or not len(peer) or set(ws.producer) == {"TMA"}:
             continue
         p, _ = peer_time(peer)
-        bc, bt = cp.loc[cp.ms_median.idxmin()], tma.loc[tma.ms_median.idxmin()]
-        rows.append({"M": int(M), "N": int(N), "K": int(K), "best TMA": bt.label, "best cp.async": bc.label,
-                     "TMA / cp.async": round(bt.ms_median / bc.ms_median, 3),
-                     "TMA / cuBLAS": round(p.ms_median / bt.ms_median, 3), "cp.async / cuBLAS": round(p.ms_median / bc.ms_median, 3)})
+        bt = tma.loc[tma.ms_median.idxmin()]
+        row = {"M": int(M), "N": int(N), "K": int(K), "best TMA": bt.label,
+               "TMA / cuBLAS": round(p.ms_median / bt.ms_median, 3)}
+        for prod in ("padded copy", "cp.async"):
+            sub = ws[ws.producer == prod]
+            if len(sub):
+                b = sub.loc[sub.ms_median.idxmin()]
+                row.update({f"best {prod}": b.label, f"{prod} / cuBLAS": round(p.ms_median / b.ms_median, 3),
+                            f"{prod} speed-up over TMA": round(bt.ms_median / b.ms_median, 3)})
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

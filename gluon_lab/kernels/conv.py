@@ -909,6 +909,9 @@ def conv_wgrad_kernel(dy_desc, x_desc, ws_ptr, Ci, Co, n_th, n_tw, n_patches, k_
         gl.atomic_add(ws_ptr + off, acc, mask=m, sem="relaxed")
 
 
+WGRAD_SHORT_LOOP = 16  # k-steps (TH x TW pixel patches) of the whole pixel loop: at most this, the tile rules below
+
+
 @dataclasses.dataclass(frozen=True)
 class WgradConfig:
     """Patch TH x TW output pixels per k-step (BK = TH·TW), BM output channels x BN input channels per
@@ -947,7 +950,28 @@ class WgradConfig:
         long_loop = tw == 32 and shape["B"] * OH * OW // 64 >= 4096
         if long_loop:
             return cls(TH=4, TW=32, num_stages=3)
-        return cls(TH=max(1, 64 // tw), TW=tw)
+        cfg = cls(TH=max(1, 64 // tw), TW=tw)
+        # Short pixel loops (small images, small batches: no split of the pixels pays), from the 06 wgrad sweep
+        # on the SM-idle shapes (run 20261204T153112Z-9c34a026, TFLOP/s, this rule's pick vs the former 128 x 128
+        # / 4 stages):
+        # * fewer than two waves of 128 x 128 tiles -> BM 64 (twice the tiles, so the last wave is half as long):
+        #   VAE 512ch 32x32 b1 (144 tiles, 16 k-steps) 274 vs 171; 1x1 1280ch 8x8 b4 (100 tiles) 119 vs 112;
+        #   ResNet 7x7 b1 (144 tiles) 27-29 vs 25;
+        # * <= SHORT_LOOP / 2 k-steps per program and >= two waves of tiles -> 2 stages (a 64 KB ring: three CTAs
+        #   share an SM, one's epilogue under the others' loads): 2x1280ch 8x8 (900 tiles, 2 k-steps) 115 vs 100,
+        #   16x16 (8 k-steps) 325 vs 294, 7x7 at BM 64 29 vs 27; with fewer tiles than that (one CTA per SM)
+        #   2 stages lost (1x1 1280ch 8x8: 101 vs 119 at BM 64, 93 vs 111 at BM 128).
+        n_patches = shape["B"] * cdiv(OH, cfg.TH) * cdiv(OW, cfg.TW)
+        if n_patches > WGRAD_SHORT_LOOP:
+            return cfg
+        def tiles(c):
+            return cdiv(shape["Co"], c.BM) * shape["R"] ** 2 * cdiv(shape["Ci"], c.BN)
+
+        if tiles(cfg) < 2 * H200_SMS:
+            cfg = dataclasses.replace(cfg, BM=64)
+        if n_patches <= WGRAD_SHORT_LOOP // 2 and tiles(cfg) >= 2 * H200_SMS:
+            cfg = dataclasses.replace(cfg, num_stages=2)
+        return cfg
 
     def split_count(self, n_tiles: int, n_patches: int) -> int:
         # The split of the B·OH·OW pixels minimizing waves x (k-steps per split + 4): each program pays a

@@ -213,6 +213,7 @@ def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, work, Ci, Co, n_th, n_tw, n_til
 MAX_SPLIT = 8          # K-slices (split 8 was the best measured on every 8x8 / 7x7 shape; more was not measured)
 SPLIT_FILL = 0.5       # split only when the tiles fill less than half of the SMs (one partial wave) ...
 SPLIT_MIN_KSTEPS = 5   # ... each slice >= 5 k-steps (the 1x1's 20 k-steps: split 4 = 9.8 µs, 8 = 13.0, 2 = 11.3)
+SHORT_SLICE = 16       # k-steps: a split launch whose BN 256 slices are shorter takes BN 128 (_split_bn)
 SMALL_IMAGE = 8        # output rows <= 8 pixels wide and high: a TW x TH = 8 x 8 patch (BM 64), not 16 x 8 (half empty)
 
 
@@ -223,6 +224,29 @@ def split_choice(tiles: int, k_tiles: int, sms: int = H200_SMS) -> int:
     if tiles >= SPLIT_FILL * sms:
         return 1
     return max(1, min(MAX_SPLIT, sms // tiles, k_tiles // SPLIT_MIN_KSTEPS))
+
+
+def _split_bn(shape: dict, base: ConvConfig, OH: int, OW: int) -> int:
+    """BN of a launch that split_choice splits: 128 where its units fill more SMs than BN 256's, or where BN 256's
+    K-slices are shorter than SHORT_SLICE k-steps (the fp32 partials and their fixup then weigh as much as the
+    MMAs; BN 128 needs half the slices for the same fill); else 256 (its B reuse). From the 06 'schedule' study
+    with BN 128 (run 20261204T153112Z-9c34a026, fprop µs, BN 128 vs 256 each at its split_choice): ResNet 7x7 b1
+    (16 vs 32 units) 9.1 vs 10.6; 1x1 1280ch 8x8 b4 (80 vs 120 units) 8.9 vs 9.6; 2x1280ch 8x8 (80 vs 120)
+    20.7 vs 21.0; VAE 512ch 32x32 b1 (128 units each, BN 256 slices of 9 k-steps) 17.4 vs 18.7; but 2x1280ch
+    16x16 (120 units each, slices of 30 k-steps) 37.8 vs 33.4: BN 256 kept. dgrad's sub-problems ran the same."""
+    k_tiles = shape["R"] ** 2 * cdiv(shape["Ci"], base.BK)
+    m_tiles = shape["B"] * cdiv(OH, base.TH) * cdiv(OW, base.TW)
+
+    def units(bn):
+        split = split_choice(m_tiles * cdiv(shape["Co"], bn), k_tiles)
+        return split, m_tiles * cdiv(shape["Co"], bn) * split
+
+    s256, u256 = units(256)
+    if s256 == 1:
+        return 256
+    _, u128 = units(128)
+    fill = lambda u: u / (cdiv(u, H200_SMS) * H200_SMS)  # noqa: E731
+    return 128 if fill(u128) > fill(u256) or k_tiles / s256 < SHORT_SLICE else 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,6 +265,8 @@ class WsConvConfig(ConvConfig):
         OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
         if OH <= SMALL_IMAGE and OW <= SMALL_IMAGE:
             base = dataclasses.replace(base, TH=8, TW=8, num_warps=4)
+        if base.BN == 256 and _split_bn(shape, base, OH, OW) == 128:
+            base = dataclasses.replace(base, BN=128)
         return cls(**dataclasses.asdict(base))
 
     def validate(self, dtype: str):

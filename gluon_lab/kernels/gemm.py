@@ -29,6 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .hopper import GL_DTYPE, H200_SMS, ITEMSIZE, SMEM_LIMIT, cdiv, descriptor, desc_type, dtype_name, kernel_spec, num_sms
 from .igemm.producers import tma_k_step
+from .igemm.staging import pad_copy_kernel, pad_rows
 from .igemm.schedule import tile_coords, tile_space, wave_fill
 
 
@@ -160,6 +161,11 @@ class GemmConfig:
     # data-parallel + stream-K hybrid at stream_k = 2); a tile cut between CTAs is summed from fp32 partials
     # by a second kernel (deterministic). 0 = off
     stream_k: int = 0
+    # the padded-copy producer: each operand whose rows are not 128-byte aligned is first copied (one extra
+    # launch, igemm.staging.pad_rows) into rows that are, and the TMA producer reads the copy. Any schedule
+    # and consumer; the GEMM kernel compiles as without it. Pays a read + write of A and B to avoid the
+    # straddled TMA rows (results/h200/gemm-probe.log: 10-54% on the sweep's ragged shapes)
+    pad_rows: bool = False
 
     def consumers(self) -> int:
         """Accumulator tiles in flight per CTA (one per consumer warpgroup in ping-pong)."""
@@ -220,6 +226,9 @@ class GemmConfig:
         if self.stream_k and (self.pingpong or self.split_k > 1):
             raise ValueError("GemmConfig(stream_k > 0) runs on the cooperative consumer without split-K: pingpong must "
                              "be False and split_k 1")
+        if self.cp_async and self.pad_rows:
+            raise ValueError("GemmConfig(pad_rows=True) feeds the TMA producer aligned copies; cp_async reads the "
+                             "operands in place: set one of them")
         if self.cp_async and self.pingpong:
             raise ValueError("GemmConfig(cp_async=True) runs on the cooperative consumer: pingpong must be False")
         if self.cp_async and self.producer_regs < self.cp_producer_floor():
@@ -382,6 +391,8 @@ def prepare(a, b, out=None, config: GemmConfig | None = None, ws: bool = False):
     c = torch.empty((M, N), dtype=a.dtype, device=a.device) if out is None else out
     if (N * a.element_size()) % 16:
         raise ValueError(f"N * itemsize must be a multiple of 16 bytes (C's rows are TMA-stored); got N={N}")
+    if cfg.pad_rows:  # the padded-copy producer: A and B rows copied onto 128-byte lines first (one launch)
+        a, b = pad_rows(a, b)
     la, lb, lc = _layouts(cfg, dtype)
     descs = (descriptor(a, [cfg.BM, cfg.BK], la), descriptor(b, [cfg.BK, cfg.BN], lb), descriptor(c, [cfg.BM, cfg.BN], lc))
     n_tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
@@ -457,6 +468,6 @@ def register_matmul(variant: str, *, pattern: str, launch, codegen_spec, knobs: 
 
 
 register_matmul("gluon-pipelined", pattern="pipelined", launch=launch, codegen_spec=codegen_spec, knobs=KNOBS,
-                roots=(persistent_gemm_kernel, ),
+                roots=(persistent_gemm_kernel, pad_copy_kernel, pad_rows),
                 description="persistent TMA + wgmma GEMM: NUM_STAGES ring across tiles, grouped order, TMA-store "
                             "epilogue")

@@ -366,7 +366,7 @@ gemm.register_matmul(
            "stream_k": (0, 1, 2)},
     roots=(ws_gemm_kernel, ws_pingpong_gemm_kernel, _kernel_args, splitk_reduce_kernel, REDUCE_BLOCK, splitk_plan,
            cp_producer, cp_layout, streamk_reduce_kernel, streamk_plan, streamk_max_pieces, store_tile,
-           store_partial),
+           store_partial, gemm.pad_copy_kernel, gemm.pad_rows),
     description="persistent GEMM: 1 producer warp (TMA, setmaxnreg) + consumer warpgroups (wgmma), empty/full ring",
     ws=True)
 
