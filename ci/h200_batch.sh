@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batch on the lent H200 (device tool): the whole GPU test suite, then a notebook's measurement plan.
 # Usage (on the device, repo root as cwd):  [REFRESH=all|"NB ..."] bash ci/h200_batch.sh [NOTEBOOK...]
-# The GPU suite is a record: every `pytest -m gpu` test, `-n 8` (pytest-xdist), never a subset (SKIP_GPU_TESTS=1
+# The GPU suite is a record: every `pytest -m gpu` test, `-n 8` (pytest-xdist; GPU_WORKERS), never a subset (SKIP_GPU_TESTS=1
 # runs none); its result goes to results/<gpu-slug>/gpu-tests.json (ci/gpu_tests_record.py, from pytest's
 # JUnit XML): commit, time, GPU, torch / triton, counts, failed and skipped ids. Commit that file:
 # tests/test_gpu_tests_record.py (CPU) fails when it is older than the kernels or records a failure.
@@ -38,7 +38,11 @@ if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
     || { echo "h200_batch.sh: no GPU name from torch (see above)" >&2; exit 2; }
   mkdir -p "$OUT/results/$SLUG"
   JUNIT=$(mktemp -d)/gpu-tests.xml  # off $OUT: the device tool brings back only a few files
-  GPU_PYTEST=(python3 -m pytest -q -m gpu tests -n 8 -p no:cacheprovider)  # -q once: -qq prints no "N passed" line
+  # GPU_WORKERS: xdist workers (default 8, for an H200's 141 GB; the norm tests take ~14 GB a worker, so an 80 GB
+  # H100 runs the same whole suite at GPU_WORKERS=4 or 5)
+  GPU_WORKERS=${GPU_WORKERS:-8}
+  [[ "$GPU_WORKERS" =~ ^[1-9][0-9]?$ ]] || { echo "h200_batch.sh: GPU_WORKERS must be a whole number 1..99, not '$GPU_WORKERS'" >&2; exit 2; }
+  GPU_PYTEST=(python3 -m pytest -q -m gpu tests -n "$GPU_WORKERS" -p no:cacheprovider)  # -q once: -qq prints no "N passed" line
   t0=$(date +%s)
   timeout "${GPU_TEST_TIMEOUT:-900}" "${GPU_PYTEST[@]}" -o junit_family=xunit1 --junitxml "$JUNIT" 2>&1 \
     | tail -n 60 | tee "$LOGDIR/gpu-tests.log"
