@@ -1008,6 +1008,7 @@ def capture_gemm_timeline(shapes=GEMM_TIMELINE_SHAPES, dtype: str = "bfloat16") 
     stored] per tile] per CTA]}}} (record_stamps; wg + 1 is a tag, not a time)."""
     from . import bench, registry
     from .kernels import gemm_ws as W
+    from .kernels.igemm.trace import UNIT_TRACE_FIELDS
     out = {}
     v = registry.get_variant("matmul", "gluon-ws")
     for (M, N, K) in shapes:
@@ -1015,7 +1016,7 @@ def capture_gemm_timeline(shapes=GEMM_TIMELINE_SHAPES, dtype: str = "bfloat16") 
         a, b = bench.make_inputs("matmul", shape, dtype, seed=13)
         cfgs = {k: v.resolve(shape, dtype, knobs) for k, knobs in GEMM_TIMELINE_CONFIGS.items()}
         out[f"{M}x{N}x{K}"] = record_stamps(lambda cfg, trace: W.launch(a, b, config=cfg, trace=trace), cfgs,
-                                            int(W.GEMM_TRACE_FIELDS), tags=1)
+                                            int(UNIT_TRACE_FIELDS), tags=1)
     return {"dtype": dtype, "fields": ["consumer_wg_plus_1", "mainloop_start", "last_mma_issued", "store_issued"],
             "timelines": out}
 

@@ -177,6 +177,23 @@ def test_gluon_ws_fprop_census(shape):
     assert c["ld_global"] == 0 and c["st_global"] == 0 and c["spill_bytes"] == 0, c
 
 
+@pytest.mark.slow
+def test_gluon_ws_fprop_timeline_build_stamps_only_when_asked():
+    """The INSTRUMENT build of gluon-ws fprop (a split-K launch: the SM-idle 8x8 image) reads %globaltimer three
+    times per unit (start, last MMA issued, epilogue issued) and stores the 4 stamps (igemm.trace.unit_stamps);
+    the timed build reads it nowhere and is the same kernel with or without the hook (same PTX)."""
+    shape = dict(B=2, Ci=1280, Co=1280, H=8, W=8, R=3, stride=1, pad=1)
+    cfg = conv_ws.WsConvConfig.heuristic(shape, "bfloat16")
+    spec = conv_ws.fprop_ws_codegen(shape, "bfloat16", cfg)
+    assert spec["constexprs"]["SPLIT_K"] > 1, spec["constexprs"]  # the schedule the timeline is about
+    compile_ = lambda sp: codegen.compile_sm90(**{k: v for k, v in sp.items() if k != "options"})
+    plain, inst = compile_(spec), compile_(conv_ws.fprop_ws_codegen(shape, "bfloat16", cfg, instrument=True))
+    assert "globaltimer" not in plain.asm["ptx"]
+    assert inst.asm["ptx"].count("%globaltimer") == 3
+    ci = codegen.census(inst)
+    assert ci["st_global"] >= 4 and ci["spill_bytes"] == 0, ci
+
+
 def test_heuristic_reasons():
     h = conv.ConvConfig.heuristic
     ex, sd2, rn = dict(B=128, Ci=384, Co=384, H=64, W=64, R=3, stride=1, pad=1), SHAPES[1], SHAPES[2]

@@ -174,6 +174,29 @@ def test_instrumented_fprop_writes_a_timeline():
     assert (ran[:, 1:] >= ran[:, :-1]).all()
 
 
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_instrumented_ws_fprop_stamps_every_unit(split_k):
+    """The INSTRUMENT build of gluon-ws fprop (igemm.trace) computes the same y bits as the timed build and leaves
+    one row per unit it ran: the unit's K-slice + 1 as the tag, then start <= last MMA issued <= epilogue issued;
+    under split-K every tile appears once per slice (tags 1..split_k)."""
+    from gluon_lab.kernels import conv_ws
+    from gluon_lab.kernels.igemm.trace import UNIT_TRACE_FIELDS
+    from gluon_lab.kernels.pipelined import TRACE_CTAS, TRACE_ITERS
+    shape = dict(B=2, Ci=192, Co=160, H=9, W=7, R=3, stride=1, pad=1)  # ragged patch edge and channel tail
+    x, w, s, p = _inputs(shape, seed=17)
+    cfg = conv_ws.WsConvConfig(TH=8, TW=8, BN=128, BK=64, num_stages=3, num_warps=4, split_k=split_k)
+    trace = torch.zeros(TRACE_CTAS * TRACE_ITERS * int(UNIT_TRACE_FIELDS), dtype=torch.int64, device="cuda")
+    y = conv_ws.fprop_ws(x, w, s, p, config=cfg, trace=trace)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, conv_ws.fprop_ws(x, w, s, p, config=cfg), atol=0, rtol=0)
+    t = trace.view(TRACE_CTAS, TRACE_ITERS, 4).cpu()
+    ran = t[(t > 0).all(-1)]
+    tiles = 2 * 2 * 1 * 2  # B x ceil(9 / 8) x ceil(7 / 8) x ceil(160 / 128)
+    assert len(ran) == tiles * split_k, (len(ran), tiles, split_k)
+    assert sorted(ran[:, 0].unique().tolist()) == list(range(1, split_k + 1))
+    assert (ran[:, 2:] >= ran[:, 1:-1]).all()
+
+
 # ---- wgrad ----------------------------------------------------------------------------------------
 WSPEC = specs.get("conv2d_weight_grad")
 

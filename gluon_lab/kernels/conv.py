@@ -348,7 +348,7 @@ class Launch:
         """This launch under cfg: the pipelined kernel, or the kernel cfg names (conv_ws.WsConvConfig.run_launch:
         the warp-specialized instance with its schedules)."""
         if hasattr(cfg, "run_launch"):
-            return cfg.run_launch(self, dtype)
+            return cfg.run_launch(self, dtype, trace)
         descs = self.descriptors(cfg, dtype)
         n_th, n_tw, n_m, grid = self.grid_args(cfg, self.x.device)
         common = dict(RH=self.RH, RW=self.RW, STRIDE=self.stride, PAD_H=self.pad_h, PAD_W=self.pad_w,

@@ -37,6 +37,8 @@ from .igemm.epilogues import REDUCE_BLOCK, patch_fixup_kernel, store_partial
 from .igemm.producers import filter_box_issue, tap_box_issue
 from .igemm.ring import ws_ring_barriers, ws_ring_invalidate
 from .igemm.schedule import unit, units_of
+from .igemm.trace import unit_stamps
+from .pipelined import globaltimer
 
 
 @gluon.jit
@@ -116,11 +118,13 @@ def _store_patch(y_desc, c_smem, acc, b, oh0, OPH, ow0, co0):
 
 @gluon.jit
 def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m,
-                      OPH, FULL_TILES, TAPS: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                      SPLIT_K: gl.constexpr, num_warps: gl.constexpr, FILTER_KN: gl.constexpr):
+                      OPH, FULL_TILES, t_ptr, TAPS: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                      SPLIT_K: gl.constexpr, num_warps: gl.constexpr, FILTER_KN: gl.constexpr,
+                      INSTRUMENT: gl.constexpr):
     """num_warps warps (whole warpgroups on one BM-row tile): wait FULL, async wgmma, release the previous
     step's slot once its MMA retired. A whole tile (sl = 0) goes through smem and one TMA store; a K-slice
-    (SPLIT_K > 1, sl >= 1) of split tile t stores its fp32 partial to workspace block (sl - 1) * split_tiles + t."""
+    (SPLIT_K > 1, sl >= 1) of split tile t stores its fp32 partial to workspace block (sl - 1) * split_tiles + t.
+    INSTRUMENT: every unit's [K-slice + 1, start, last MMA issued, epilogue issued] stamps (igemm.trace)."""
     TH: gl.constexpr = a_bufs.shape[2]
     TW: gl.constexpr = a_bufs.shape[4]
     BK: gl.constexpr = a_bufs.shape[5]
@@ -141,6 +145,8 @@ def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bar
         pid_m, pid_n, k0, k1, sl, tile = unit(i, start, nprog, k_tiles, n_tiles_m, num_pid_n, FULL_TILES, GROUP_M,
                                                SPLIT_K)
         b, oh0, ow0, co0 = _patch(pid_m, pid_n, n_th, n_tw, TH, TW, BN)
+        if INSTRUMENT:
+            t0 = globaltimer()
         acc = gl.zeros([BM, BN], gl.float32, acc_layout)
         for kk in range(k0, k1):
             slot = g % NUM_STAGES
@@ -155,6 +161,8 @@ def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bar
             if kk > k0:  # the MMA of step g - 1 has retired: its slot goes back to the producer
                 mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
             g += 1
+        if INSTRUMENT:
+            t1 = globaltimer()
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty_bars.index((g - 1) % NUM_STAGES))
         if SPLIT_K > 1:
@@ -165,6 +173,8 @@ def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bar
                 _store_patch(y_desc, c_smem, acc, b, oh0, OPH, ow0, co0)
         else:
             _store_patch(y_desc, c_smem, acc, b, oh0, OPH, ow0, co0)
+        if INSTRUMENT:
+            unit_stamps(t_ptr, start, i, sl + 1, t0, t1)
     tma.store_wait(0)
 
 
@@ -173,8 +183,10 @@ def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, work, Ci, Co, n_th, n_tw, n_til
                          RH: gl.constexpr, RW: gl.constexpr, STRIDE: gl.constexpr, PAD_H: gl.constexpr,
                          PAD_W: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
                          PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr,
-                         R_FULL: gl.constexpr = 0, TSTEP: gl.constexpr = 1):
+                         R_FULL: gl.constexpr = 0, TSTEP: gl.constexpr = 1, t_ptr=None,
+                         INSTRUMENT: gl.constexpr = False):
     """work: the fp32 workspace pointer under SPLIT_K > 1 (None otherwise); tiles FULL_TILES and later are split.
+    t_ptr: the int64 trace of an INSTRUMENT build (None otherwise: the stamps compile away).
     R_FULL > 0: a dgrad sub-problem whose w_desc is the forward OHWI filter ([BK, 1, BN] boxes, filter_box_issue:
     forward tap (r0 - TSTEP·r, s0 - TSTEP·s) of its tap (r, s)); else the [BN, 1, BK] boxes of a [Co, taps, Ci] filter."""
     TH: gl.constexpr = x_desc.block_type.shape[1]
@@ -192,8 +204,8 @@ def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, work, Ci, Co, n_th, n_tw, n_til
     empty_bars, full_bars = ws_ring_barriers(NUM_STAGES, 1)
     gl.warp_specialize([
         (_conv_ws_consumer, (y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw,
-                             n_tiles_m, OPH, FULL_TILES, RH * RW, NUM_STAGES, GROUP_M, SPLIT_K, num_warps,
-                             R_FULL > 0)),
+                             n_tiles_m, OPH, FULL_TILES, t_ptr, RH * RW, NUM_STAGES, GROUP_M, SPLIT_K, num_warps,
+                             R_FULL > 0, INSTRUMENT)),
         (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
                              FULL_TILES, r0, s0, RH, RW, STRIDE, PAD_H, PAD_W, NUM_STAGES, GROUP_M, SPLIT_K, R_FULL,
                              TSTEP)),
@@ -287,9 +299,10 @@ class WsConvConfig(ConvConfig):
         full, units = schedule.splitk_plan(tiles, split, self.split_last_wave, sms)
         return (1, 0, tiles) if full == tiles else (split, full, units)
 
-    def run_launch(self, L: Launch, dtype: str):
+    def run_launch(self, L: Launch, dtype: str, trace=None):
         """One conv.Launch (fprop, or a dgrad sub-problem) through conv_fprop_ws_kernel under this schedule, then
-        the split tiles' fixup."""
+        the split tiles' fixup. trace: an int64 tensor of TRACE_CTAS · TRACE_ITERS · UNIT_TRACE_FIELDS elements ->
+        the INSTRUMENT build's per-unit stamps (igemm.trace)."""
         import torch
         descs = L.descriptors(self, dtype)
         n_th, n_tw, n_m, _ = L.grid_args(self, L.x.device)
@@ -306,7 +319,7 @@ class WsConvConfig(ConvConfig):
                                    L.s0 if fl else 0, RH=L.RH, RW=L.RW, STRIDE=L.stride, PAD_H=L.pad_h, PAD_W=L.pad_w,
                                    NUM_STAGES=self.num_stages, GROUP_M=self.group_m, PRODUCER_REGS=self.producer_regs,
                                    SPLIT_K=split, num_warps=self.num_warps, R_FULL=L.R_full if fl else 0,
-                                   TSTEP=L.tstep if fl else 1)
+                                   TSTEP=L.tstep if fl else 1, t_ptr=trace, INSTRUMENT=trace is not None)
         if split > 1:
             y, _ = L.y_view()
             s3 = L.P * L.Co  # the element strides of the y descriptor's [B, OH', P, OW', P·Co] view (Launch.descriptors)
@@ -371,37 +384,38 @@ def ws_check(x, weight, stride=1, padding=0):
         raise ValueError(str(e).replace("'gluon-pipelined'", "'gluon-ws'")) from None
 
 
-def fprop_ws(x, weight, stride=1, padding=0, config: WsConvConfig | None = None):
+def fprop_ws(x, weight, stride=1, padding=0, config: WsConvConfig | None = None, trace=None):
+    """conv2d through the warp-specialized instance; trace: see WsConvConfig.run_launch (the timeline build)."""
     ws_check(x, weight, stride, padding)
     dtype = dtype_name(x)
     cfg = (config or WsConvConfig.heuristic(_shape_of(x, weight, stride, padding), dtype)).validate(dtype)
     R = weight.shape[2]
     y = _empty_out(x, weight.shape[0], out_size(x.shape[2], R, stride, padding), out_size(x.shape[3], R, stride, padding))
-    conv.fprop_launch(x, weight, stride, padding, y).run(cfg, dtype)
+    conv.fprop_launch(x, weight, stride, padding, y).run(cfg, dtype, trace)
     return y
 
 
 def _ws_spec(shape: dict, dtype: str, cfg: WsConvConfig, RH: int, RW: int, OH: int, OW: int, pad_h: int,
-             pad_w: int, stride: int, view: dict, R_full: int = 0, tstep: int = 1):
+             pad_w: int, stride: int, view: dict, R_full: int = 0, tstep: int = 1, instrument: bool = False):
     tiles = shape["B"] * cdiv(OH, cfg.TH) * cdiv(OW, cfg.TW) * cdiv(view["Co"], cfg.BN)
     split, _, _ = cfg.plan(tiles, RH * RW * cdiv(view["Ci"], cfg.BK), H200_SMS)
     args = {**_codegen_args(view, dtype, cfg, OH, OW), "work": "*fp32" if split > 1 else None, "FULL_TILES": "i32",
-            "r0": "i32", "s0": "i32"}
+            "r0": "i32", "s0": "i32", "t_ptr": "*i64" if instrument else None}
     if R_full:
         args["w_desc"] = desc_type(dtype, [cfg.BK, 1, cfg.BN], conv._layouts(cfg, dtype)[1])
     ce = dict(RH=RH, RW=RW, STRIDE=stride, PAD_H=pad_h, PAD_W=pad_w, NUM_STAGES=cfg.num_stages,
               GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs, SPLIT_K=split, num_warps=cfg.num_warps,
-              R_FULL=R_full, TSTEP=tstep)
+              R_FULL=R_full, TSTEP=tstep, INSTRUMENT=instrument)
     return kernel_spec(conv_fprop_ws_kernel, args, ce, num_warps=cfg.num_warps)
 
 
-def fprop_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None):
-    """The kernel fprop_ws launches for shape on the H200 (its schedule included)."""
+def fprop_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None, instrument: bool = False):
+    """The kernel fprop_ws launches for shape on the H200 (its schedule included); instrument: its timeline build."""
     cfg = (config or WsConvConfig.heuristic(shape, dtype)).validate(dtype)
     OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
     OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
     return _ws_spec(shape, dtype, cfg, shape["R"], shape["R"], OH, OW, shape["pad"], shape["pad"], shape["stride"],
-                    shape)
+                    shape, instrument=instrument)
 
 
 def fixup_codegen(split_k: int = 4, dtype: str = "bfloat16", TH: int = 8, TW: int = 8, BN: int = 128):

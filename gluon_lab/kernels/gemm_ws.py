@@ -36,25 +36,8 @@ from .igemm.epilogues import REDUCE_BLOCK, splitk_reduce_kernel, store_partial, 
 from .igemm.producers import CP_WARPS, cp_layout, cp_producer, tma_producer
 from .igemm.ring import ws_ring_barriers, ws_ring_invalidate
 from .igemm.schedule import streamk_max_pieces, tile_coords, tile_space, unit, unit_space
-from .pipelined import TRACE_CTAS, TRACE_ITERS, globaltimer
-
-
-GEMM_TRACE_FIELDS: gl.constexpr = gl.constexpr(4)  # INSTRUMENT stamps per tile: consumer warpgroup, mainloop
-#                   start (before the first FULL wait), last MMA issued, epilogue's TMA store issued
-
-
-@gluon.jit
-def _gemm_stamps(t_ptr, pid, i, wg, t0, t1):
-    """Tile i of program pid (< TRACE_CTAS, i < TRACE_ITERS): [consumer warpgroup + 1, t0, t1, now]."""
-    if (pid < TRACE_CTAS) & (i < TRACE_ITERS):
-        t2 = globaltimer()
-        base = (pid * TRACE_ITERS + i) * GEMM_TRACE_FIELDS
-        gl.store(t_ptr + base, (t0 - t0) + wg + 1)  # + 1: a zero row is "not run" to record_stamps
-        gl.store(t_ptr + base + 1, t0)
-        gl.store(t_ptr + base + 2, t1)
-        gl.store(t_ptr + base + 3, t2)
-
-
+from .igemm.trace import UNIT_TRACE_FIELDS, unit_stamps
+from .pipelined import globaltimer
 
 
 @gluon.jit
@@ -131,7 +114,7 @@ def _ws_consumer(c_desc, work, a_bufs, b_bufs, c_smem, w_smem, empty_bars, full_
             else:
                 store_tile(c_desc, c_smem, acc, pid_m, pid_n, SWAP_AB)
         if INSTRUMENT:
-            _gemm_stamps(t_ptr, start, i, 0, t0, t1)
+            unit_stamps(t_ptr, start, i, 1, t0, t1)  # tag: consumer warpgroup 0 + 1
     tma.store_wait(0)
 
 
@@ -229,7 +212,7 @@ def _pp_consumer(c_desc, a_bufs, b_bufs, c_smem, empty_bars, full_bars, order_ba
         fence_async_shared()
         tma.async_copy_shared_to_global(c_desc, [pid_m * BM, pid_n * BN], my_c)
         if INSTRUMENT:
-            _gemm_stamps(t_ptr, start, j, WG, t0, t1)
+            unit_stamps(t_ptr, start, j, WG + 1, t0, t1)
     tma.store_wait(0)
 
 
@@ -287,7 +270,7 @@ def streamk_plan(cfg: GemmConfig, M: int, N: int, K: int, sms: int) -> tuple[int
 
 
 def launch(a, b, out=None, config: GemmConfig | None = None, trace=None):
-    """trace: an int64 tensor of TRACE_CTAS * TRACE_ITERS * GEMM_TRACE_FIELDS elements -> the INSTRUMENT
+    """trace: an int64 tensor of TRACE_CTAS * TRACE_ITERS * UNIT_TRACE_FIELDS elements -> the INSTRUMENT
     build writes its per-tile stamps there (notebook 04's consumer-schedule timeline)."""
     if config is not None and config.cp_async and a.shape[-1] % 8:  # (the heuristic never picks cp_async)
         # its K mask is per 16-byte vector: a K tail inside a vector would read past K (a view's padding)
