@@ -1284,6 +1284,8 @@ class ConvPlan:
                                    {"num_warps": 4}, {"slice_major": True}, {"split_k": 4, "slice_major": True},
                                    {"split_k": 8, "slice_major": True})
     timeline_shapes: tuple = ((128, 384, 384, 64, 64, 3, 1, 1), (8, 640, 320, 32, 32, 1, 1, 0))
+    # 'ws-timeline': gluon-ws fprop's INSTRUMENT build on two SM-idle shapes, data-parallel vs its split-K plan
+    ws_timeline_shapes: tuple = ((2, 1280, 1280, 8, 8, 3, 1, 1), (4, 1280, 1280, 8, 8, 1, 1, 0))
     # short-K shapes (1x1 fprop / dgrad, stride-2 dgrad sub-problems): smaller tiles and two CTAs per SM
     tail_shapes: tuple = ((8, 640, 320, 32, 32, 1, 1, 0), (64, 512, 1024, 28, 28, 1, 2, 0), (8, 320, 320, 64, 64, 3, 2, 1))
     tail_knobs: tuple = (  # (TH, TW, BN, num_stages, num_warps, ctas_per_sm)
@@ -1297,7 +1299,7 @@ class ConvPlan:
                    sweep_knobs=((0, 0, 64, 4, 4), ), wgrad_sweep_knobs=((0, 0, 64, 64, 4, 4, 0), ),
                    gather_knobs=((128, 64, 4, 4), ), schedule_shapes=((2, 128, 128, 8, 8, 3, 1, 1), ),
                    schedule_knobs=({"split_k": 1}, {"split_k": 2}), wgrad_schedule_knobs=({"split_k": 2}, ),
-                   timeline_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ))
+                   timeline_shapes=((2, 64, 64, 16, 16, 3, 1, 1), ), ws_timeline_shapes=((2, 128, 128, 8, 8, 3, 1, 1), ))
 
 
 def _conv_shape(t) -> dict:
@@ -1311,7 +1313,9 @@ def _conv_case(op: str, v: str, shape: dict, dtype: str) -> dict:
     return c
 
 
-CONV_PARTS = ("fprop", "gather", "fprop-sweep", "tail-sweep", "dgrad", "wgrad", "wgrad-sweep", "schedule", "timeline")
+CONV_PARTS = ("fprop", "gather", "fprop-sweep", "tail-sweep", "dgrad", "wgrad", "wgrad-sweep", "schedule", "timeline",
+              "ws-timeline")
+CONV_CAPTURES = ("timeline", "ws-timeline")  # parts that capture stamps rather than time cases
 
 
 def conv_cases(plan: ConvPlan, parts=CONV_PARTS) -> list[dict]:
@@ -1394,6 +1398,37 @@ def capture_conv_timeline(shapes=ConvPlan.timeline_shapes, dtype: str = "bfloat1
     return {"dtype": dtype, "fields": ["start", "first_data", "mma_done", "stored"], "timelines": out}
 
 
+# the split-K timeline: the same shape and tile, persistent data-parallel against the heuristic's split-K plan
+CONV_WS_TIMELINE_CONFIGS = {"data-parallel": {"split_k": 1}, "split-K (heuristic)": {}}
+
+
+def capture_conv_ws_timeline(shapes=ConvPlan.ws_timeline_shapes, dtype: str = "bfloat16") -> dict:
+    """Every CTA's per-unit stamps of the INSTRUMENT build of gluon-ws conv2d (igemm.trace), data-parallel vs the
+    heuristic's split-K (CONV_WS_TIMELINE_CONFIGS): {"timelines": {shape: {schedule: {"config", "split_k", "ns":
+    [[[K-slice + 1, start, last MMA issued, store issued] per unit] per CTA]}}}} (record_stamps; the fixup
+    kernel after a split launch is not stamped: its time is the gap between this span and the timed µs)."""
+    from . import bench, registry
+    from .kernels import conv_ws
+    from .kernels.hopper import H200_SMS, cdiv
+    from .kernels.igemm.trace import UNIT_TRACE_FIELDS
+    v = registry.get_variant("conv2d", "gluon-ws")
+    out = {}
+    for t in shapes:
+        shape = _conv_shape(t)
+        x, w, st, pad = bench.make_inputs("conv2d", shape, dtype, seed=23)
+        cfgs = {k: v.resolve(shape, dtype, knobs) for k, knobs in CONV_WS_TIMELINE_CONFIGS.items()}
+        got = record_stamps(lambda c, trace: conv_ws.fprop_ws(x, w, st, pad, config=c, trace=trace), cfgs,
+                            int(UNIT_TRACE_FIELDS), tags=1)
+        OH = (shape["H"] + 2 * pad - shape["R"]) // st + 1
+        OW = (shape["W"] + 2 * pad - shape["R"]) // st + 1
+        for k, cfg in cfgs.items():
+            tiles = shape["B"] * cdiv(OH, cfg.TH) * cdiv(OW, cfg.TW) * cdiv(shape["Co"], cfg.BN)
+            got[k]["split_k"] = cfg.plan(tiles, shape["R"] ** 2 * cdiv(shape["Ci"], cfg.BK), H200_SMS)[0]
+        out[",".join(map(str, t))] = got
+    return {"dtype": dtype, "fields": ["k_slice_plus_1", "mainloop_start", "last_mma_issued", "store_issued"],
+            "timelines": out}
+
+
 def run_conv(results_dir: str = "results", quick: bool = False, plan: ConvPlan | None = None, parts=CONV_PARTS):
     import torch
     torch.backends.cudnn.benchmark = True  # the torch variant's cuDNN baseline, as the issue measures it
@@ -1401,6 +1436,9 @@ def run_conv(results_dir: str = "results", quick: bool = False, plan: ConvPlan |
     recs, s = measure_plan("06-convolution", results_dir, quick, conv_cases(plan, parts))
     if "timeline" in parts:
         save_timeline(s, results_dir, "06-convolution", lambda: capture_conv_timeline(plan.timeline_shapes, plan.dtype))
+    if "ws-timeline" in parts:
+        save_timeline(s, results_dir, "06-convolution",
+                      lambda: capture_conv_ws_timeline(plan.ws_timeline_shapes, plan.dtype), suffix=".ws-timeline.json")
     return recs, s.save()
 
 
@@ -1449,7 +1487,7 @@ def notebook_cases(notebook: str) -> list[dict]:
     if notebook == "05-fused-qk-norm-rope":
         return ex.qk_norm_rope_cases(ex.QkNormRopePlan(), ("sweep", "dims", "tma-sweep", "fused-sweep", "persistent-sweep"))
     if notebook == "06-convolution":
-        return ex.conv_cases(ex.ConvPlan(), tuple(p for p in ex.CONV_PARTS if p != "timeline"))
+        return ex.conv_cases(ex.ConvPlan(), tuple(p for p in ex.CONV_PARTS if p not in ex.CONV_CAPTURES))
     if notebook == "07-backward":
         from .backward_plan import PARTS, BackwardPlan, backward_cases
         return backward_cases(BackwardPlan(), PARTS)

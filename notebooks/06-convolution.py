@@ -62,7 +62,7 @@ results_dir = None         # None: the repository's results/; else a path (relat
 gpu = None                 # replay: results/<gpu>/ to show (None -> "h200")
 run = None                 # replay: show only this run (id, unique prefix, "newest"); None: each section its newest run
 compare_to = None          # the "Compare runs" section: run A (None: the newest earlier run sharing cases with the shown run)
-parts = ["fprop", "gather", "fprop-sweep", "tail-sweep", "dgrad", "wgrad", "wgrad-sweep", "timeline"]  # measure mode
+parts = ["fprop", "gather", "fprop-sweep", "tail-sweep", "dgrad", "wgrad", "wgrad-sweep", "timeline", "ws-timeline"]  # measure mode
 
 # %%
 from gluon_lab.analysis import common as cm, convolution as ana
@@ -228,6 +228,19 @@ cm.show(ana.wave_map(op=ana.WGRAD))
 cm.show(ana.schedule_table(allrec))
 cm.show(ana.schedule_table(allrec, ana.DGRAD))
 cm.show(ana.schedule_table(allrec, ana.WGRAD))
+
+# %% [markdown]
+# The split-K schedule as it runs: the INSTRUMENT build of gluon-ws fprop (`igemm.trace.unit_stamps`, the same
+# per-unit stamps and view as the GEMM's schedule timeline on page 04) on two SM-idle shapes, persistent
+# data-parallel against the heuristic's split-K plan (`experiments.capture_conv_ws_timeline`, the second of two
+# launches). Each CTA is one lane, its units' mainloops coloured by K-slice: data-parallel leaves a few CTAs with
+# one long tile each; split-K gives many CTAs a short slice each, and the fixup kernel that sums the slices runs
+# after this span (the gap between the span and the timed µs above).
+
+# %%
+WT = ana.load_ws_timeline(ctx)
+cm.show(ana.ws_timeline_note(WT), ana.ws_timeline_stats(WT))
+fig = ana.ws_timeline_figure(WT)
 
 # %% [markdown]
 # ## 6. Targets

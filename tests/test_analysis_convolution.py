@@ -154,3 +154,19 @@ def test_best_gluon_and_issue_targets_recomputed_from_the_records(df):
     assert "dgrad ≥ 1.50× cuDNN on every shape" in it.index and "dgrad ≥ 1.5× cuDNN geomean" not in it.index
     e = df.iloc[0:0]
     assert ana.best_gluon(e) is None and ana.issue_targets(e) is None
+
+
+def test_ws_timeline_in_the_gemm_view():
+    """The split-K timeline (capture_conv_ws_timeline's JSON): the GEMM's per-unit statistics with each schedule's
+    K-slices, one lane per CTA in the figure, and a note naming the capture when there is none."""
+    from gluon_lab.analysis import convolution as C
+    WT = {"run_id": "r1", "gpu": "NVIDIA H200", "timelines": {"2,1280,1280,8,8,3,1,1": {
+        "data-parallel": {"split_k": 1, "ns": [[[1, 0, 900, 950]], [[1, 10, 905, 960]]]},
+        "split-K (heuristic)": {"split_k": 2, "ns": [[[1, 0, 450, 480]], [[2, 5, 455, 490]], [[1, 8, 452, 485]]]}}}}
+    t = C.ws_timeline_stats(WT).set_index("schedule")
+    assert t.loc["data-parallel", "K-slices"] == 1 and t.loc["split-K (heuristic)", "K-slices"] == 2
+    assert t.loc["data-parallel", "kernel span us"] == 1.0 and t.loc["split-K (heuristic)", "kernel span us"] == 0.5
+    assert t.loc["split-K (heuristic)", "CTAs"] == 3 and t.loc["split-K (heuristic)", "units / CTA"] == 1
+    assert C.ws_timeline_figure(WT) is not None and C.ws_timeline_figure(None) is None
+    assert C.ws_timeline_stats(None).empty
+    assert "r1" in C.ws_timeline_note(WT) and "--parts ws-timeline" in C.ws_timeline_note(None)

@@ -197,6 +197,20 @@ def test_instrumented_ws_fprop_stamps_every_unit(split_k):
     assert (ran[:, 2:] >= ran[:, 1:-1]).all()
 
 
+def test_ws_timeline_capture_runs_both_schedules():
+    """experiments.capture_conv_ws_timeline: data-parallel (one slice) and the heuristic's split-K plan on an
+    SM-idle shape, every tile's slices stamped, the split the plan ran recorded with it."""
+    from gluon_lab import experiments as ex
+    WT = ex.capture_conv_ws_timeline(((2, 128, 128, 8, 8, 3, 1, 1), ))
+    d = WT["timelines"]["2,128,128,8,8,3,1,1"]
+    assert d["data-parallel"]["split_k"] == 1 and d["split-K (heuristic)"]["split_k"] > 1, d.keys()
+    for sched, got in d.items():
+        rows = [r for cta in got["ns"] for r in cta]  # [K-slice + 1, start, last MMA issued, store issued]
+        tags = {int(r[0]) for r in rows}
+        assert tags == set(range(1, got["split_k"] + 1)), (sched, tags)
+        assert len(rows) == 2 * 1 * 1 * 1 * got["split_k"], (sched, len(rows))  # 2 images x 1 patch x 1 channel block
+
+
 # ---- wgrad ----------------------------------------------------------------------------------------
 WSPEC = specs.get("conv2d_weight_grad")
 

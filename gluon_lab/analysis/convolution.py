@@ -345,6 +345,40 @@ def load_timeline(ctx: cm.Context):
     return load(ctx, NB)
 
 
+def load_ws_timeline(ctx: cm.Context):
+    """results/<gpu>/06-convolution.ws-timeline.json (experiments.capture_conv_ws_timeline), or None."""
+    from .pipelined import load_timeline as load
+    return load(ctx, NB, ".ws-timeline.json")
+
+
+def ws_timeline_note(WT) -> str:
+    """Where the split-K timeline comes from, or why there is none."""
+    if not WT or not WT.get("timelines"):
+        return ("**No split-K timeline recorded yet** for this GPU: it is a capture of the `ws-timeline` part "
+                "(`python -m gluon_lab bench 06-convolution --parts ws-timeline` on an sm_90 GPU), not drawn here.")
+    return (f"Timeline of run `{WT.get('run_id')}` ({WT.get('gpu')}): stamps of the INSTRUMENT build, whose timed "
+            "build is the one the tables above measure.")
+
+
+def ws_timeline_stats(WT):
+    """The split-K timeline in the GEMM's view (gemm.gemm_timeline_stats: CTAs, units per CTA, median mainloop
+    and epilogue per unit, the mainloop's share of a CTA's span, the kernel's span), with each schedule's K-slices
+    per tile (the plan it ran: the heuristic's split_choice, or 1)."""
+    from .gemm import gemm_timeline_stats
+    t = gemm_timeline_stats(WT)
+    if t.empty:
+        return t
+    split = {(shape, sched): d.get("split_k") for shape, by in WT["timelines"].items() for sched, d in by.items()}
+    t.insert(2, "K-slices", [split.get((a, b)) for a, b in zip(t["shape"], t["schedule"])])
+    return t.rename(columns={"tiles / CTA": "units / CTA"})
+
+
+def ws_timeline_figure(WT, shape: str | None = None, ctas=tuple(range(8))):
+    """Per schedule, the first CTAs' units one lane per CTA, each unit's mainloop coloured by its K-slice."""
+    from .gemm import gemm_timeline_figure
+    return gemm_timeline_figure(WT, shape, ctas=ctas, lanes="cta")
+
+
 def timeline_stats(TL):
     """Per traced shape: tiles per CTA and the medians over every tile of every CTA (µs) of the wait for the
     first k-step's data, the k-loop, the epilogue (accumulator -> smem -> TMA store issued) and the gap to the

@@ -633,16 +633,20 @@ def gemm_timeline_stats(GT) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def gemm_timeline_figure(GT, shape: str | None = None, ctas=(0, 1)):
-    """Gantt of the first CTAs under each schedule at one shape: per consumer warpgroup, mainloop
-    (start -> last MMA issued, solid) and epilogue (-> store issued, light)."""
+def gemm_timeline_figure(GT, shape: str | None = None, ctas=(0, 1), lanes: str = "tag"):
+    """Gantt of the first CTAs under each schedule at one shape (the template's per-unit stamps, igemm.trace):
+    mainloop (start -> last MMA issued, solid) and epilogue (-> store issued, light). lanes="tag": one lane per
+    tag (the GEMM's consumer warpgroups); lanes="cta": one lane per CTA, its units' mainloops coloured by tag (a
+    conv split-K unit's K-slice), for schedules whose CTAs run their units one after another."""
     tl = (GT or {}).get("timelines", {})
     if not tl:
         return None
     shape = shape or next(iter(tl))
     scheds = list(tl[shape])
-    fig, axes = plt.subplots(len(scheds), 1, figsize=(9, 1.3 + 0.9 * len(scheds) * len(ctas)), sharex=True)
+    per = len(ctas) if lanes == "cta" else 2 * len(ctas)
+    fig, axes = plt.subplots(len(scheds), 1, figsize=(9, 1.3 + 0.45 * len(scheds) * per), sharex=True)
     axes = np.atleast_1d(axes)
+    palette = plt.get_cmap("tab10").colors
     for ax, sched in zip(axes, scheds):
         data = [_tiles(c) for c in tl[shape][sched]["ns"] if len(c)]
         y, labels = 0, []
@@ -650,15 +654,18 @@ def gemm_timeline_figure(GT, shape: str | None = None, ctas=(0, 1)):
             if ci >= len(data):
                 continue
             c = data[ci]
-            for wg in sorted(set(c[:, 0].astype(int))):
-                r = c[c[:, 0] == wg]
-                ax.broken_barh(list(zip(r[:, 1] / 1000, (r[:, 2] - r[:, 1]) / 1000)), (y, 0.8), color="tab:blue")
+            groups = [(f"CTA {ci}", c)] if lanes == "cta" else \
+                [(f"CTA {ci} WG {wg - 1}", c[c[:, 0] == wg]) for wg in sorted(set(c[:, 0].astype(int)))]
+            for label, r in groups:
+                colors = [palette[(int(t) - 1) % 10] for t in r[:, 0]] if lanes == "cta" else "tab:blue"
+                ax.broken_barh(list(zip(r[:, 1] / 1000, (r[:, 2] - r[:, 1]) / 1000)), (y, 0.8), color=colors)
                 ax.broken_barh(list(zip(r[:, 2] / 1000, (r[:, 3] - r[:, 2]) / 1000)), (y, 0.8), color="tab:orange",
                                alpha=0.6)
-                labels.append(f"CTA {ci} WG {wg - 1}")
+                labels.append(label)
                 y += 1
         ax.set_yticks([i + 0.4 for i in range(len(labels))], labels, fontsize=7)
-        ax.set_title(f"{sched} ({shape}): mainloop (blue) / epilogue (orange)", fontsize=9)
+        what = "mainloop (coloured by K-slice)" if lanes == "cta" else "mainloop (blue)"
+        ax.set_title(f"{sched} ({shape}): {what} / epilogue (orange)", fontsize=9)
     axes[-1].set_xlabel("us from the first stamp")
     fig.tight_layout()
     return fig
