@@ -177,7 +177,7 @@ def test_instrumented_fprop_writes_a_timeline():
 @pytest.mark.parametrize("split_k", [1, 3])
 def test_instrumented_ws_fprop_stamps_every_unit(split_k):
     """The INSTRUMENT build of gluon-ws fprop (igemm.trace) computes the same y bits as the timed build and leaves
-    one row per unit it ran: the unit's K-slice + 1 as the tag, then start <= last MMA issued <= epilogue issued;
+    one row per unit it ran: the unit's slice + 1 as the tag (1: a whole tile), then start <= last MMA issued <= epilogue issued;
     under split-K every tile appears once per slice (tags 1..split_k)."""
     from gluon_lab.kernels import conv_ws
     from gluon_lab.kernels.igemm.trace import UNIT_TRACE_FIELDS
@@ -193,7 +193,8 @@ def test_instrumented_ws_fprop_stamps_every_unit(split_k):
     ran = t[(t > 0).all(-1)]
     tiles = 2 * 2 * 1 * 2  # B x ceil(9 / 8) x ceil(7 / 8) x ceil(160 / 128)
     assert len(ran) == tiles * split_k, (len(ran), tiles, split_k)
-    assert sorted(ran[:, 0].unique().tolist()) == list(range(1, split_k + 1))
+    # tag = unit's slice + 1: 1 for a whole tile (data-parallel), 2 .. split_k + 1 for slices 1 .. split_k of a split tile
+    assert sorted(ran[:, 0].unique().tolist()) == ([1] if split_k == 1 else list(range(2, split_k + 2)))
     assert (ran[:, 2:] >= ran[:, 1:-1]).all()
 
 
@@ -206,8 +207,8 @@ def test_ws_timeline_capture_runs_both_schedules():
     assert d["data-parallel"]["split_k"] == 1 and d["split-K (heuristic)"]["split_k"] > 1, d.keys()
     for sched, got in d.items():
         rows = [r for cta in got["ns"] for r in cta]  # [K-slice + 1, start, last MMA issued, store issued]
-        tags = {int(r[0]) for r in rows}
-        assert tags == set(range(1, got["split_k"] + 1)), (sched, tags)
+        tags = {int(r[0]) for r in rows}  # 1: a whole tile; s + 1: slice s (1-based) of a split tile
+        assert tags == ({1} if got["split_k"] == 1 else set(range(2, got["split_k"] + 2))), (sched, tags)
         assert len(rows) == 2 * 1 * 1 * 1 * got["split_k"], (sched, len(rows))  # 2 images x 1 patch x 1 channel block
 
 
