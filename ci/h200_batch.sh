@@ -39,7 +39,8 @@ if [ "${SKIP_GPU_TESTS:-0}" != 1 ]; then
   mkdir -p "$OUT/results/$SLUG"
   JUNIT=$(mktemp -d)/gpu-tests.xml  # off $OUT: the device tool brings back only a few files
   # GPU_WORKERS: xdist workers (default 8, for an H200's 141 GB; the norm tests take ~14 GB a worker, so an 80 GB
-  # H100 runs the same whole suite at GPU_WORKERS=4 or 5)
+  # H100 runs the same whole suite at GPU_WORKERS=4: at 5 one worker reached 26 GB and a test ran out of memory,
+  # H100 run of 2026-12-07)
   GPU_WORKERS=${GPU_WORKERS:-8}
   [[ "$GPU_WORKERS" =~ ^[1-9][0-9]?$ ]] || { echo "h200_batch.sh: GPU_WORKERS must be a whole number 1..99, not '$GPU_WORKERS'" >&2; exit 2; }
   GPU_PYTEST=(python3 -m pytest -q -m gpu tests -n "$GPU_WORKERS" -p no:cacheprovider)  # -q once: -qq prints no "N passed" line

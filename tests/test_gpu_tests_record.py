@@ -2,7 +2,7 @@
 whole `pytest -m gpu -n 8`, through ci/gpu_tests_record.py from pytest's JUnit XML) and committed.
 
 When no H200 is lent, an H100 (same sm_90 kernels, 80 GB: GPU_WORKERS=4) runs the same whole suite and its
-record goes to results/h100/gpu-tests.json; the newest Hopper record is the one checked (newest_record).
+record goes to results/h100-sxm/gpu-tests.json; the newest Hopper record is the one checked (newest_record).
 
 On this CPU machine: the committed record must be at least as new as the last commit that changed the
 kernels (gluon_lab/kernels/, gluon_lab/fastpath.py) and must record no failure and no error; and the
