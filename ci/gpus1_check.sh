@@ -20,5 +20,6 @@ for how in "" "--gpus 1"; do
   tail -n 5 "$OUT/gpus1-bench.log" | tee -a "$OUT/gpus1.log"
 done
 rm -f "$OUT/gpus1-bench.log"
-python3 -m gluon_lab compare "$NB" previous newest --all --results-dir "$D" 2>&1 | tee -a "$OUT/gpus1.log" || rc=1
+SLUG=$(python3 -c "import torch; from gluon_lab.device import gpu_slug; print(gpu_slug(torch.cuda.get_device_name()))")
+python3 -m gluon_lab compare "$NB" previous newest --all --gpu "$SLUG" --results-dir "$D" 2>&1 | tee -a "$OUT/gpus1.log" || rc=1
 exit $rc
