@@ -56,7 +56,7 @@ parts = ["norms", "stages", "others", "gemm", "gemm-sweep", "pipe-sweep", "ws-sw
 stale = "flag"             # "flag": show records whose kernel source changed since, marked STALE; "drop": leave them out
 
 # %%
-from gluon_lab.analysis import common as cm, pipelined as ana
+from gluon_lab.analysis import common as cm, norm_grids as ng, pipelined as ana, timeline as tl
 
 ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
 spec, slug = ctx.spec, ctx.slug
@@ -75,8 +75,8 @@ print(ctx.describe(), f" stale records: {stale}")
 if ctx.run_mode == "measure":
     print("appended", ana.measure(ctx, quick=quick, parts=parts))
 allrec = cm.load(ctx)
-use = ana.keep(allrec, stale)  # what every section below reads
-cm.show(cm.overview(ctx, allrec), ana.stale_records(allrec))
+use = cm.keep(allrec, stale)  # what every section below reads
+cm.show(cm.overview(ctx, allrec), cm.stale_records(allrec))
 
 # %% [markdown]
 # ## 1. The pattern in code
@@ -122,12 +122,12 @@ print(ana.kernel_source("tma_k_step", "_next_k_step", "persistent_gemm_kernel"))
 # compile launch), not simulated. Stamps are ns relative to the earliest one.
 
 # %%
-TL = ana.load_timeline(ctx)
-tl_stats = ana.timeline_stats(TL)
-cm.show(ana.timeline_note(ctx, TL, allrec, stale), ana.timeline_table(tl_stats))
+TL = tl.load_timeline(ctx)
+tl_stats = tl.timeline_stats(TL)
+cm.show(tl.timeline_note(ctx, TL, allrec, stale), tl.timeline_table(tl_stats))
 
 # %%
-cm.show(ana.timeline_gantt(TL, tl_stats), ana.timeline_gantt(TL, tl_stats, zoom=True), ana.finish_figure(TL, tl_stats))
+cm.show(tl.timeline_gantt(TL, tl_stats), tl.timeline_gantt(TL, tl_stats, zoom=True), tl.finish_figure(TL, tl_stats))
 
 # %% [markdown]
 # What to read: with one slot every block's copy is issued only after the previous block is done, so
@@ -142,10 +142,10 @@ cm.show(ana.timeline_gantt(TL, tl_stats), ana.timeline_gantt(TL, tl_stats, zoom=
 # after the last stamp and the launch itself are not in the stamps.
 
 # %%
-chk = ana.timeline_check(TL, tl_stats, use, allrec, spec)
-cm.show(ana.table(chk))
+chk = tl.timeline_check(TL, tl_stats, use, allrec, spec)
+cm.show(cm.table(chk))
 if len(chk):
-    print(ana.timeline_check_notes(chk, tl_stats, spec))
+    print(tl.timeline_check_notes(chk, tl_stats, spec))
 
 # %% [markdown]
 # ## 3. Codegen census on sm_90 (compiled on this CPU)
@@ -185,20 +185,20 @@ cm.show(ana.census_view(gemm_census))
 # cell shows why. `% of ceiling` = GB/s ÷ that reference; `SOL %` columns are of the datasheet bandwidth.
 
 # %%
-grids = ana.norm_grids(use)  # {op: one run's grid with its copy reference and pct_ceiling}
-ct, ce = ana.grid_ceiling(use, grids)
-cm.show(ana.grid_notes(ctx, grids, stale=stale))
+grids = ng.norm_grids(use)  # {op: one run's grid with its copy reference and pct_ceiling}
+ct, ce = ng.grid_ceiling(use, grids)
+cm.show(ng.grid_notes(ctx, grids, stale=stale))
 if ce:
-    print(ana.session_line(ana.grid_run(grids), ce))
+    print(ng.session_line(ng.grid_run(grids), ce))
 
 # %% tags=["fold"] fold_summary="the copy reference of every cell (per-shape copy, session copy, which one counts)"
-cm.show(ana.table(ct.sort_index().round(1)))
+cm.show(cm.table(ct.sort_index().round(1)))
 
 # %%
-big = ana.big_cells(grids, ct)
-cm.show(ana.big_cells_views(grids, big, ce))
-if ana.lift_line(big, ce):
-    print(ana.lift_line(big, ce))
+big = ng.big_cells(grids, ct)
+cm.show(ng.big_cells_views(grids, big, ce))
+if ng.lift_line(big, ce):
+    print(ng.lift_line(big, ce))
 
 # %% [markdown]
 # ### Headline: gluon-pipelined vs the best baseline, cell by cell
@@ -211,13 +211,13 @@ if ana.lift_line(big, ce):
 cm.show(cm.headline(ana.headline_numbers(grids, use)))
 
 # %% tags=["headline"]
-fig = ana.headline_figure(grids, slug)
+fig = ng.headline_figure(grids, slug)
 
 # %%
-cm.show(ana.grid_figure(grids, slug))
+cm.show(ng.grid_figure(grids, slug))
 
 # %%
-cm.show(ana.variant_maps(grids, "gluon-chunked", "gluon-pipelined"))
+cm.show(ng.variant_maps(grids, "gluon-chunked", "gluon-pipelined"))
 
 # %% [markdown]
 # ## 5. Targets, cell by cell
@@ -234,12 +234,12 @@ cm.show(ana.variant_maps(grids, "gluon-chunked", "gluon-pipelined"))
 # where the target does not apply.
 
 # %% tags=["targets"]
-targets = ana.target_tables(grids, spec)
-summary = ana.target_summary(targets)
-cm.show(ana.target_views(ctx, grids, targets, summary, stale))
+targets = ng.target_tables(grids, spec)
+summary = ng.target_summary(targets)
+cm.show(ng.target_views(ctx, grids, targets, summary, stale))
 
 # %% tags=["fold"] fold_summary="the numbers behind the target grids, cell by cell"
-cm.show(ana.target_details(grids, targets))
+cm.show(ng.target_details(grids, targets))
 
 # %% [markdown]
 # ### The every-gluon scoreboard: the best Gluon variant against the best peer
@@ -252,16 +252,16 @@ cm.show(ana.target_details(grids, targets))
 # but failed every case is named below, not silently dropped.
 
 # %% tags=["scoreboard"]
-boards = ana.scoreboards(use, grids)
-cm.show(ana.failed_peers(grids), cm.scoreboard_summary(boards))
-cm.show(cm.target_list(ana.scoreboard_targets(boards)))
+boards = ng.scoreboards(use, grids)
+cm.show(ng.failed_peers(grids), cm.scoreboard_summary(boards))
+cm.show(cm.target_list(ng.scoreboard_targets(boards)))
 for op in ("rms_norm", "layer_norm"):
     if op in boards:
         print(op, "— best peer µs / best gluon µs")
         cm.show(cm.scoreboard_grid(boards[op]))
 
 # %% tags=["fold"] fold_summary="the scoreboards cell by cell: which variant was best on each side"
-cm.show(*[ana.table(t.round(3)) for t in boards.values()])
+cm.show(*[cm.table(t.round(3)) for t in boards.values()])
 
 # %% [markdown]
 # ## 6. How deep a ring? NUM_STAGES 1…4, and the occupancy knobs
@@ -276,10 +276,10 @@ cm.show(*[ana.table(t.round(3)) for t in boards.values()])
 # %%
 stg = ana.stages_records(use)
 stage_tab = ana.stage_table(stg)
-cm.show(ana.about(stg, "NUM_STAGES study") or ana.nodata(ctx, "the NUM_STAGES study", stale), ana.stages_figures(stg))
+cm.show(cm.about(stg, "NUM_STAGES study") or cm.nodata(ctx, "the NUM_STAGES study", stale), ana.stages_figures(stg))
 
 # %% tags=["fold"] fold_summary="GB/s by NUM_STAGES for every cell, the best depth and its gain over 1 and 2 stages"
-cm.show(ana.table(stage_tab))
+cm.show(cm.table(stage_tab))
 
 # %% [markdown]
 # The `pipe-sweep` study crosses CTAs per SM × ring depth × rows per slot (configs whose CTAs would not
@@ -289,7 +289,7 @@ cm.show(ana.table(stage_tab))
 # %%
 ps = ana.pipe_sweep_records(use)
 ps_best = ana.pipe_sweep_best(ps)
-cm.show(ana.about(ps, "pipe-sweep") or ana.nodata(ctx, "the pipe-sweep (CTAs/SM x stages x rows)", stale),
+cm.show(cm.about(ps, "pipe-sweep") or cm.nodata(ctx, "the pipe-sweep (CTAs/SM x stages x rows)", stale),
         ana.pipe_sweep_best_view(ps_best))
 
 # %% tags=["fold"] fold_summary="the pipe-sweep by CTAs per SM and by ring depth"
@@ -302,7 +302,7 @@ cm.show(ana.pipe_sweep_views(ps))
 # %%
 fe = ana.fence_records(use)
 fence_tab = ana.fence_table(fe)
-cm.show(ana.about(fe, "FENCE study") or ana.nodata(ctx, "the FENCE on/off study", stale), ana.table(fence_tab))
+cm.show(cm.about(fe, "FENCE study") or cm.nodata(ctx, "the FENCE on/off study", stale), cm.table(fence_tab))
 
 # %% [markdown]
 # ### The schedule: static round-robin vs dynamic (atomic counter) row blocks
@@ -328,8 +328,8 @@ sch = ana.schedule_records(use)
 sch_tab = ana.schedule_table(sch)
 TLS = ana.load_schedule_timeline(ctx)
 sch_tl = ana.schedule_timeline_stats(TLS)
-cm.show(ana.about(sch, "schedule study") or ana.nodata(ctx, "the schedule study", stale), ana.schedule_view(sch_tab),
-        ana.table(sch_tl), ana.bullets(ana.schedule_notes(sch_tab, sch_tl)))
+cm.show(cm.about(sch, "schedule study") or cm.nodata(ctx, "the schedule study", stale), ana.schedule_view(sch_tab),
+        cm.table(sch_tl), cm.bullets(ana.schedule_notes(sch_tab, sch_tl)))
 
 # %%
 fig = ana.schedule_finish_figure(TLS)
@@ -351,7 +351,7 @@ cm.show(ana.other_views(ctx, others, stale=stale))
 # %%
 gm = ana.gemm_records(use)
 gemm_tab = ana.gemm_table(gm)
-cm.show(ana.about(gm, "GEMM grid") or ana.nodata(ctx, "the GEMM grid", stale), ana.gemm_views(gm, gemm_tab))
+cm.show(cm.about(gm, "GEMM grid") or cm.nodata(ctx, "the GEMM grid", stale), ana.gemm_views(gm, gemm_tab))
 pick_chk = ana.stale_pick_check(gm)  # records vs code: what a STALE Gluon record's shape runs today
 if len(pick_chk):
     cm.show("Records vs code: the Gluon GEMM records above read STALE (their kernels' or the shared shape heuristic's "
@@ -370,8 +370,8 @@ if len(pick_chk):
 # %% tags=["fold"] fold_summary="the GEMM sweeps: TFLOP/s by tile and ring depth; gluon-ws by producer registers"
 gs = ana.gemm_sweep_records(use)
 wss = ana.ws_sweep_records(use)
-cm.show(ana.about(gs, "gemm-sweep") or ana.nodata(ctx, "the GEMM tile x stages sweep", stale), ana.gemm_sweep_views(gs),
-        ana.about(wss, "ws-sweep") or ana.nodata(ctx, "the gluon-ws producer-registers x stages sweep", stale),
+cm.show(cm.about(gs, "gemm-sweep") or cm.nodata(ctx, "the GEMM tile x stages sweep", stale), ana.gemm_sweep_views(gs),
+        cm.about(wss, "ws-sweep") or cm.nodata(ctx, "the gluon-ws producer-registers x stages sweep", stale),
         ana.ws_sweep_views(wss))
 
 # %% [markdown]
@@ -382,7 +382,7 @@ cm.show(ana.about(gs, "gemm-sweep") or ana.nodata(ctx, "the GEMM tile x stages s
 
 # %% tags=["targets"]
 gt = ana.gemm_targets(gemm_tab)
-cm.show(cm.target_list(gt) if len(gt) else ana.nodata(ctx, "GEMM targets", stale))
+cm.show(cm.target_list(gt) if len(gt) else cm.nodata(ctx, "GEMM targets", stale))
 
 # %% [markdown]
 # ## 9. One roofline: norms and GEMMs
@@ -395,7 +395,7 @@ cm.show(cm.target_list(gt) if len(gt) else ana.nodata(ctx, "GEMM targets", stale
 fig, lines = ana.roofline_figure(use, grids, gm, spec, slug)
 if lines:
     print("\n".join(lines))
-cm.show(fig or ana.nodata(ctx, "the roofline (neither norm nor GEMM records)", stale))
+cm.show(fig or cm.nodata(ctx, "the roofline (neither norm nor GEMM records)", stale))
 
 # %% [markdown]
 # ## 10. Correctness and compute-sanitizer
@@ -406,7 +406,7 @@ cm.show(fig or ana.nodata(ctx, "the roofline (neither norm nor GEMM records)", s
 # and writes `results/<gpu>/sanitizer.jsonl`; it is read here as written.
 
 # %%
-cm.show(ana.table(ana.correctness_table([*grids.values(), *others.values(), gm, stg, ps, fe])))
+cm.show(cm.table(ana.correctness_table([*grids.values(), *others.values(), gm, stg, ps, fe])))
 san_path = ana.sanitizer_path(ctx)
 san, n_old = ana.load_sanitizer(san_path)
 cm.show(ana.sanitizer_views(san, n_old, san_path))
@@ -415,7 +415,7 @@ cm.show(ana.sanitizer_views(san, n_old, san_path))
 # ## 11. Takeaways (computed from the data above)
 
 # %% tags=["takeaways"]
-cm.show(ana.bullets(ana.takeaways(grids=grids, targets=targets, summary=summary, TL=TL, tl_stats=tl_stats, allrec=allrec,
+cm.show(cm.bullets(ana.takeaways(grids=grids, targets=targets, summary=summary, TL=TL, tl_stats=tl_stats, allrec=allrec,
                                   chk=chk, stg=stg, stage_tab=stage_tab, ps=ps, ps_best=ps_best, fe=fe, fence_tab=fence_tab,
                                   gm=gm, gemm_tab=gemm_tab, gs=gs, use=use, san=san)))
 

@@ -61,7 +61,7 @@ parts = ["norms", "gemm", "norm-sweep", "ws-sweep", "timeline"]  # measure mode:
 stale = "flag"             # "flag": show records whose kernel source changed since, marked STALE; "drop": leave them out
 
 # %%
-from gluon_lab.analysis import common as cm, pipelined as P, warp_specialized as ana
+from gluon_lab.analysis import common as cm, norm_grids as ng, pipelined as P, timeline as tl, warp_specialized as ana
 from gluon_lab.analysis import gemm as gana, ws_sanitizer as wsan  # the GEMM studies; section 8's sanitizer reading
 
 ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
@@ -84,7 +84,7 @@ if ctx.run_mode == "measure":
     print("appended", ana.measure(ctx, quick=quick, parts=parts))
 allrec, rec03 = cm.load(ctx), ana.load_03(ctx)  # this notebook's records and pattern 3's
 cm.show(ana.overview(ctx, allrec, rec03))
-use, use03 = P.keep(allrec, stale), P.keep(rec03, stale)  # what every section below reads
+use, use03 = cm.keep(allrec, stale), cm.keep(rec03, stale)  # what every section below reads
 
 # %% [markdown]
 # ## 1. The pattern in code
@@ -149,7 +149,7 @@ cm.show(ana.protocol_table(S=3))
 #   yet started waiting for, at the moment the consumer starts waiting.
 
 # %%
-TL4, TL3 = P.load_timeline(ctx), P.load_timeline(ctx, ana.NB3)
+TL4, TL3 = tl.load_timeline(ctx), tl.load_timeline(ctx, ana.NB3)
 ws_tl, pipe_tl = ana.ws_timeline_stats(TL4), ana.pipe_timeline_summary(TL3)
 cm.show(ana.timeline_views(ctx, TL4, TL3, allrec, rec03, ws_tl, pipe_tl, stale))
 
@@ -170,7 +170,7 @@ if len(ws_tl):
 # %%
 fin = ana.finish_spreads(TL3, TL4)  # {(kernel, NUM_STAGES): every traced CTA's finish, blocks, pace}
 spread = ana.spread_table(fin)
-cm.show(P.table(spread.round(1)) if len(spread) else ana.nodata(ctx, "per-CTA finish times (no timeline file)", stale),
+cm.show(cm.table(spread.round(1)) if len(spread) else ana.nodata(ctx, "per-CTA finish times (no timeline file)", stale),
         ana.spread_figure(fin))
 
 # %% [markdown]
@@ -224,15 +224,15 @@ cm.show(ana.census_notes(norm_cen, gemm_cen))
 
 # %%
 grids = ana.norm_grids(use)  # {op: one run's grid with gluon-ws and gluon-pipelined, pct_ceiling}
-ct, ce = P.grid_ceiling(use, grids)
+ct, ce = ng.grid_ceiling(use, grids)
 cm.show(ana.grid_notes(ctx, grids, stale))
 if ce:
-    print(P.session_line(P.grid_run(grids), ce))
+    print(ng.session_line(ng.grid_run(grids), ce))
 if ana.low_copy_line(grids, ct):
     print(ana.low_copy_line(grids, ct))
 
 # %% tags=["fold"] fold_summary="the copy reference of every cell (per-shape copy, session copy, which one counts)"
-cm.show(P.table(ct.sort_index().round(1)))
+cm.show(cm.table(ct.sort_index().round(1)))
 
 # %% [markdown]
 # ### Headline: gluon-ws vs gluon-pipelined, cell by cell
@@ -251,7 +251,7 @@ cm.show(ana.headline_figure(grids, slug) or ana.nodata(ctx, "the headline (no rm
 cm.show(ana.grid_figure(grids, slug))
 
 # %%
-cm.show(P.variant_maps(ana.heat_grids(grids), "gluon-pipelined", "gluon-ws", with_timer=False))
+cm.show(ng.variant_maps(ana.heat_grids(grids), "gluon-pipelined", "gluon-ws", with_timer=False))
 
 # %% [markdown]
 # ### Target: gluon-ws within 2% of gluon-pipelined, or better, in every cell
@@ -299,7 +299,7 @@ gemm_tab = gana.gemm_table(gm)
 cm.show(ana.about(gm, "GEMM grid") or ana.nodata(ctx, "a GEMM run with all of " + ", ".join(gana.GEMM4), stale))
 if gana.older_runs_line(gm, mm):
     print(gana.older_runs_line(gm, mm))
-cm.show(P.table(gemm_tab), P.geomean_line(gemm_tab))
+cm.show(cm.table(gemm_tab), P.geomean_line(gemm_tab))
 if gana.gemm_ceiling_lines(gm, use, use03):
     print("\n".join(gana.gemm_ceiling_lines(gm, use, use03)))
 if len(gm):
@@ -592,7 +592,7 @@ cm.show(gana.cluster_evidence())
 # (kernel, tool) wins).
 
 # %%
-cm.show(P.table(P.correctness_table([*grids.values(), gm])))
+cm.show(cm.table(P.correctness_table([*grids.values(), gm])))
 san_path = P.sanitizer_path(ctx)
 san, n_old = P.load_sanitizer(san_path)
 cm.show(wsan.sanitizer_views(san, n_old, san_path))
@@ -676,7 +676,7 @@ cm.show(disp if len(disp) else "No `results/h200/racecheck-dispatch.log`: run `c
 # ## 9. Takeaways (computed from the data above)
 
 # %% tags=["takeaways"]
-cm.show(P.bullets(ana.takeaways(gm=gm, gemm_tab=gemm_tab, gt=gt, ws_ok=ws_ok, targets=targets, summary=norm_summary,
+cm.show(cm.bullets(ana.takeaways(gm=gm, gemm_tab=gemm_tab, gt=gt, ws_ok=ws_ok, targets=targets, summary=norm_summary,
                                 blocks=blocks, TL4=TL4, ws_tl=ws_tl, spread=spread, sw=sw, sweep_eff=sweep_eff, heur=heur,
                                 norm_cen=norm_cen, gemm_cen=gemm_cen, san=san, use=use)))
 

@@ -14,7 +14,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from gluon_lab import plots  # noqa: E402
-from gluon_lab.analysis import common as cm, pipelined as P  # noqa: E402
+from gluon_lab.analysis import common as cm, norm_grids as ng, pipelined as P, timeline as tl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "records"
@@ -51,17 +51,17 @@ def allrec(ctx):
 
 @pytest.fixture(scope="module")
 def use(allrec):
-    return P.keep(allrec, "flag")
+    return cm.keep(allrec, "flag")
 
 
 @pytest.fixture(scope="module")
 def grids(use):
-    return P.norm_grids(use)
+    return ng.norm_grids(use)
 
 
 @pytest.fixture(scope="module")
 def TL(ctx):
-    return P.load_timeline(ctx)
+    return tl.load_timeline(ctx)
 
 
 @pytest.fixture(autouse=True)
@@ -86,11 +86,11 @@ def test_fixtures_are_unmodified_lines_of_the_committed_records():
 
 
 def test_stale_policy_and_na_safe_mask(allrec):
-    assert P.keep(allrec, "flag") is allrec
-    assert not P.keep(allrec, "drop").stale.any()
+    assert cm.keep(allrec, "flag") is allrec
+    assert not cm.keep(allrec, "drop").stale.any()
     with pytest.raises(ValueError, match="stale must be"):
-        P.keep(allrec, "hide")
-    m = P.mask(allrec.M == 1024)  # M is a nullable integer: ceilings have no M
+        cm.keep(allrec, "hide")
+    m = cm.mask(allrec.M == 1024)  # M is a nullable integer: ceilings have no M
     assert m.dtype == bool and m.sum() == ((allrec.M == 1024).fillna(False)).sum()
 
 
@@ -115,23 +115,23 @@ def test_norm_grid_is_the_newest_run_with_its_copy_reference(use, grids):
 
 
 def test_big_cells_and_why_the_session_copy(use, grids):
-    ct, ce = P.grid_ceiling(use, grids)
+    ct, ce = ng.grid_ceiling(use, grids)
     assert ce["run_id"] == GRID_RUN and ce["copy_gbps"] == pytest.approx(
         [d for d in rec(raw(), run_id=GRID_RUN, op="copy") if "M" not in d["shape"]][0]["gbps"])
-    big = P.big_cells(grids, ct)
+    big = ng.big_cells(grids, ct)
     assert [tuple(map(int, i)) for i in big.index] == [(8192, 8192), (16384, 4096), (16384, 8192),
                                                       (32768, 4096), (32768, 8192)]  # M*N >= 64 Mi
-    low = P.low_copy_cells(ct)
+    low = ng.low_copy_cells(ct)
     assert [tuple(map(int, i)) for i in low.index] == [(32768, 8192)]
-    note = P.why_max_note(grids, big, ce)
+    note = ng.why_max_note(grids, big, ce)
     assert note.startswith("**Why max(per-shape, session copy) there:** at 32768x8192 (tensors of 512-512 MiB)")
     assert "4270 GB/s" in note
-    assert P.lift_line(big, ce).startswith("at the other 4 cells with M*N >= 64 Mi")
-    assert "run `20261129T182939Z-0611c1e9`" in P.big_cells_views(grids, big, ce)[0]
+    assert ng.lift_line(big, ce).startswith("at the other 4 cells with M*N >= 64 Mi")
+    assert "run `20261129T182939Z-0611c1e9`" in ng.big_cells_views(grids, big, ce)[0]
 
 
 def test_target_cells_recomputed_for_one_cell(grids, ctx):
-    t = P.target_cells(grids["rms_norm"], ctx.spec)
+    t = ng.target_cells(grids["rms_norm"], ctx.spec)
     assert t.shape == (6, 14)
     lines = raw()
     cell = [d for d in rec(lines, run_id=GRID_RUN, op="rms_norm", M=8192, N=8192, study=None) if d["passed"]]
@@ -147,35 +147,35 @@ def test_target_cells_recomputed_for_one_cell(grids, ctx):
     assert t.loc[(1024, 4096), "met: >= 1.10x one-row (M <= 4096)"] == "MISSED (<= 1 block/CTA: nothing to overlap)"
     assert t.loc[(8192, 8192), "met: >= 1.10x one-row (M <= 4096)"] == "n/a"
     assert t.loc[(8192, 4096), "met: >= 97% ceiling (M*N >= 64Mi)"] == "n/a"  # 32 Mi elements
-    s = P.target_summary({"rms_norm": t})
-    assert list(s.target) == [f"gluon-pipelined {P.TARGET_WORDS[c][0]}" for c, _, _ in P.TARGETS]  # in words
+    s = ng.target_summary({"rms_norm": t})
+    assert list(s.target) == [f"gluon-pipelined {ng.TARGET_WORDS[c][0]}" for c, _, _ in ng.TARGETS]  # in words
     assert s.target.iloc[1].startswith("gluon-pipelined at least as fast as the fastest baseline of the cell (eager")
     assert s.iloc[1]["cells met"] == f"{int((t['vs best baseline'] >= 1).sum())}/6"
     # the coloured grid: the measured ratio in each cell, green met / red missed / grey with a reason
-    html = P.target_grid(t).to_html()
+    html = ng.target_grid(t).to_html()
     assert f">{t.loc[(8192, 8192), 'vs best baseline']:.3f}<" in html and ">N ≠ 2ᵏ<" not in html  # no N=5120 in the fixture
     assert ">n/a<" in html and "M ≤ 4K only" in html  # grey cells: the condition is in the column header
     assert "#f0f0f0" in html and "#c7e9c0" in html and "#fcbba1" in html and "NaN" not in html  # grey, green, red cells
-    details = P.target_details({"rms_norm": P.norm_grids(P.keep(cm.load(ctx), "flag"))["rms_norm"]}, {"rms_norm": t})
+    details = ng.target_details({"rms_norm": ng.norm_grids(cm.keep(cm.load(ctx), "flag"))["rms_norm"]}, {"rms_norm": t})
     assert not details[1].isna().any().any() and "/ best base" in details[1]
 
 
 def test_timeline_stats_from_the_trimmed_timeline(TL):
-    s = P.timeline_stats(TL)
+    s = tl.timeline_stats(TL)
     assert list(s.index) == [1, 3] and (s["CTAs traced"] == 10).all() and (s["blocks per CTA"] == 63).all()
     blocks = [np.asarray(c).reshape(-1, 3) for c in TL["timelines"]["1"]["ns"]]
     stall = [int(b[i, 1] - b[i, 0]) for b in blocks for i in range(len(b))]
     period = [int(b[i + 1, 0] - b[i, 0]) for b in blocks for i in range(len(b) - 1)]
     assert s.loc[1, "median stall / block (ns)"] == statistics.median(stall)
     assert s.loc[1, "median block period (ns)"] == statistics.median(period)
-    assert P.stamp_granularity(TL) == 32
-    c = P.timeline_change(s)
+    assert tl.stamp_granularity(TL) == 32
+    c = tl.timeline_change(s)
     assert c["stages"] == (1, 3) and c["period speedup"] == pytest.approx(s.loc[1, "median block period (ns)"] / s.loc[3, "median block period (ns)"])
-    assert list(P.timeline_table(s).columns)[-1] == "time stalled (median over CTAs) %"
+    assert list(tl.timeline_table(s).columns)[-1] == "time stalled (median over CTAs) %"
 
 
 def test_finish_spread_of_the_trimmed_timeline(TL):
-    fs = P.finish_spread(TL, 3)
+    fs = tl.finish_spread(TL, 3)
     blocks = [np.asarray(c).reshape(-1, 3) for c in TL["timelines"]["3"]["ns"]]
     ends = [int(b[-1, 2]) for b in blocks]  # the last block's stores issued
     assert list(fs["ends"]) == ends
@@ -187,58 +187,58 @@ def test_finish_spread_of_the_trimmed_timeline(TL):
 
 
 def test_timeline_check_against_the_timed_records(TL, use, allrec, ctx):
-    s = P.timeline_stats(TL)
-    chk = P.timeline_check(TL, s, use, allrec, ctx.spec)
+    s = tl.timeline_stats(TL)
+    chk = tl.timeline_check(TL, s, use, allrec, ctx.spec)
     assert (chk["grid (CTAs)"] == 132).all()
     assert (chk["whole-grid GB/s from stamps"] == "not every CTA traced").all()  # 10 of 132 CTAs in the fixture
     stages = {d["config"]["num_stages"]: d["gbps"] for d in rec(raw(), study="stages", M=8192, N=8192)}
     assert chk.loc[3, "timed GB/s, same config"] == round(stages[3]) and chk.loc[3, "timed record run"] == GRID_RUN
     per_block = 1 * 8192 * 2 * 2
     assert chk.loc[3, "GB/s at median period"] == round(132 * per_block / s.loc[3, "median block period (ns)"])
-    notes = P.timeline_check_notes(chk, s, ctx.spec)
+    notes = tl.timeline_check_notes(chk, s, ctx.spec)
     assert "above the 4800 GB/s datasheet" in notes and notes.splitlines()[-1].startswith("NUM_STAGES 1 -> 3: median stall")
 
 
 def test_timeline_figures(TL):
-    s = P.timeline_stats(TL)
-    fig = P.timeline_gantt(TL, s)
+    s = tl.timeline_stats(TL)
+    fig = tl.timeline_gantt(TL, s)
     assert len(fig.axes) == 2
     for ax in fig.axes:
         assert len(ax.collections) == 4 * 3  # 4 CTAs x (stall, compute+store, gap)
         assert [t.get_text() for t in ax.get_yticklabels()] == ["CTA 0", "CTA 1", "CTA 2", "CTA 3"]
     assert "NUM_STAGES=3" in fig.axes[1].get_title()
-    zoom = P.timeline_gantt(TL, s, zoom=True)
+    zoom = tl.timeline_gantt(TL, s, zoom=True)
     assert zoom.axes[0].get_xlim() == pytest.approx((0, 8 * s["median block period (ns)"].max() / 1e3))
-    fin = P.finish_figure(TL, s)
+    fin = tl.finish_figure(TL, s)
     lines = fin.axes[0].get_lines()
     assert len(lines) == 2 and all(len(ln.get_xdata()) == 10 for ln in lines)
     assert np.all(np.diff(lines[1].get_ydata()) >= 0)  # sorted by finish
-    assert P.timeline_gantt(None, s) is None and P.finish_figure(None, s) is None
+    assert tl.timeline_gantt(None, s) is None and tl.finish_figure(None, s) is None
 
 
 def test_headline_and_variant_maps(grids):
-    fig = P.headline_figure(grids, "h200")
+    fig = ng.headline_figure(grids, "h200")
     assert len(fig.axes) == 2 * 2  # RMSNorm and LayerNorm ratio maps, each with its colour bar
     assert [a.get_title() for a in fig.axes[:2]] == ["RMSNorm bf16", "LayerNorm bf16"]
     assert "run 20261129T182939Z" in fig._suptitle.get_text()
     im = fig.axes[0].images[0]
     assert im.norm.vcenter == 1.0  # a diverging map centred on 1.0
-    t = P.vs_best_frame(grids["rms_norm"])
+    t = ng.vs_best_frame(grids["rms_norm"])
     slow = t.loc[t.ratio.idxmin()]
     if slow.ratio < 1:  # a loss is painted on the red side, whatever the range of the other cells
         rgb = im.cmap(im.norm(slow.ratio))
         assert rgb[0] > rgb[1]
     assert "faster" in fig.axes[2].get_ylabel()
-    full = P.grid_figure(grids, "h200")
+    full = ng.grid_figure(grids, "h200")
     assert len(full.axes) == 2 * 3 * 2 and full.axes[0].get_title() == "rms_norm: gluon-pipelined, % of ceiling"
     assert full.axes[2].images[0].norm.vcenter == 1.0
-    out = P.variant_maps(grids)
+    out = ng.variant_maps(grids)
     figs = [o for o in out if isinstance(o, plt.Figure)]
     tabs = [o for o in out if isinstance(o, pd.DataFrame)]
     assert len(figs) == 4 and len(tabs) == 2
     assert "**rms_norm: gluon-chunked -> gluon-pipelined**" in out[2]
     assert tabs[0].shape == (3, 2) and " -> " in tabs[0].iloc[0, 0]
-    assert P.headline_figure({}, "h200") is None and P.variant_maps({}) == []
+    assert ng.headline_figure({}, "h200") is None and ng.variant_maps({}) == []
 
 
 def test_stages_pipe_sweep_and_fence(use):
@@ -317,13 +317,13 @@ def test_roofline_correctness_and_sanitizer(ctx, use, grids):
 
 
 def test_takeaways_are_computed_from_the_tables(ctx, allrec, use, grids, TL):
-    s = P.timeline_stats(TL)
-    targets = P.target_tables(grids, ctx.spec)
-    summary = P.target_summary(targets)
+    s = tl.timeline_stats(TL)
+    targets = ng.target_tables(grids, ctx.spec)
+    summary = ng.target_summary(targets)
     stg = P.stages_records(use)
     gm = P.gemm_records(use)
     lines = P.takeaways(grids=grids, targets=targets, summary=summary, TL=TL, tl_stats=s, allrec=allrec,
-                        chk=P.timeline_check(TL, s, use, allrec, ctx.spec), stg=stg, stage_tab=P.stage_table(stg),
+                        chk=tl.timeline_check(TL, s, use, allrec, ctx.spec), stg=stg, stage_tab=P.stage_table(stg),
                         gm=gm, gemm_tab=P.gemm_table(gm), use=use, san=P.load_sanitizer(P.sanitizer_path(ctx))[0])
     text = "\n".join(lines)
     t = targets["rms_norm"]
@@ -331,7 +331,7 @@ def test_takeaways_are_computed_from_the_tables(ctx, allrec, use, grids, TL):
     assert "the slowest of 10 CTAs" in text and "62-63 blocks each (block-count imbalance 1.6%)" in text
     assert "NUM_STAGES study" in text and "compute-sanitizer: 7 runs recorded, 4 clean" in text
     assert "Copy ceiling: the graph-timed per-shape copy reads" in text and "at 32768x8192" in text
-    md = P.bullets(lines)
+    md = cm.bullets(lines)
     assert md.startswith("- **rms_norm bf16**") and "\n  - 1 cells give each CTA at most one row block with the recorded config (1024x4096)" in md
     assert all(ln.startswith(("- ", "  - ")) for ln in md.splitlines())
 
@@ -339,15 +339,15 @@ def test_takeaways_are_computed_from_the_tables(ctx, allrec, use, grids, TL):
 def test_no_records_give_notes_not_errors(ctx, tmp_path):
     empty = cm.load(cm.setup(P.NB, mode="replay", results_dir=tmp_path))
     assert len(empty) == 0
-    assert P.norm_grids(empty) == {} and P.other_grids(empty, ops=("l2_norm", )) == {}
+    assert ng.norm_grids(empty) == {} and P.other_grids(empty, ops=("l2_norm", )) == {}
     for f in (P.stages_records, P.pipe_sweep_records, P.fence_records, P.gemm_records, P.gemm_sweep_records, P.ws_sweep_records):
         assert len(f(empty)) == 0
     assert P.stage_table(empty).empty and P.pipe_sweep_best(empty).empty and P.fence_table(empty).empty
     assert P.gemm_table(empty).empty and P.gemm_bars(empty) is None and P.gemm_views(empty, P.EMPTY) == []
     assert P.roofline_figure(empty, {}, empty, ctx.spec, "h200") == (None, [])
-    assert P.timeline_stats(None).empty and P.timeline_table(P.EMPTY) is None
-    assert P.about(empty, "x") == [] and P.table(P.EMPTY) is None
-    note = P.nodata(ctx, "the GEMM grid", "drop")
+    assert tl.timeline_stats(None).empty and tl.timeline_table(P.EMPTY) is None
+    assert cm.about(empty, "x") == [] and cm.table(P.EMPTY) is None
+    note = cm.nodata(ctx, "the GEMM grid", "drop")
     assert note == ("**No records for the GEMM grid** in `tests/fixtures/records/h200/03-multibuffer-pipelining.jsonl` "
                     "(stale records dropped: `stale='drop'`).")
     assert P.sanitizer_views(P.EMPTY, 0, tmp_path / "sanitizer.jsonl")[0].startswith("**No compute-sanitizer records:**")
@@ -375,7 +375,7 @@ def test_codegen_census_on_cpu():
 
 def test_headline_numbers(use, grids):
     nums = dict(P.headline_numbers(grids, use))
-    t = pd.concat([P.vs_best_frame(grids[op]) for op in ("rms_norm", "layer_norm")])
+    t = pd.concat([ng.vs_best_frame(grids[op]) for op in ("rms_norm", "layer_norm")])
     r = t["ratio"].dropna()
     assert nums["gluon-pipelined vs best baseline"] == (
         f"{plots.geomean(r):.2f}× geomean over {len(r)} cells (RMSNorm + LayerNorm bf16); at least as fast in "
@@ -387,7 +387,7 @@ def test_headline_numbers(use, grids):
     assert dict(P.headline_numbers({}, P.EMPTY)) == {
         "gluon-pipelined vs best baseline": "missing: no RMSNorm / LayerNorm grid with gluon-pipelined",
         "GEMM vs cuBLAS at 8192³": "missing: no GEMM grid with gluon-pipelined and cuBLAS"}
-    assert P.headline_figure({}, "h200") is None and P.grid_figure({}, "h200") is None
+    assert ng.headline_figure({}, "h200") is None and ng.grid_figure({}, "h200") is None
 
 
 def test_other_views_say_why_a_variant_is_absent(ctx, use):

@@ -15,7 +15,8 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from gluon_lab import plots  # noqa: E402
-from gluon_lab.analysis import common as cm, gemm as G, pipelined as P, warp_specialized as W  # noqa: E402
+from gluon_lab.analysis import common as cm, gemm as G, norm_grids as ng, pipelined as P, timeline as tl  # noqa: E402
+from gluon_lab.analysis import warp_specialized as W  # noqa: E402
 from gluon_lab.analysis import ws_sanitizer as S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def recs(ctx):
 
 @pytest.fixture(scope="module")
 def timelines(ctx):
-    return P.load_timeline(ctx), P.load_timeline(ctx, W.NB3)
+    return tl.load_timeline(ctx), tl.load_timeline(ctx, W.NB3)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_ws_timeline_stats_recomputed(timelines):
     assert s.loc[3, "run-ahead < 0 (% of blocks)"] == pytest.approx(100 * sum(x < 0 for x in ra) / len(ra))
     assert s.loc[1, "blocks ahead, max"] == 0 and s.loc[3, "blocks ahead, median"] == 2  # a 1-slot ring cannot run ahead
     pipe = W.pipe_timeline_summary(TL3)
-    p3 = P.timeline_stats(TL3)
+    p3 = tl.timeline_stats(TL3)
     assert list(pipe.columns) == ["stall, median (ns)", "compute + store, median (ns)", "block period, median (ns)"]
     assert pipe.loc[3, "block period, median (ns)"] == p3.loc[3, "median block period (ns)"]
     lines = W.timeline_lines(s, pipe)
@@ -188,7 +189,7 @@ def test_headline_numbers(ctx, recs, grids, gm):
     r = pd.concat([W.ws_frame(grids[op]) for op in ("rms_norm", "layer_norm")])["ratio"]
     assert nums["gluon-ws vs gluon-pipelined"] == (f"{plots.geomean(r):.3f}× geomean; within 2% or faster in "
                                                    f"{int((r >= 0.98).sum())} of {len(r)} cells")
-    b = pd.concat([P.vs_best_frame(grids[op], "gluon-ws") for op in ("rms_norm", "layer_norm")])["ratio"]
+    b = pd.concat([ng.vs_best_frame(grids[op], "gluon-ws") for op in ("rms_norm", "layer_norm")])["ratio"]
     assert nums["gluon-ws vs best baseline"].startswith(f"{plots.geomean(b):.2f}× geomean over {len(b)} cells")
     t = G.gemm_table(gm)
     sq = P.square_ratio(t, "gluon-ws / cuBLAS")
@@ -209,7 +210,7 @@ def test_headline_ratio_map_marks_missed_cells(grids):
     full = W.grid_figure(grids, "h200")
     assert len(full.axes) == 2 * 3 * 2 and full.axes[2].get_title() == "rms_norm: gluon-ws / gluon-pipelined (speed)"
     assert W.headline_figure({}, "h200") is None
-    maps = P.variant_maps(W.heat_grids(grids), "gluon-pipelined", "gluon-ws", with_timer=False)
+    maps = ng.variant_maps(W.heat_grids(grids), "gluon-pipelined", "gluon-ws", with_timer=False)
     assert sum(isinstance(m, plt.Figure) for m in maps) == 4 and "**rms_norm: gluon-pipelined -> gluon-ws** (% of ceiling, speed change)" in [
         m for m in maps if isinstance(m, str)]
 

@@ -366,14 +366,14 @@ def training_step(df) -> list:
 
 # ---- the measured timeline of the persistent programs (%globaltimer, INSTRUMENT build) ------------------
 def load_timeline(ctx: cm.Context):
-    from .pipelined import load_timeline as load
+    from .timeline import load_timeline as load
     return load(ctx, NB)
 
 
 def timeline_note(ctx: cm.Context, TL, allrec, stale: str = "flag") -> str:
     """Provenance of the timeline: its run, and whether that run's gluon-regs records of the traced ops are stale."""
     if TL is None:
-        from .pipelined import nodata
+        from .common import nodata
         return nodata(ctx, f"the measured timeline ({NB}.timeline.json is missing)", stale)
     ops = {t["op"] for t in TL["timelines"].values()}
     src = allrec[(allrec.run_id == TL["run_id"]) & allrec.op.isin(ops) & (allrec.variant == GLUON)] \

@@ -566,3 +566,82 @@ def study_vs_peers(st, knobs: tuple, heuristic):
                      "peer / heuristic": round(p.ms_median * 1000 / hus, 3) if hus == hus else float("nan"),
                      "peer / best": round(p.ms_median / b.ms_median, 3)})
     return pd.DataFrame(rows)
+
+
+# ---- records: stale policy, one run per section, notes ------------------------------------------
+def keep(df, stale: str = "flag"):
+    """stale='flag': every record (stale ones are shown, marked); 'drop': only the current ones."""
+    if stale not in ("flag", "drop"):
+        raise ValueError(f"stale must be 'flag' or 'drop', got {stale!r}")
+    return df if stale == "flag" else current(df)
+
+
+def mask(s):
+    """NA-safe boolean mask (shape columns are nullable integers)."""
+    import pandas as pd
+    return pd.Series(s).fillna(False).astype(bool)
+
+
+def study(df):
+    """The `study` of each record's config (None for the grids)."""
+    import pandas as pd
+    if not len(df):
+        return pd.Series([], dtype=object, index=df.index)
+    return config_value(df, "study")
+
+
+def pick(df, m=None, require=()):
+    """The newest run holding this section's records (and every variant in require), one run only."""
+    if not len(df):
+        return df.copy()
+    return newest_run(df, None if m is None else mask(m), require=require).copy()
+
+
+def about(g, what: str, with_files: bool = False) -> list:
+    """Which run, how many records, which timers (Markdown), and a STALE note when any record is."""
+    if not len(g):
+        return []
+    return [section_line(g, what, with_files=with_files), stale_note(g, what)]
+
+
+def where(ctx: Context, name: str | None = None) -> str:
+    """results/<gpu>/<name> as shown in notes: relative to the repository when it lies inside it."""
+    p = ctx.results_dir / ctx.slug / (name or "")
+    try:
+        p = p.relative_to(REPO)
+    except ValueError:
+        pass
+    return str(p).rstrip("/") + ("" if name else "/")
+
+
+def nodata(ctx: Context, what: str, stale: str = "flag", name: str | None = None) -> str:
+    """'No records for <what> in <file>' (name=None: this notebook's .jsonl)."""
+    name = f"{ctx.notebook}.jsonl" if name is None else name
+    return (f"**No records for {what}** in `{where(ctx, name)}`"
+            + (" (stale records dropped: `stale='drop'`)" if stale == "drop" else "") + ".")
+
+
+def stale_records(allrec, title: str = "**Stale records** (kernel source changed since the run):") -> list:
+    """The stale-records table under its title, or a line saying there is none."""
+    t = stale_table(allrec)
+    return [title, t] if len(t) else ["no stale records"]
+
+
+def tag(g) -> str:
+    """' (run `X`, STALE)' / ' (run `X`)' for a takeaway drawn from the records g."""
+    return f" (run `{g.run_id.iloc[0]}`{', STALE' if g.stale.any() else ''})"
+
+
+def shape_str(idx) -> str:
+    return "x".join(str(int(d)) for d in idx)
+
+
+def table(t):
+    """t, or None when it is empty (common.show skips None: no empty table on the page)."""
+    return t if t is not None and len(t) else None
+
+
+def bullets(lines) -> str:
+    """Markdown bullet list like common.takeaways, where a line that starts with two spaces is a
+    sub-item of the line before it."""
+    return "\n".join((f"  - {ln.strip()}" if ln.startswith("  ") else f"- {ln}") for ln in lines if ln)

@@ -8,7 +8,7 @@ Kernel-facing (the only places this module reaches into kernels / experiments / 
     census_table()   gluon_lab.kernels.conv.{fprop,fprop_ws,gather,dgrad,wgrad,triton,wgrad_triton}_codegen
                      -> codegen.compile_sm90 / census
     a_paths()        gluon_lab.kernels.conv.a_path, ConvConfig / GatherConfig.heuristic
-    load_timeline()  analysis.pipelined.load_timeline (results/<gpu>/06-convolution.timeline.json)
+    load_timeline()  analysis.timeline.load_timeline (results/<gpu>/06-convolution.timeline.json)
 
 Records: the newest record per case (results.latest); ratios are taken inside one run only.
 """
@@ -341,13 +341,13 @@ def sweep_table(df, study: str = "fprop-sweep", op: str | None = None):
 
 # ---- the measured timeline of persistent CTAs (%globaltimer, INSTRUMENT build) -------------------
 def load_timeline(ctx: cm.Context):
-    from .pipelined import load_timeline as load
+    from .timeline import load_timeline as load
     return load(ctx, NB)
 
 
 def load_ws_timeline(ctx: cm.Context):
     """results/<gpu>/06-convolution.ws-timeline.json (experiments.capture_conv_ws_timeline), or None."""
-    from .pipelined import load_timeline as load
+    from .timeline import load_timeline as load
     return load(ctx, NB, ".ws-timeline.json")
 
 

@@ -49,6 +49,7 @@ import pandas as pd
 from .. import plots
 from . import common as cm
 from . import pipelined as P
+from . import timeline as tl
 
 NB = "04-warp-specialization"  # the notebook whose records hold these studies
 NB3 = P.NB  # pattern 3's records: the GEMM comparison
@@ -82,17 +83,17 @@ def gemm_fits(tile, regs: int, dtype: str = "bfloat16") -> str:
 
 # the notebook's missing-data note and "which run" line (warp_specialized has the same two)
 def nodata(ctx, what: str, stale: str = "flag") -> str:
-    return P.nodata(ctx, what, stale, name="")
+    return cm.nodata(ctx, what, stale, name="")
 
 
 def about(g, what: str) -> list:
-    return P.about(g, what, with_files=True)
+    return cm.about(g, what, with_files=True)
 
 
 # ---- the GEMM grid: the four GEMMs of one run (04's file or 03's) ---------------------------------
 def gemm_candidates(use, use03):
     """Every GEMM-grid record of both files (matmul, no study, not a ceiling)."""
-    parts = [d[(d.op == "matmul") & P.study(d).isna() & (d.pattern != "ceiling")] for d in (use, use03) if len(d)]
+    parts = [d[(d.op == "matmul") & cm.study(d).isna() & (d.pattern != "ceiling")] for d in (use, use03) if len(d)]
     return pd.concat(parts, ignore_index=True) if parts else EMPTY
 
 
@@ -100,7 +101,7 @@ def gemm_records(mm):
     """The newest run holding all four GEMMs (one run only)."""
     if not len(mm):
         return mm
-    gm = P.pick(mm, mm.op == "matmul", require=GEMM4)
+    gm = cm.pick(mm, mm.op == "matmul", require=GEMM4)
     return gm if set(GEMM4) <= set(gm.variant) else gm.iloc[:0]
 
 
@@ -156,7 +157,7 @@ def gemm_targets(t):
                  "short": ">= 0.98x cuBLAS, geomean"})
     rp = t["gluon-ws / gluon-pipelined"]
     rows.append({"target": "gluon-ws at least as fast as the pipelined GEMM of pattern 3 (gluon-pipelined) at every shape",
-                 "measured": f"{int((rp >= 1).sum())}/{rp.notna().sum()} shapes; worst {rp.min():.3f}x at {P.shape_str(rp.idxmin())}",
+                 "measured": f"{int((rp >= 1).sum())}/{rp.notna().sum()} shapes; worst {rp.min():.3f}x at {cm.shape_str(rp.idxmin())}",
                  "met": bool((rp >= 1).all()), "short": ">= gluon-pipelined at every shape"})
     return pd.DataFrame(rows)
 
@@ -242,7 +243,7 @@ def ws_sweep_views(ctx, wsw, gm, stale: str = "flag"):
     tab, ok, bad = sweep_table(wsw)
     skipped, line = sweep_skipped(wsw)
     out = about(wsw, "ws-sweep") + [f"**ws-sweep, run {wsw.run_id.iloc[0]}**: TFLOP/s (columns: producer_regs)", tab,
-                                    sweep_spread_line(ok), P.table(skipped), line]
+                                    sweep_spread_line(ok), cm.table(skipped), line]
     if len(ok):
         out += ["best config per shape vs the default `GemmConfig()` in the same sweep:", sweep_best(ok).round(3)]
         rr = run_to_run(gm, ok)
@@ -588,7 +589,7 @@ def consumer_schedule() -> list:
 
 def load_gemm_timeline(ctx: cm.Context):
     """results/<gpu>/04-warp-specialization.gemm-timeline.json, or None."""
-    return P.load_timeline(ctx, NB, ".gemm-timeline.json")
+    return tl.load_timeline(ctx, NB, ".gemm-timeline.json")
 
 
 def _tiles(cta) -> np.ndarray:
@@ -941,8 +942,8 @@ def gemm_takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY) -> list[s
                      + f"geomean **{plots.geomean(r):.3f}x** cuBLAS and {plots.geomean(gemm_tab['triton / cuBLAS']):.3f}x "
                      "for Triton's tl.dot; "
                      f"vs gluon-pipelined geomean {plots.geomean(rp):.3f}x, ahead at "
-                     + (", ".join(P.shape_str(i) for i in rp[rp >= 1].index) or "no shape")
-                     + ", behind at " + (", ".join(f"{P.shape_str(i)} ({v:.3f}x)" for i, v in rp[rp < 1].items()) or "no shape") + ".")
+                     + (", ".join(cm.shape_str(i) for i in rp[rp >= 1].index) or "no shape")
+                     + ", behind at " + (", ".join(f"{cm.shape_str(i)} ({v:.3f}x)" for i, v in rp[rp < 1].items()) or "no shape") + ".")
         if len(gt):
             lines.append("  GEMM targets: " + "; ".join(f"{t.get('short', t['target'])}: {t['measured']} ({'met' if t['met'] else 'MISSED'})"
                                                          for _, t in gt.iterrows()) + ".")

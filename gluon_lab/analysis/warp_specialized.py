@@ -48,7 +48,9 @@ import pandas as pd
 from .. import plots
 from . import common as cm
 from . import gemm as G
+from . import norm_grids as ng
 from . import pipelined as P
+from . import timeline as tl
 from .gemm import WS_VS_PIPE, verdict  # the target and verdict words the GEMM and the norms share
 
 NB = "04-warp-specialization"
@@ -118,11 +120,11 @@ def overview(ctx: cm.Context, allrec, rec03) -> list:
 
 
 def nodata(ctx, what: str, stale: str = "flag") -> str:
-    return P.nodata(ctx, what, stale, name="")
+    return cm.nodata(ctx, what, stale, name="")
 
 
 def about(g, what: str) -> list:
-    return P.about(g, what, with_files=True)
+    return cm.about(g, what, with_files=True)
 
 
 # ---- the protocol --------------------------------------------------------------------------------
@@ -146,12 +148,12 @@ def fields(TL) -> dict:
 
 def tl_provenance(ctx, TL, recs, notebook: str | None = None) -> str:
     """Which file, GPU, run (records and git commit of that run), shape and timer granularity."""
-    path = P.timeline_path(ctx, notebook)
+    path = tl.timeline_path(ctx, notebook)
     run = recs[recs.run_id == TL["run_id"]]
     commit = ", ".join(sorted(run.git_commit.dropna().unique())) or "?"
     return (f"`{path.name}`: MEASURED with `%globaltimer` on **{TL['gpu']}**, run `{TL['run_id']}` (records of that run: "
             f"{len(run)}, git commit {commit}; the timeline file carries no kernel-source hash, so it cannot be checked "
-            f"for staleness), RMSNorm {TL['dtype']} M={TL['M']} N={TL['N']}; stamps are multiples of {P.stamp_granularity(TL)} ns.")
+            f"for staleness), RMSNorm {TL['dtype']} M={TL['M']} N={TL['N']}; stamps are multiples of {tl.stamp_granularity(TL)} ns.")
 
 
 def ws_timeline_stats(TL):
@@ -161,8 +163,8 @@ def ws_timeline_stats(TL):
         return EMPTY
     ix = fields(TL)
     rows = []
-    for st in P.stage_keys(TL):
-        bs = P.timeline_blocks(TL, st, ix["_k"])
+    for st in tl.stage_keys(TL):
+        bs = tl.timeline_blocks(TL, st, ix["_k"])
         if not bs:
             continue
         P0, P1, C0, C1, C2 = (np.concatenate([b[:, ix[f]] for b in bs]) for f in F4)
@@ -184,7 +186,7 @@ def ws_timeline_stats(TL):
 
 def pipe_timeline_summary(TL3):
     """Pattern 3's single-stream timeline, the three medians notebook 04 compares with."""
-    s = P.timeline_stats(TL3)
+    s = tl.timeline_stats(TL3)
     if not len(s):
         return EMPTY
     return s[["median stall / block (ns)", "median compute+store (ns)", "median block period (ns)"]].set_axis(
@@ -194,21 +196,21 @@ def pipe_timeline_summary(TL3):
 def timeline_views(ctx, TL4, TL3, allrec, rec03, ws_tl, pipe_tl, stale: str = "flag") -> list:
     out = []
     if TL4 is None:
-        out.append(nodata(ctx, f"the measured gluon-ws timeline ({P.timeline_path(ctx).name} is missing)", stale))
+        out.append(nodata(ctx, f"the measured gluon-ws timeline ({tl.timeline_path(ctx).name} is missing)", stale))
     else:
-        out += [tl_provenance(ctx, TL4, allrec), P.table(ws_tl.round(1))]
+        out += [tl_provenance(ctx, TL4, allrec), cm.table(ws_tl.round(1))]
     if TL3 is not None:
         out += [tl_provenance(ctx, TL3, rec03, NB3),
                 "For comparison, pattern 3's single-stream `gluon-pipelined` timeline (same M, N; 3 stamps per block):",
-                P.table(pipe_tl.round(1))]
+                cm.table(pipe_tl.round(1))]
     else:
-        out.append(nodata(ctx, f"pattern 3's timeline ({P.timeline_path(ctx, NB3).name} is missing)", stale))
+        out.append(nodata(ctx, f"pattern 3's timeline ({tl.timeline_path(ctx, NB3).name} is missing)", stale))
     return out
 
 
 def _ws_gantt(ax, TL, ws_tl, st, ctas=(0, 1, 2), xmax_us=None):
     ix = fields(TL)
-    bs = P.timeline_blocks(TL, st, ix["_k"])
+    bs = tl.timeline_blocks(TL, st, ix["_k"])
     ticks, labels = [], []
     for k, cta in enumerate(ctas[:len(bs)]):
         b = bs[cta] / 1e3
@@ -259,7 +261,7 @@ def runahead_hist(TL, ws_tl):
     sts = list(ws_tl.index)
     fig, axes = plt.subplots(1, len(sts), figsize=(13, 3), squeeze=False)
     for ax, st in zip(axes[0], sts):
-        bs = P.timeline_blocks(TL, st, ix["_k"])
+        bs = tl.timeline_blocks(TL, st, ix["_k"])
         ra = np.concatenate([b[:, ix["consumer_before_full_wait"]] - b[:, ix["producer_issued"]] for b in bs]) / 1e3
         sl = np.concatenate([b[:, ix["consumer_ready"]] - b[:, ix["consumer_before_full_wait"]] for b in bs]) / 1e3
         ax.hist(ra, bins=60, alpha=0.6, label="run-ahead (us)")
@@ -309,8 +311,8 @@ def finish_spreads(TL3, TL4) -> dict:
     """{(label, NUM_STAGES): pipelined.finish_spread} for every timeline present."""
     fin = {}
     for label, TL, k, wait_col in timeline_sources(TL3, TL4):
-        for st in P.stage_keys(TL):
-            fs = P.finish_spread(TL, st, k, wait_col)
+        for st in tl.stage_keys(TL):
+            fs = tl.finish_spread(TL, st, k, wait_col)
             if fs:
                 fin[(label, int(st))] = fs
     return fin
@@ -356,9 +358,9 @@ def spread_figure(fin: dict):
 def timed_same_config(df, variant: str, M: int, N: int, cfg: dict):
     """The newest passed rms_norm record of variant at (M, N) with the timeline's config."""
     keys = [k for k in ("num_warps", "rows", "num_stages", "ctas_per_sm", "producer_regs") if k in cfg]
-    sub = df[P.mask((df.op == "rms_norm") & (df.variant == variant) & (df.M == M) & (df.N == N) & df.passed.astype(bool))]
+    sub = df[cm.mask((df.op == "rms_norm") & (df.variant == variant) & (df.M == M) & (df.N == N) & df.passed.astype(bool))]
     for k in keys:
-        sub = sub[P.mask(cm.config_value(sub, k) == cfg[k])] if len(sub) else sub
+        sub = sub[cm.mask(cm.config_value(sub, k) == cfg[k])] if len(sub) else sub
     return sub.sort_values("timestamp").tail(1)
 
 
@@ -384,7 +386,7 @@ def norm_grid_run(use):
     """The newest rms_norm grid run holding gluon-ws and gluon-pipelined."""
     if not len(use):
         return use.copy()
-    return P.pick(use, (use.op == "rms_norm") & P.study(use).isna() & use.N.notna(), require=("gluon-ws", "gluon-pipelined"))
+    return cm.pick(use, (use.op == "rms_norm") & cm.study(use).isna() & use.N.notna(), require=("gluon-ws", "gluon-pipelined"))
 
 
 def tail_note(spread, grid_run, TL3, TL4) -> str | None:
@@ -392,7 +394,7 @@ def tail_note(spread, grid_run, TL3, TL4) -> str | None:
     and what an even spread of the CTA time would be worth."""
     if not len(spread) or TL4 is None or not len(grid_run):
         return None
-    cell = grid_run[P.mask((grid_run.M == TL4["M"]) & (grid_run.N == TL4["N"]))]
+    cell = grid_run[cm.mask((grid_run.M == TL4["M"]) & (grid_run.N == TL4["N"]))]
     gb = cell.groupby("variant").gbps.first()
     cfgs = cell.groupby("variant").config_key.first()
     if not {"gluon-tma", "gluon-pipelined", "gluon-ws"} <= set(gb.index):
@@ -607,15 +609,15 @@ def census_notes(norm_cen, gemm_cen) -> str:
 # ---- the norms: ws vs pipelined ------------------------------------------------------------------
 def norm_grids(use) -> dict:
     """{op: one run's bf16 grid with gluon-ws and gluon-pipelined, with pct_ceiling} (rms, layer, add+rms)."""
-    return P.norm_grids(use, NORM_OPS, require=("gluon-ws", "gluon-pipelined"))
+    return ng.norm_grids(use, NORM_OPS, require=("gluon-ws", "gluon-pipelined"))
 
 
 def grid_notes(ctx, grids, stale: str = "flag") -> list:
-    return P.grid_notes(ctx, grids, NORM_OPS, stale, with_files=True, name="")
+    return ng.grid_notes(ctx, grids, NORM_OPS, stale, with_files=True, name="")
 
 
 def low_copy_line(grids, ct) -> str | None:
-    low = P.low_copy_cells(ct)
+    low = ng.low_copy_cells(ct)
     if not grids or not len(low):
         return None
     fastest = pd.concat(grids.values()).groupby(["M", "N"]).gbps.max().reindex(low.index)
@@ -629,7 +631,7 @@ def heat_grids(grids: dict) -> dict:
     return {op: g for op, g in grids.items() if op != "add_rms_norm"}
 
 
-OP_NAMES = P.OP_NAMES
+OP_NAMES = ng.OP_NAMES
 
 
 def ratio_map(ax, t, col, title, target=WS_VS_PIPE, span=None, fontsize=None):
@@ -705,7 +707,7 @@ def headline_numbers(grids: dict, use=EMPTY, use03=EMPTY) -> list:
     gm = G.gemm_records(G.gemm_candidates(use, use03))
     gemm_tab = G.gemm_table(gm)
     out = []
-    frames = {op: P.vs_best_frame(g, "gluon-ws") for op, g in heat_grids(grids).items()}
+    frames = {op: ng.vs_best_frame(g, "gluon-ws") for op, g in heat_grids(grids).items()}
     frames = {op: t for op, t in frames.items() if len(t) and t["ratio"].notna().any()}
     run = cm.run_short(next(iter(grids.values())).run_id.iloc[0]) if grids else "?"
     ops = " + ".join(OP_NAMES.get(o, o) for o in frames)
@@ -748,7 +750,7 @@ def target_cells(g, spec):
                       "ws / best baseline": piv["gluon-ws"] / piv[base].max(axis=1) if base else np.nan,
                       "best baseline": piv[base].idxmax(axis=1) if base else None,
                       "ws % of ceiling": ws.pct_ceiling.reindex(piv.index),
-                      "row blocks per CTA": P.blocks_per_cta(ws, spec).reindex(piv.index),
+                      "row blocks per CTA": ng.blocks_per_cta(ws, spec).reindex(piv.index),
                       "ws config (stages, warps, rows, ctas/SM)": [
                           tuple(json.loads(c).get(k) for k in ("num_stages", "num_warps", "rows", "ctas_per_sm"))
                           if isinstance(c, str) else None for c in cfg],
@@ -758,7 +760,7 @@ def target_cells(g, spec):
 
 
 def target_tables(grids: dict, spec) -> dict:
-    return P.target_tables(grids, spec, target_cells)
+    return ng.target_tables(grids, spec, target_cells)
 
 
 def norm_summary(targets: dict):
@@ -790,7 +792,7 @@ TARGET_WORDS = {"met: >= 0.98x gluon-pipelined": ("within 2% of gluon-pipelined 
 def target_grid(t):
     """The cells of one grid as a coloured met/missed grid: gluon-ws / gluon-pipelined in each cell, green
     when ≥ 0.98, red below (a pandas Styler)."""
-    return P.target_grid(t, cols=(("met: >= 0.98x gluon-pipelined", "ws / pipelined", WS_VS_PIPE), ), words=TARGET_WORDS,
+    return ng.target_grid(t, cols=(("met: >= 0.98x gluon-pipelined", "ws / pipelined", WS_VS_PIPE), ), words=TARGET_WORDS,
                          legend={"green": f"≥ {WS_VS_PIPE} (met)", "red": f"< {WS_VS_PIPE} (missed)"})
 
 
@@ -798,7 +800,7 @@ def summary_view(summary):
     """norm_summary with `all met` coloured (the target, in words, is the title above it)."""
     if not len(summary):
         return None
-    return P.summary_view(summary.round(3))
+    return ng.summary_view(summary.round(3))
 
 
 DETAIL_NAMES = {"gluon-ws GB/s": "ws GB/s", "gluon-pipelined GB/s": "pipelined GB/s", "ws / pipelined": "ws / pipelined",
@@ -847,7 +849,7 @@ SWEEP_KNOBS = ("num_stages", "num_warps", "producer_regs")
 
 
 def norm_sweep_records(use):
-    sw = P.pick(use, (P.study(use) == "norm-sweep") & (use.variant == "gluon-ws")) if len(use) else use.copy()
+    sw = cm.pick(use, (cm.study(use) == "norm-sweep") & (use.variant == "gluon-ws")) if len(use) else use.copy()
     if len(sw):
         for k in ("producer_regs", "num_warps", "num_stages", "rows", "ctas_per_sm"):
             sw[k] = cm.config_value(sw, k)
@@ -880,7 +882,7 @@ def sweep_vs_heuristic(sw, grids: dict, dtype: str = "bfloat16"):
     for op, M, N, sub, b, hk, hg in cm.sweep_best_vs_heuristic(
             sw, lambda op, N, M: ws_norm_heuristic(op, N, dtype, M), knobs):
         gr = grids.get(op)
-        gws = gr[(gr.variant == "gluon-ws") & P.mask(gr.M == M) & P.mask(gr.N == N)] if gr is not None else EMPTY
+        gws = gr[(gr.variant == "gluon-ws") & cm.mask(gr.M == M) & cm.mask(gr.N == N)] if gr is not None else EMPTY
         hv.append({"op": op, "M": int(M), "N": int(N),
                    "best (stages, warps, regs, rows, ctas/SM)": tuple(int(b[k]) for k in knobs),
                    "best GB/s": round(b.gbps), "heuristic now": hk, "heuristic GB/s in the sweep": hg,
