@@ -62,7 +62,7 @@ stale = "flag"             # "flag": show records whose kernel source changed si
 
 # %%
 from gluon_lab.analysis import common as cm, norm_grids as ng, pipelined as P, timeline as tl, warp_specialized as ana
-from gluon_lab.analysis import gemm as gana, ws_sanitizer as wsan  # the GEMM studies; section 8's sanitizer reading
+from gluon_lab.analysis import gemm as gana, gemm_probe as gprobe, ws_sanitizer as wsan  # the GEMM studies, the probe logs; section 8's sanitizer reading
 
 ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
 spec, slug = ctx.spec, ctx.slug
@@ -419,7 +419,7 @@ if len(shape_rec):
                 f"median {q.median():.3f}, middle half {q.quantile(0.25):.3f}–{q.quantile(0.75):.3f}, "
                 f"range {q.min():.3f}–{q.max():.3f}.",
                 same_cfg[(q - 1).abs() > 0.02].sort_values("heuristic / explicit"))
-order_probe = gana.order_table(gana.probe_records(gana.probe_path(None, "gemm-probe-order.log")))
+order_probe = gprobe.order_table(gprobe.probe_records(gprobe.probe_path(None, "gemm-probe-order.log")))
 if len(order_probe):
     cm.show(order_probe)
 
@@ -461,16 +461,16 @@ if len(shape_rec):
 # split-K is what reaches cuBLAS at M = 32 with a long K (split slices put every SM on the B stream).
 
 # %%
-probe = gana.probe_records()
-probe_split = gana.probe_records(gana.probe_path(None, "gemm-probe-split.log"))
+probe = gprobe.probe_records()
+probe_split = gprobe.probe_records(gprobe.probe_path(None, "gemm-probe-split.log"))
 if len(probe):
-    cm.show(gana.alignment_table(probe).fillna("—"))
+    cm.show(gprobe.alignment_table(probe).fillna("—"))
 if len(probe_split):
     cm.show("Which operand's misaligned rows cost (contig / only that operand padded), under each L2 promotion:",
-            gana.operand_split_table(probe_split).fillna("—"), "The kernel cuBLAS runs at each ragged shape:",
-            gana.cublas_kernels())
+            gprobe.operand_split_table(probe_split).fillna("—"), "The kernel cuBLAS runs at each ragged shape:",
+            gprobe.cublas_kernels())
 if len(probe):
-    cm.show(gana.decode_probe_table(probe).fillna("—"))
+    cm.show(gprobe.decode_probe_table(probe).fillna("—"))
 else:
     cm.show("results/h200/gemm-probe.log is missing: run `PYTHONPATH=. python3 ci/gemm_probe.py > "
             "results/h200/gemm-probe.log` on the GPU.")
@@ -553,7 +553,7 @@ cm.show(gana.wave_figure(waves))
 
 # %%
 sk_tab = gana.stream_k_table(shape_rec)
-phases = gana.phase_records()
+phases = gprobe.phase_records()
 if len(sk_tab):
     w = sk_tab["without / stream-K"]
     top = sk_tab.loc[w.idxmax()]
@@ -562,12 +562,12 @@ if len(sk_tab):
 cm.show(*([sk_tab.fillna("—")] if len(sk_tab) else ["The shape sweep shown has no stream-K cases."]),
         *(["Per-kernel GPU time of one call (results/h200/gemm-probe-phases.log):", phases.fillna("—")]
           if len(phases) else []))
-sk_trace = gana.sktrace_records()
+sk_trace = gprobe.sktrace_records()
 if len(sk_trace):
     cm.show("Per-unit stamps, medians over every CTA (results/h200/gemm-probe-sktrace.log; measured at commit ec46036, "
             "when the partials were still staged through shared memory for a TMA store; not re-run since they are "
             "stored from registers):", sk_trace.fillna("—"))
-sk_probe = gana.order_table(gana.probe_records(gana.probe_path(None, "gemm-probe-skprobe.log")), part="skprobe")
+sk_probe = gprobe.order_table(gprobe.probe_records(gprobe.probe_path(None, "gemm-probe-skprobe.log")), part="skprobe")
 if len(sk_probe):
     cm.show("Stream-K beside the heuristic of the time, cuBLAS / config per interleaved round "
             "(results/h200/gemm-probe-skprobe.log):", sk_probe)
@@ -582,7 +582,7 @@ if len(sk_probe):
 # memory, cluster barrier or CTA-rank operation. Checked here on the installed wheel:
 
 # %%
-cm.show(gana.cluster_evidence())
+cm.show(gprobe.cluster_evidence())
 
 # ## 8. Correctness and compute-sanitizer
 #

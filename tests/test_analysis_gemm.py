@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from gluon_lab import plots
-from gluon_lab.analysis import common as cm, gemm as G, pipelined as P
+from gluon_lab.analysis import common as cm, gemm as G, gemm_probe as GP, pipelined as P
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "records"
@@ -98,15 +98,15 @@ def test_probe_log_parse(tmp_path):
              "decode      16x6144  x4096   contig ws swap 16x64 s6 split-K 1                    17.9 us     45 TF/s 1980 MHz",
              "decode      16x6144  x4096   contig ws swap 16x64 s6 split-K 2                    FAILED ValueError: x"]
     log.write_text("\n".join(lines) + "\n")
-    pr = G.probe_records(log)
+    pr = GP.probe_records(log)
     assert len(pr) == 5 and pr.loc[1, "TFLOP/s"] == round(2 * 2500 * 1736 * 4104 / 108.8 / 1e6)  # recomputed: 327
-    at = G.alignment_table(pr)
+    at = GP.alignment_table(pr)
     assert at.loc[0, "contig / padded"] == round(108.8 / 72.0, 2)
-    dt = G.decode_probe_table(pr)
+    dt = GP.decode_probe_table(pr)
     assert dt.loc[0, "unsplit / cuBLAS"] == round(16.1 / 17.9, 3) and dt["split / cuBLAS"].isna().all()
     log.write_text(lines[0] + "\n" + lines[1].replace("605 TF/s", "700 TF/s") + "\n")
     with pytest.raises(ValueError, match=r"p\.log:2: 700 TF/s does not match"):
-        G.probe_records(log)
+        GP.probe_records(log)
 
 
 def test_probe_split_promotion_kernels_and_phases(tmp_path):
@@ -120,25 +120,25 @@ def test_probe_split_promotion_kernels_and_phases(tmp_path):
              "split      777x5000  x1000   contig ws 128x128 8w s5                              30.4 us    256 TF/s 1965 MHz",
              "split      777x5000  x1000   pad-ab ws 128x128 8w s5                              20.0 us    389 TF/s 1965 MHz"]
     log.write_text("\n".join(lines) + "\n")
-    pr = G.probe_records(log)
+    pr = GP.probe_records(log)
     assert list(pr.promotion) == ["L2_128B", "L2_128B", "NONE", "NONE"]
-    t = G.operand_split_table(pr).set_index("promotion")
+    t = GP.operand_split_table(pr).set_index("promotion")
     assert t.loc["L2_128B", "contig / pad-ab"] == round(30.5 / 21.5, 2) and t.loc["NONE", "contig / pad-ab"] == 1.52
-    assert G.cublas_kernels(log).loc[0, "cuBLAS kernel"].startswith("nvjet_sm90_tst_128x272")
+    assert GP.cublas_kernels(log).loc[0, "cuBLAS kernel"].startswith("nvjet_sm90_tst_128x272")
     log.write_text(lines[0].replace("cuBLAS:", "cuBLAS") + "\n")
     with pytest.raises(ValueError, match=r"s\.log:1: not a gemm_probe.py kernel line"):
-        G.cublas_kernels(log)
+        GP.cublas_kernels(log)
     ph = tmp_path / "ph.log"
     ph.write_text("phases    2048x2048  x2048   128x128 4w s4 stream-K 1     total    36.9 us : ws_gemm_kernel 29.7 us | "
                   "streamk_reduce_kernel 7.1 us\n")
-    r = G.phase_records(ph)
+    r = GP.phase_records(ph)
     assert r.loc[0, "GEMM kernel us"] == 29.7 and r.loc[0, "reduce / fixup us"] == 7.1
     ph.write_text("phases    2048x2048  x2048   128x128 4w s4 stream-K 1     total    40.0 us : ws_gemm_kernel 29.7 us | "
                   "streamk_reduce_kernel 7.1 us\n")
     with pytest.raises(ValueError, match=r"ph\.log:1: total 40.0 us is not the sum"):
-        G.phase_records(ph)
-    committed = G.probe_records(G.probe_path(None, "gemm-probe-split.log"))  # the committed logs parse
-    assert set(committed.promotion) == {"L2_128B", "L2_256B", "NONE"} and len(G.phase_records()) >= 10
+        GP.phase_records(ph)
+    committed = GP.probe_records(GP.probe_path(None, "gemm-probe-split.log"))  # the committed logs parse
+    assert set(committed.promotion) == {"L2_128B", "L2_256B", "NONE"} and len(GP.phase_records()) >= 10
 
 
 def test_order_rounds_and_same_config_spread(tmp_path):
@@ -150,11 +150,11 @@ def test_order_rounds_and_same_config_spread(tmp_path):
              "order     4096x4096  x4096   contig cuBLAS round 1                               210.0 us    654 TF/s 1500 MHz",
              "order     4096x4096  x4096   contig ws 128x256 8w s3 group_m 8 round 1          200.0 us    687 TF/s 1500 MHz"]
     log.write_text("\n".join(lines) + "\n")
-    t = G.order_table(G.probe_records(log))
+    t = GP.order_table(GP.probe_records(log))
     assert len(t) == 1 and t.loc[0, "rounds"] == 2 and t.loc[0, "min"] == 1.05 and t.loc[0, "max"] == round(200 / 190, 3)
     log.write_text(lines[0].replace(" round 0", "") + "\n")
     with pytest.raises(ValueError, match="must name their round"):
-        G.order_table(G.probe_records(log))
+        GP.order_table(GP.probe_records(log))
     base = {"op": "matmul", "M": 64, "N": 64, "K": 64, "passed": True, "rel_err": 0.0}
     cfg = {"BM": 128, "BN": 256, "num_warps": 8, "study": "gemm-shapes"}
     st = pd.DataFrame([
@@ -173,13 +173,13 @@ def test_sktrace_log_parse(tmp_path):
     ok = ("sktrace    128x6144  x4096   stream-K 1     128x64 4w CTAs  132 | ns per k-step: whole tiles        - pieces"
           "      365 | epilogue ns: whole        - partial      512 | unit gap       96 | span    19.3 us")
     log.write_text(ok + "\n")
-    r = G.sktrace_records(log)
+    r = GP.sktrace_records(log)
     assert np.isnan(r.loc[0, "ns / k-step, whole tiles"]) and r.loc[0, "ns / k-step, pieces"] == 365
     assert r.loc[0, "tile"] == "128x64 4w" and r.loc[0, "kernel span us"] == 19.3
     log.write_text(ok.replace("| span", "span") + "\n")
     with pytest.raises(ValueError, match=r"t\.log:1: not a gemm_probe.py sktrace line"):
-        G.sktrace_records(log)
-    committed = G.sktrace_records()
+        GP.sktrace_records(log)
+    committed = GP.sktrace_records()
     assert len(committed) >= 6 and set(committed.schedule.str.split().str[0]) == {"data-parallel", "stream-K"}
 
 

@@ -212,7 +212,7 @@ def test_cluster_evidence_on_the_installed_triton():
     """The 04 page's claim, checked: triton 3.6.0's Hopper TMA copy has no multicast argument and a
     2-CTA cluster compile loads a shared tile with a plain (per-CTA) TMA copy. When an upgrade adds
     multicast this fails, and the page's section must be rewritten."""
-    from gluon_lab.analysis import gemm as A
+    from gluon_lab.analysis import gemm_probe as A
     t = dict(A.cluster_evidence().values.tolist())
     assert "multicast" not in t["hopper.tma.async_copy_global_to_shared parameters"]
     assert t["Gluon Python files mentioning 'multicast'"] == "none"
