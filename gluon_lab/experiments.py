@@ -1409,7 +1409,6 @@ def capture_conv_ws_timeline(shapes=ConvPlan.ws_timeline_shapes, dtype: str = "b
     kernel after a split launch is not stamped: its time is the gap between this span and the timed µs)."""
     from . import bench, registry
     from .kernels import conv_ws
-    from .kernels.hopper import H200_SMS, cdiv
     from .kernels.igemm.trace import UNIT_TRACE_FIELDS
     v = registry.get_variant("conv2d", "gluon-ws")
     out = {}
@@ -1419,11 +1418,8 @@ def capture_conv_ws_timeline(shapes=ConvPlan.ws_timeline_shapes, dtype: str = "b
         cfgs = {k: v.resolve(shape, dtype, knobs) for k, knobs in CONV_WS_TIMELINE_CONFIGS.items()}
         got = record_stamps(lambda c, trace: conv_ws.fprop_ws(x, w, st, pad, config=c, trace=trace), cfgs,
                             int(UNIT_TRACE_FIELDS), tags=1)
-        OH = (shape["H"] + 2 * pad - shape["R"]) // st + 1
-        OW = (shape["W"] + 2 * pad - shape["R"]) // st + 1
-        for k, cfg in cfgs.items():
-            tiles = shape["B"] * cdiv(OH, cfg.TH) * cdiv(OW, cfg.TW) * cdiv(shape["Co"], cfg.BN)
-            got[k]["split_k"] = cfg.plan(tiles, shape["R"] ** 2 * cdiv(shape["Ci"], cfg.BK), H200_SMS)[0]
+        for k, cfg in cfgs.items():  # the split the launch ran: the one its codegen spec compiles
+            got[k]["split_k"] = conv_ws.fprop_ws_codegen(shape, dtype, cfg)["constexprs"]["SPLIT_K"]
         out[",".join(map(str, t))] = got
     return {"dtype": dtype, "fields": ["k_slice_plus_1", "mainloop_start", "last_mma_issued", "store_issued"],
             "timelines": out}
