@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     b.add_argument("--results-dir", default="results")
     b.add_argument("--quick", action="store_true")
     b.add_argument("--parts", default=None, help="comma-separated parts of the plan (notebook-specific)")
+    b.add_argument("--where", default=None, help="measure only the plan's cases matching KEY=VALUE,... (shape keys, "
+                   "op, variant, dtype, study); clauses joined by ';' are alternatives, e.g. "
+                   "'M=5000,N=5000,K=5000;M=256,study=gemm-shapes'")
     _shard_args(b, shards=True)
     c = sub.add_parser("ceilings", help="measure copy bandwidth and bf16 matmul throughput")
     r = sub.add_parser("report", help="execute the notebooks (papermill) and render reports/ (nbconvert)")
@@ -128,6 +131,13 @@ def main(argv=None) -> int:
         if a.notebook not in EXPERIMENTS:
             p.error(f"unknown notebook {a.notebook!r}; known: {sorted(EXPERIMENTS)}")
         kw = {"parts": tuple(a.parts.split(","))} if a.parts else {}
+        if a.where:
+            from .plan_common import parse_where
+            try:
+                parse_where(a.where)
+            except ValueError as e:
+                p.error(str(e))
+            os.environ["GLUON_LAB_WHERE"] = a.where  # measure_plan reads it (and --gpus workers inherit it)
         from .shard import close_all
         recs, where = EXPERIMENTS[a.notebook](results_dir=a.results_dir, quick=a.quick, **kw)
         lost = close_all()

@@ -10,17 +10,54 @@ def measure_plan(notebook: str, results_dir: str, quick: bool, cases):
     """One measurement session of a notebook: ceilings first (small ones when quick), then every
     case, appended to the store as it goes. Returns (records, session). GLUON_LAB_EXCLUDE_VARIANTS /
     GLUON_LAB_EXCLUDE_OPS (comma-separated) leave those variants' / ops' cases out of a run (a time-limited
-    device call)."""
+    device call); GLUON_LAB_WHERE (bench --where) keeps only the cases it matches (where_matches)."""
     import os
     from .bench import Session
     skip = {v for v in os.environ.get("GLUON_LAB_EXCLUDE_VARIANTS", "").split(",") if v}
     skip_ops = {v for v in os.environ.get("GLUON_LAB_EXCLUDE_OPS", "").split(",") if v}
-    cases = [c for c in cases if c.get("variant") not in skip and c.get("op") not in skip_ops]
+    where = parse_where(os.environ.get("GLUON_LAB_WHERE", ""))
+    cases = [c for c in cases if c.get("variant") not in skip and c.get("op") not in skip_ops
+             and where_matches(c, where)]
     s = Session(notebook, results_dir, **({"copy_gib": 0.5, "matmul_n": 4096} if quick else {}))
     recs = list(s.records)
     s.save()
     recs += s.sweep(cases, desc=notebook)
     return recs, s
+
+
+WHERE_KEYS = ("op", "variant", "dtype", "study")  # besides the shape's own keys (M, N, K, Nb, C, ...)
+
+
+def parse_where(text: str) -> list[dict]:
+    """bench --where: 'M=5000,N=5000,K=5000;op=matmul' -> [{"M": "5000", ...}, {"op": "matmul"}]: clauses
+    split by ';' (a case matching any clause is kept), each a comma-separated list of KEY=VALUE that must all
+    hold. Keys are a case's shape keys or one of WHERE_KEYS; '' keeps every case."""
+    out = []
+    for clause in (c.strip() for c in text.split(";")):
+        if not clause:
+            continue
+        terms = {}
+        for term in (t.strip() for t in clause.split(",")):
+            key, eq, value = term.partition("=")
+            if not eq or not key.strip() or not value.strip():
+                raise ValueError(f"--where: {term!r} in {clause!r} is not KEY=VALUE (e.g. 'M=5000,K=4104'; "
+                                 "clauses joined by ';')")
+            if key.strip() in terms:
+                raise ValueError(f"--where: {key.strip()!r} is given twice in {clause!r} (a case has one value; "
+                                 "join alternatives as clauses with ';')")
+            terms[key.strip()] = value.strip()
+        out.append(terms)
+    return out
+
+
+def where_matches(case: dict, where: list[dict]) -> bool:
+    """Does the plan case match one clause of parse_where's list (every KEY=VALUE of it, compared as text
+    against the case's shape, op, variant, dtype or config study)? No clauses: every case matches."""
+    if not where:
+        return True
+    facts = {**{k: case.get(k) for k in ("op", "variant", "dtype")},
+             "study": (case.get("config") or {}).get("study"), **(case.get("shape") or {})}
+    return any(all(k in facts and str(facts[k]) == v for k, v in clause.items()) for clause in where)
 
 
 def resolves(op: str, variant: str, shape: dict, dtype: str, knobs: dict | None = None) -> bool:
