@@ -63,6 +63,7 @@ stale = "flag"             # "flag": show records whose kernel source changed si
 # %%
 from gluon_lab.analysis import common as cm, norm_grids as ng, pipelined as P, timeline as tl, warp_specialized as ana
 from gluon_lab.analysis import gemm as gana, gemm_probe as gprobe, ws_sanitizer as wsan  # the GEMM studies, the probe logs; section 8's sanitizer reading
+from gluon_lab.analysis import ws_timeline as wtl  # the per-partition timeline and every CTA's finish (section 2)
 
 ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
 spec, slug = ctx.spec, ctx.slug
@@ -150,13 +151,13 @@ cm.show(ana.protocol_table(S=3))
 
 # %%
 TL4, TL3 = tl.load_timeline(ctx), tl.load_timeline(ctx, ana.NB3)
-ws_tl, pipe_tl = ana.ws_timeline_stats(TL4), ana.pipe_timeline_summary(TL3)
-cm.show(ana.timeline_views(ctx, TL4, TL3, allrec, rec03, ws_tl, pipe_tl, stale))
+ws_tl, pipe_tl = wtl.ws_timeline_stats(TL4), wtl.pipe_timeline_summary(TL3)
+cm.show(wtl.timeline_views(ctx, TL4, TL3, allrec, rec03, ws_tl, pipe_tl, stale))
 
 # %%
-cm.show(ana.ws_gantt(TL4, ws_tl), ana.runahead_hist(TL4, ws_tl))
+cm.show(wtl.ws_gantt(TL4, ws_tl), wtl.runahead_hist(TL4, ws_tl))
 if len(ws_tl):
-    print("\n".join(ana.timeline_lines(ws_tl, pipe_tl)))
+    print("\n".join(wtl.timeline_lines(ws_tl, pipe_tl)))
 
 # %% [markdown]
 # ### Every CTA: when does each one finish?
@@ -168,10 +169,10 @@ if len(ws_tl):
 # explains (some CTAs get one block more); `per-CTA pace` is each CTA's median block period.
 
 # %%
-fin = ana.finish_spreads(TL3, TL4)  # {(kernel, NUM_STAGES): every traced CTA's finish, blocks, pace}
-spread = ana.spread_table(fin)
+fin = wtl.finish_spreads(TL3, TL4)  # {(kernel, NUM_STAGES): every traced CTA's finish, blocks, pace}
+spread = wtl.spread_table(fin)
 cm.show(cm.table(spread.round(1)) if len(spread) else ana.nodata(ctx, "per-CTA finish times (no timeline file)", stale),
-        ana.spread_figure(fin))
+        wtl.spread_figure(fin))
 
 # %% [markdown]
 # The tail, next to the timed records of the same cell. A one-row-per-CTA kernel (`gluon-tma`) launches one
@@ -182,9 +183,9 @@ cm.show(cm.table(spread.round(1)) if len(spread) else ana.nodata(ctx, "per-CTA f
 # launch, not a substitute for the timed records.
 
 # %%
-chk = ana.spread_check(spread, TL3, TL4, use, use03)
-cm.show(ana.spread_check_view(chk), ana.tail_note(spread, ana.norm_grid_run(use), TL3, TL4))
-for line in ana.spread_check_lines(chk):
+chk = wtl.spread_check(spread, TL3, TL4, use, use03)
+cm.show(wtl.spread_check_view(chk), wtl.tail_note(spread, wtl.norm_grid_run(use), TL3, TL4))
+for line in wtl.spread_check_lines(chk):
     print(line)
 
 # %% [markdown]
@@ -384,11 +385,11 @@ print("\n".join(gana.consumer_schedule()))
 shape_rec = gana.shape_sweep_records(use)
 shape_tab = gana.shape_sweep_table(shape_rec)
 if len(shape_tab):
-    cm.show(ana.about(shape_rec, "GEMM shape sweep"), shape_tab.fillna("—"),
+    cm.show(ana.about(shape_rec, "GEMM shape sweep"), cm.dashed(shape_tab),
             cm.target_list(gana.shape_sweep_targets(shape_tab)),
             "Per shape bucket (M class × 128×256-tile waves × long K), the config within 2% of the best Gluon "
             "config on the most shapes: what a shape-bucketed `GemmConfig.heuristic` is written from.",
-            gana.bucket_proposal(shape_rec).fillna("—"))
+            cm.dashed(gana.bucket_proposal(shape_rec)))
 else:
     cm.show("The 'gemm-shapes' study has not run on a GPU yet: the table appears after "
             "`python -m gluon_lab bench 04-warp-specialization --parts gemm-shapes`.")
@@ -431,7 +432,7 @@ if len(order_probe):
 
 # %%
 if len(shape_rec):
-    cm.show(gana.ws_vs_pipe_table(shape_rec).fillna("—"))
+    cm.show(cm.dashed(gana.ws_vs_pipe_table(shape_rec)))
 
 # %% [markdown]
 # ### Why the ragged shapes lose: misaligned rows, measured (`ci/gemm_probe.py`)
@@ -464,13 +465,13 @@ if len(shape_rec):
 probe = gprobe.probe_records()
 probe_split = gprobe.probe_records(gprobe.probe_path(None, "gemm-probe-split.log"))
 if len(probe):
-    cm.show(gprobe.alignment_table(probe).fillna("—"))
+    cm.show(cm.dashed(gprobe.alignment_table(probe)))
 if len(probe_split):
     cm.show("Which operand's misaligned rows cost (contig / only that operand padded), under each L2 promotion:",
-            gprobe.operand_split_table(probe_split).fillna("—"), "The kernel cuBLAS runs at each ragged shape:",
+            cm.dashed(gprobe.operand_split_table(probe_split)), "The kernel cuBLAS runs at each ragged shape:",
             gprobe.cublas_kernels())
 if len(probe):
-    cm.show(gprobe.decode_probe_table(probe).fillna("—"))
+    cm.show(cm.dashed(gprobe.decode_probe_table(probe)))
 else:
     cm.show("results/h200/gemm-probe.log is missing: run `PYTHONPATH=. python3 ci/gemm_probe.py > "
             "results/h200/gemm-probe.log` on the GPU.")
@@ -478,7 +479,7 @@ prod_tab = gana.producer_table(shape_rec)
 cm.show("The sweep's misaligned shapes, gluon-ws's best config per producer: TMA in place, the padded copy, "
         "cp.async (same run; a producer's column is missing where the run did not try it):"
         if len(prod_tab) else "The shape sweep shown tried no producer but TMA in place.",
-        *([prod_tab.fillna("—")] if len(prod_tab) else []))
+        *([cm.dashed(prod_tab)] if len(prod_tab) else []))
 
 # %% [markdown]
 # ### Ping-pong vs cooperative, tile by tile: the consumer timeline
@@ -559,14 +560,14 @@ if len(sk_tab):
     top = sk_tab.loc[w.idxmax()]
     cm.show(f"stream-K faster than the best config without it on {int((w > 1).sum())} of {len(w)} shapes; its best "
             f"without / stream-K is {w.max():.3f} at {top.M}x{top.N}x{top.K}.")
-cm.show(*([sk_tab.fillna("—")] if len(sk_tab) else ["The shape sweep shown has no stream-K cases."]),
-        *(["Per-kernel GPU time of one call (results/h200/gemm-probe-phases.log):", phases.fillna("—")]
+cm.show(*([cm.dashed(sk_tab)] if len(sk_tab) else ["The shape sweep shown has no stream-K cases."]),
+        *(["Per-kernel GPU time of one call (results/h200/gemm-probe-phases.log):", cm.dashed(phases)]
           if len(phases) else []))
 sk_trace = gprobe.sktrace_records()
 if len(sk_trace):
     cm.show("Per-unit stamps, medians over every CTA (results/h200/gemm-probe-sktrace.log; measured at commit ec46036, "
             "when the partials were still staged through shared memory for a TMA store; not re-run since they are "
-            "stored from registers):", sk_trace.fillna("—"))
+            "stored from registers):", cm.dashed(sk_trace))
 sk_probe = gprobe.order_table(gprobe.probe_records(gprobe.probe_path(None, "gemm-probe-skprobe.log")), part="skprobe")
 if len(sk_probe):
     cm.show("Stream-K beside the heuristic of the time, cuBLAS / config per interleaved round "

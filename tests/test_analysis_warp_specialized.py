@@ -18,6 +18,7 @@ from gluon_lab import plots  # noqa: E402
 from gluon_lab.analysis import common as cm, gemm as G, norm_grids as ng, pipelined as P, timeline as tl  # noqa: E402
 from gluon_lab.analysis import warp_specialized as W  # noqa: E402
 from gluon_lab.analysis import ws_sanitizer as S  # noqa: E402
+from gluon_lab.analysis import ws_timeline as WT  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "records"
@@ -82,7 +83,7 @@ def test_protocol_parities():
 
 def test_ws_timeline_stats_recomputed(timelines):
     TL4, TL3 = timelines
-    s = W.ws_timeline_stats(TL4)
+    s = WT.ws_timeline_stats(TL4)
     assert list(s.index) == [1, 3] and (s["CTAs traced"] == 10).all() and (s["blocks per CTA"] == "62-63").all()
     f = TL4["fields"]
     blocks = [np.asarray(c).reshape(-1, 5) for c in TL4["timelines"]["3"]["ns"]]
@@ -92,32 +93,32 @@ def test_ws_timeline_stats_recomputed(timelines):
     assert s.loc[3, "consumer FULL stall, median (ns)"] == statistics.median(stall)
     assert s.loc[3, "run-ahead < 0 (% of blocks)"] == pytest.approx(100 * sum(x < 0 for x in ra) / len(ra))
     assert s.loc[1, "blocks ahead, max"] == 0 and s.loc[3, "blocks ahead, median"] == 2  # a 1-slot ring cannot run ahead
-    pipe = W.pipe_timeline_summary(TL3)
+    pipe = WT.pipe_timeline_summary(TL3)
     p3 = tl.timeline_stats(TL3)
     assert list(pipe.columns) == ["stall, median (ns)", "compute + store, median (ns)", "block period, median (ns)"]
     assert pipe.loc[3, "block period, median (ns)"] == p3.loc[3, "median block period (ns)"]
-    lines = W.timeline_lines(s, pipe)
+    lines = WT.timeline_lines(s, pipe)
     assert lines[0].startswith("NUM_STAGES 1 -> 3: run-ahead") and lines[1].startswith("NUM_STAGES=3, gluon-ws vs gluon-pipelined")
 
 
 def test_timeline_figures(timelines):
     TL4, _ = timelines
-    s = W.ws_timeline_stats(TL4)
-    fig = W.ws_gantt(TL4, s)
+    s = WT.ws_timeline_stats(TL4)
+    fig = WT.ws_gantt(TL4, s)
     assert len(fig.axes) == 2
     ax = fig.axes[1]
     assert [t.get_text() for t in ax.get_yticklabels()] == [f"CTA {c} {r}" for c in (0, 1, 2) for r in ("consumer", "producer")]
     assert ax.get_xlim() == pytest.approx((0, 10 * s["block period, median (ns)"].max() / 1e3))
     assert len(fig.legends) == 1 and len(fig.legends[0].get_texts()) == 4
-    h = W.runahead_hist(TL4, s)
+    h = WT.runahead_hist(TL4, s)
     assert len(h.axes) == 2 and all(len(a.patches) == 2 * 60 for a in h.axes)  # two histograms of 60 bins
-    assert W.ws_gantt(None, s) is None and W.runahead_hist(None, s) is None
+    assert WT.ws_gantt(None, s) is None and WT.runahead_hist(None, s) is None
 
 
 def test_every_cta_finish_spread(timelines):
     TL4, TL3 = timelines
-    fin = W.finish_spreads(TL3, TL4)
-    t = W.spread_table(fin)
+    fin = WT.finish_spreads(TL3, TL4)
+    t = WT.spread_table(fin)
     assert list(t.index) == [("gluon-pipelined (03)", 1), ("gluon-pipelined (03)", 3), ("gluon-ws (04)", 1), ("gluon-ws (04)", 3)]
     blocks = [np.asarray(c).reshape(-1, 5) for c in TL4["timelines"]["3"]["ns"]]
     ends = [int(b.max()) for b in blocks]
@@ -125,15 +126,15 @@ def test_every_cta_finish_spread(timelines):
     assert t.loc[("gluon-ws (04)", 3), "finish max (us)"] == max(ends) / 1e3
     assert np.allclose(t["block-count imbalance (%)"], 100 / 62)  # 63 vs 62 blocks
     assert (t["GB/s if the CTA time were spread evenly"] >= t["whole-grid GB/s from stamps"]).all()
-    fig = W.spread_figure(fin)
+    fig = WT.spread_figure(fin)
     assert len(fig.axes[0].get_lines()) == 4 and len(fig.axes[1].collections) == 2  # NUM_STAGES=3 only, by CTA id
-    assert W.spread_table({}).empty and W.spread_figure({}) is None
+    assert WT.spread_table({}).empty and WT.spread_figure({}) is None
 
 
 def test_tail_next_to_the_timed_records(recs, timelines):
     (use, use03), (TL4, TL3) = recs, timelines
-    spread = W.spread_table(W.finish_spreads(TL3, TL4))
-    chk = W.spread_check(spread, TL3, TL4, use, use03)
+    spread = WT.spread_table(WT.finish_spreads(TL3, TL4))
+    chk = WT.spread_check(spread, TL3, TL4, use, use03)
     assert chk.loc[("gluon-ws (04)", 1), "timed record"] == "no timed record with this exact config"
     assert chk.loc[("gluon-pipelined (03)", 1), "timed record"].endswith("study stages")
     r = chk.loc[("gluon-ws (04)", 3)]
@@ -141,11 +142,11 @@ def test_tail_next_to_the_timed_records(recs, timelines):
                                                 / r["timed GB/s, same config"], rel=1e-3)  # the shown GB/s is rounded
     cell = {d["variant"]: d["gbps"] for d in raw() if d["run_id"] == GRID_RUN and d["op"] == "rms_norm"
             and d["shape"] == {"M": 8192, "N": 8192}}
-    note = W.tail_note(spread, W.norm_grid_run(use), TL3, TL4)
+    note = WT.tail_note(spread, WT.norm_grid_run(use), TL3, TL4)
     assert f"gluon-tma **{cell['gluon-tma']:.0f} GB/s**" in note and f"gluon-ws **{cell['gluon-ws']:.0f}**" in note
     assert f"gluon-tma is **{100 * (cell['gluon-tma'] / cell['gluon-ws'] - 1):.1f}%** faster" in note
     assert "(the timed gluon-ws record ran NUM_STAGES=4, the timeline 3: not the same config)" in note
-    assert all("the stamped span implies" in ln for ln in W.spread_check_lines(chk))
+    assert all("the stamped span implies" in ln for ln in WT.spread_check_lines(chk))
 
 
 def test_setmaxnreg_roles_from_ptx_order():
@@ -259,8 +260,8 @@ def test_takeaways(ctx, recs, grids, gm, timelines):
     t = G.gemm_table(gm)
     san = P.load_sanitizer(P.sanitizer_path(ctx))[0]
     lines = W.takeaways(gm=gm, gemm_tab=t, gt=G.gemm_targets(t), targets=targets, summary=W.norm_summary(targets),
-                        blocks=W.by_blocks(targets), TL4=TL4, ws_tl=W.ws_timeline_stats(TL4),
-                        spread=W.spread_table(W.finish_spreads(TL3, TL4)), san=san)
+                        blocks=W.by_blocks(targets), TL4=TL4, ws_tl=WT.ws_timeline_stats(TL4),
+                        spread=WT.spread_table(WT.finish_spreads(TL3, TL4)), san=san)
     text = "\n".join(lines)
     rp = plots.geomean(t["gluon-ws / gluon-pipelined"])
     assert lines[0].startswith(f"**GEMM: {W.verdict(rp)} (vs gluon-pipelined)**") and f"geomean {rp:.3f}x" in lines[0]
@@ -277,7 +278,7 @@ def test_no_records_give_notes_not_errors(ctx, tmp_path):
     empty = cm.load(c)
     assert W.norm_grids(empty) == {} and W.target_tables({}, c.spec) == {} and W.by_blocks({}).empty
     assert W.norm_sweep_tables(W.norm_sweep_records(empty))[0].empty
-    assert W.ws_timeline_stats(None).empty and W.finish_spreads(None, None) == {}
+    assert WT.ws_timeline_stats(None).empty and WT.finish_spreads(None, None) == {}
     assert S.sanitizer_views(P.EMPTY, 0, tmp_path / "sanitizer.jsonl")[0].startswith("**No compute-sanitizer records:**")
     assert S.sanitizer_summary(P.EMPTY, P.EMPTY, P.EMPTY) is None
     assert W.census_notes(P.EMPTY, P.EMPTY) == "**No census rows** (compile failed above)."

@@ -51,8 +51,9 @@ Module functions (gluon_lab/analysis/<pattern>.py, `NB = "NN-name"` at the top)
       Prefer `codegen.inspect_variant(op, variant, N=..., dtype=..., **config)` for CPU compiles.
     * shared by two or more notebooks -> `common`; otherwise it stays in the pattern module.
     * a pattern module that holds two ideas is split by idea, each readable in one sitting, data flowing
-      one way (04: `warp_specialized` imports `gemm`, the GEMM studies; `ws_sanitizer`, section 8's
-      sanitizer reading, imports `warp_specialized`); the notebook imports each (`gemm as gana`).
+      one way (04: `warp_specialized` imports `gemm`, the GEMM studies; `ws_timeline`, section 2's
+      per-partition timeline and finish spread, and `ws_sanitizer`, section 8's sanitizer reading, sit
+      beside it); the notebook imports each (`gemm as gana`, `ws_timeline as wtl`).
 
 Tests
     * `tests/fixtures/records/<gpu>/<NB>.jsonl`: unmodified lines copied from results/<gpu>/<NB>.jsonl

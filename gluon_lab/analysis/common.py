@@ -381,6 +381,12 @@ def headline_fonts(fig, title: float = 14, label: float = 13, tick: float = 12, 
     return fig
 
 
+def dashed(df):
+    """The table with its missing cells shown as an em dash. Cast to object first: a str fill into a float
+    column is deprecated (pandas 3 warns Pandas4Warning into the page, pandas 4 raises); the HTML is the same."""
+    return df.astype(object).where(df.notna(), "—")
+
+
 def show(*items) -> None:
     """Display a cell's outputs in order, skipping None: a str is rendered as Markdown, a list or tuple
     is shown item by item, a matplotlib figure is displayed and closed (so the inline backend does not
