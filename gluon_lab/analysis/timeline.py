@@ -111,9 +111,14 @@ def _gantt(ax, TL, stats, st, xmax_us=None, ctas: int = 4):
     ax.set_yticks(range(len(bs)), [f"CTA {k}" for k in range(len(bs))])
     ax.set_ylim(-0.6, len(bs) - 0.4)
     r = stats.loc[int(st)]
-    ax.set_title(f"NUM_STAGES={st}: median stall {r['median stall / block (ns)']:.0f} ns, compute+store "
-                 f"{r['median compute+store (ns)']:.0f} ns, period {r['median block period (ns)']:.0f} ns, "
-                 f"stalled {r['time stalled (median over CTAs) %']:.0f}% of the time", fontsize=9)
+    lane_axes(ax, f"NUM_STAGES={st}: median stall {r['median stall / block (ns)']:.0f} ns, compute+store "
+                  f"{r['median compute+store (ns)']:.0f} ns, period {r['median block period (ns)']:.0f} ns, "
+                  f"stalled {r['time stalled (median over CTAs) %']:.0f}% of the time", xmax_us)
+
+
+def lane_axes(ax, title: str, xmax_us=None) -> None:
+    """A Gantt panel's finish (03's and 04's timelines): its title, the time grid, the zoom (0..xmax_us)."""
+    ax.set_title(title, fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     if xmax_us:
         ax.set_xlim(0, xmax_us)

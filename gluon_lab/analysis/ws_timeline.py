@@ -117,12 +117,9 @@ def _ws_gantt(ax, TL, ws_tl, st, ctas=(0, 1, 2), xmax_us=None):
         labels += [f"CTA {cta} consumer", f"CTA {cta} producer"]
     ax.set_yticks(ticks, labels, fontsize=8)
     r = ws_tl.loc[int(st)]
-    ax.set_title(f"NUM_STAGES={st}: run-ahead {r['run-ahead, median (ns)']:.0f} ns, consumer stall "
-                 f"{r['consumer FULL stall, median (ns)']:.0f} ns, work {r['consumer work, median (ns)']:.0f} ns, "
-                 f"period {r['block period, median (ns)']:.0f} ns (medians over all CTAs)", fontsize=9)
-    ax.grid(axis="x", alpha=0.3)
-    if xmax_us:
-        ax.set_xlim(0, xmax_us)
+    tl.lane_axes(ax, f"NUM_STAGES={st}: run-ahead {r['run-ahead, median (ns)']:.0f} ns, consumer stall "
+                     f"{r['consumer FULL stall, median (ns)']:.0f} ns, work {r['consumer work, median (ns)']:.0f} ns, "
+                     f"period {r['block period, median (ns)']:.0f} ns (medians over all CTAs)", xmax_us)
 
 
 def ws_gantt(TL, ws_tl):
