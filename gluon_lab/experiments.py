@@ -1280,9 +1280,10 @@ class ConvPlan:
                              {"TH": 16, "TW": 8, "num_warps": 8, "split_k": 1}, {"BN": 128}, {"BN": 128, "split_k": 2},
                              {"BN": 128, "split_k": 4})
     # the warp-specialized wgrad's schedules (split_k slices of the pixels; 1 = persistent data-parallel) and tiles
+    # (the heuristic walks split launches slice-major: the tile-major points say so)
     wgrad_schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8}, {"BN": 64},
-                                   {"num_warps": 4}, {"slice_major": True}, {"split_k": 4, "slice_major": True},
-                                   {"split_k": 8, "slice_major": True})
+                                   {"num_warps": 4}, {"slice_major": False}, {"split_k": 4, "slice_major": False},
+                                   {"split_k": 8, "slice_major": False})
     timeline_shapes: tuple = ((128, 384, 384, 64, 64, 3, 1, 1), (8, 640, 320, 32, 32, 1, 1, 0))
     # 'ws-timeline': gluon-ws fprop's INSTRUMENT build on two SM-idle shapes, data-parallel vs its split-K plan
     ws_timeline_shapes: tuple = ((2, 1280, 1280, 8, 8, 3, 1, 1), (4, 1280, 1280, 8, 8, 1, 1, 0))

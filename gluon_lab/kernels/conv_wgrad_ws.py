@@ -210,11 +210,12 @@ def wgrad_fixup_kernel(w_ptr, g_ptr, Co, Ci, n_ci, FULL_TILES, RR: gl.constexpr,
 
 
 # ---- the schedule choice -------------------------------------------------------------------------------
-# Not measured yet (written 2026-12-07 without a device; the 06 plan measures gluon-ws against gluon-pipelined
-# and cuDNN on every wgrad shape, and the 'wgrad-ws-sweep' study every split / tile below). The rule carries
-# over gluon-pipelined wgrad's measured cost model (conv._wave_split: waves x (k-steps per unit + a fixed cost
-# of about 4 k-steps), which picked the measured best split on ResNet's downsample, SD 1x1 and the example
-# shape), with the units of a persistent grid: a tile of one split is a whole unit.
+# The rule carries over gluon-pipelined wgrad's measured cost model (conv._wave_split: waves x (k-steps per unit
+# + a fixed cost of about 4 k-steps), which picked the measured best split on ResNet's downsample, SD 1x1 and the
+# example shape), with the units of a persistent grid: a tile of one split is a whole unit. Measured on an H100
+# (06 'schedule' study, run 20261207T220056Z-18d13d24, µs; no H200 run yet): the rule's split was the fastest or
+# within 1% of it on all 7 shapes, e.g. 2x1280ch 8x8 15.6 (data-parallel 15.7, split 2-8 103-104: the [Co, 9, Ci]
+# fp32 fixup), 1x512ch 32x32 16.0 (split 2 24.1, split 4 36.0).
 MAX_SPLIT = 16          # K-slices over the pixels (gluon-pipelined's sweep measured up to 16 on the long loops)
 UNIT_COST = 4           # k-steps: the fixed cost of a unit in the wave model (conv._wave_split's, measured)
 
@@ -238,8 +239,8 @@ class WsWgradConfig(WgradConfig):
     """WgradConfig's patch (TH x TW pixels per k-step) and BM x BN tile, with the template's knobs: the 1-warp
     producer's setmaxnreg budget, GROUP_M (grouped tile order: GROUP_M co blocks share each tap / ci column),
     and the schedule — split_k slices of the pixels (0: split_choice; 1: persistent data-parallel), of the last
-    partial wave only with split_last_wave, walked slice by slice with slice_major (_wgrad_unit; not yet measured
-    on the H200: the 06 'schedule' study has it). WgradConfig.splits is gluon-pipelined's and is not used here."""
+    partial wave only with split_last_wave, walked slice by slice with slice_major (_wgrad_unit; the heuristic
+    turns it on, see there). WgradConfig.splits is gluon-pipelined's and is not used here."""
     producer_regs: int = 40
     group_m: int = 8
     split_k: int = 0
@@ -260,10 +261,16 @@ class WsWgradConfig(WgradConfig):
     @classmethod
     def heuristic(cls, shape: dict, dtype: str) -> "WsWgradConfig":
         # gluon-pipelined's measured patch and tile (WgradConfig.heuristic); 8 warps (two consumer warpgroups)
-        # on BM 128, one on BM 64. Not measured on this kernel yet.
+        # on BM 128, one on BM 64 (on BM 128, 4 warps: 2x1280ch 16x16 43.8 vs 43.7 µs, 64x256ch 14x14 47.5 vs
+        # 47.8 tile-major: a tie). slice_major: a split launch walks its units slice by slice, so the CTAs of one
+        # wave read different pixel ranges of the same few tiles' operands; tile-major had every CTA of a tile
+        # on one x / dy range at once. Measured on an H100 (06 'schedule' study, run 20261207T220056Z-18d13d24,
+        # the rule's split, slice- vs tile-major µs): 64x256ch 14x14 37.9 vs 47.8, SD 8x320ch 64x64 180.1 vs
+        # 229.4; 8x320ch 64x64 split 4 188.4 vs 242.1, split 8 180.3 vs 228.9; launches the rule leaves
+        # unsplit compile the same either way (SLICE_MAJOR is SPLIT_K > 1 only).
         base = WgradConfig.heuristic(shape, dtype)
         return cls(TH=base.TH, TW=base.TW, BM=base.BM, BN=base.BN, num_stages=base.num_stages,
-                   num_warps=8 if base.BM == 128 else 4)
+                   num_warps=8 if base.BM == 128 else 4, slice_major=True)
 
     def plan(self, tiles: int, n_patches: int, sms: int) -> tuple[int, int, int]:
         """(split_k, FULL_TILES, units): split_k 0 -> split_choice; at most one slice per k-step; a split with no
