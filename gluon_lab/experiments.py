@@ -1274,11 +1274,15 @@ class ConvPlan:
         # few-pixel shapes (IDLE_SHAPES: K = B·OH·OW of 49-1024 pixels): wider tiles, shallower rings
         (0, 0, 128, 256, 2, 8, 0), (0, 0, 64, 256, 2, 4, 0), (0, 0, 128, 128, 2, 4, 0), (0, 0, 64, 128, 2, 4, 0))
     gather_knobs: tuple = ((128, 128, 5, 4), (256, 128, 3, 8), (128, 64, 4, 4))  # (BM, BN, num_stages, num_warps)
-    schedule_shapes: tuple = IDLE_SHAPES + ((8, 320, 320, 64, 64, 3, 1, 1), (64, 256, 256, 14, 14, 3, 1, 1))
+    schedule_shapes: tuple = IDLE_SHAPES + ((8, 320, 320, 64, 64, 3, 1, 1), (64, 256, 256, 14, 14, 3, 1, 1),
+                                            (8, 640, 320, 32, 32, 1, 1, 0))  # SD's 1x1: fprop's other miss
     schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8},
                              {"split_k": 2, "split_last_wave": True}, {"TH": 16, "TW": 8, "num_warps": 8},
                              {"TH": 16, "TW": 8, "num_warps": 8, "split_k": 1}, {"BN": 128}, {"BN": 128, "split_k": 2},
-                             {"BN": 128, "split_k": 4})
+                             {"BN": 128, "split_k": 4},
+                             # BN 64 data-parallel (twice BN 128's CTAs, no fixup launch) and its deeper ring: on the
+                             # 1x1 shapes an L2-warm profile (H100, 2026-12-07) had them ahead of the split rule
+                             {"BN": 64, "split_k": 1}, {"BN": 64, "split_k": 1, "num_stages": 6})
     # the warp-specialized wgrad's schedules (split_k slices of the pixels; 1 = persistent data-parallel) and tiles
     # (the heuristic walks split launches slice-major: the tile-major points say so)
     wgrad_schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8}, {"BN": 64},
