@@ -259,7 +259,7 @@ def _schedule_label(c: dict) -> str:
     tile = (f"{c['TH']}x{c['TW']} {c['BM']}x{c['BN']} {c['num_warps']}w" if "BM" in c
             else f"{c['TH']}x{c['TW']}x{c['BN']}")
     return (f"{tile} {sched}" + (" (last wave)" if c.get("split_last_wave") else "")
-            + (" slice-major" if c.get("slice_major") else ""))
+            + (" slice-major" if c.get("slice_major") and sk != 1 else ""))  # data-parallel has no slices
 
 
 def schedule_table(df, op: str = OP):
