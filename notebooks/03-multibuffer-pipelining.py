@@ -57,6 +57,7 @@ stale = "flag"             # "flag": show records whose kernel source changed si
 
 # %%
 from gluon_lab.analysis import common as cm, norm_grids as ng, pipelined as ana, timeline as tl
+from gluon_lab.analysis import gemm_grid as gg  # the GEMM grid vs cuBLAS and its tile sweeps
 
 ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
 spec, slug = ctx.spec, ctx.slug
@@ -349,9 +350,9 @@ cm.show(ana.other_views(ctx, others, stale=stale))
 # and LLM projection shapes (M = 8192 tokens). TFLOP/s = 2·M·N·K / time.
 
 # %%
-gm = ana.gemm_records(use)
-gemm_tab = ana.gemm_table(gm)
-cm.show(cm.about(gm, "GEMM grid") or cm.nodata(ctx, "the GEMM grid", stale), ana.gemm_views(gm, gemm_tab))
+gm = gg.gemm_records(use)
+gemm_tab = gg.gemm_table(gm)
+cm.show(cm.about(gm, "GEMM grid") or cm.nodata(ctx, "the GEMM grid", stale), gg.gemm_views(gm, gemm_tab))
 pick_chk = ana.stale_pick_check(gm)  # records vs code: what a STALE Gluon record's shape runs today
 if len(pick_chk):
     cm.show("Records vs code: the Gluon GEMM records above read STALE (their kernels' or the shared shape heuristic's "
@@ -368,11 +369,11 @@ if len(pick_chk):
 # shown (a record with `passed = False`), never a number.
 
 # %% tags=["fold"] fold_summary="the GEMM sweeps: TFLOP/s by tile and ring depth; gluon-ws by producer registers"
-gs = ana.gemm_sweep_records(use)
-wss = ana.ws_sweep_records(use)
-cm.show(cm.about(gs, "gemm-sweep") or cm.nodata(ctx, "the GEMM tile x stages sweep", stale), ana.gemm_sweep_views(gs),
+gs = gg.gemm_sweep_records(use)
+wss = gg.ws_sweep_records(use)
+cm.show(cm.about(gs, "gemm-sweep") or cm.nodata(ctx, "the GEMM tile x stages sweep", stale), gg.gemm_sweep_views(gs),
         cm.about(wss, "ws-sweep") or cm.nodata(ctx, "the gluon-ws producer-registers x stages sweep", stale),
-        ana.ws_sweep_views(wss))
+        gg.ws_sweep_views(wss))
 
 # %% [markdown]
 # ### GEMM targets
@@ -381,7 +382,7 @@ cm.show(cm.about(gs, "gemm-sweep") or cm.nodata(ctx, "the GEMM tile x stages swe
 # comparison. cuBLAS is `torch.matmul` in the same run.
 
 # %% tags=["targets"]
-gt = ana.gemm_targets(gemm_tab)
+gt = gg.gemm_targets(gemm_tab)
 cm.show(cm.target_list(gt) if len(gt) else cm.nodata(ctx, "GEMM targets", stale))
 
 # %% [markdown]

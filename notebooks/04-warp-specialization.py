@@ -64,6 +64,7 @@ stale = "flag"             # "flag": show records whose kernel source changed si
 from gluon_lab.analysis import common as cm, norm_grids as ng, pipelined as P, timeline as tl, warp_specialized as ana
 from gluon_lab.analysis import gemm as gana, gemm_probe as gprobe, ws_sanitizer as wsan  # the GEMM studies, the probe logs; section 8's sanitizer reading
 from gluon_lab.analysis import ws_timeline as wtl  # the per-partition timeline and every CTA's finish (section 2)
+from gluon_lab.analysis import gemm_grid as gg  # 03's GEMM grid helpers (the bars, the geomean line)
 
 ctx = cm.setup(ana.NB, mode=mode, gpu=gpu, results_dir=results_dir, run=run, quick=quick, max_columns=40, max_rows=200, max_colwidth=160)
 spec, slug = ctx.spec, ctx.slug
@@ -300,11 +301,11 @@ gemm_tab = gana.gemm_table(gm)
 cm.show(ana.about(gm, "GEMM grid") or ana.nodata(ctx, "a GEMM run with all of " + ", ".join(gana.GEMM4), stale))
 if gana.older_runs_line(gm, mm):
     print(gana.older_runs_line(gm, mm))
-cm.show(cm.table(gemm_tab), P.geomean_line(gemm_tab))
+cm.show(cm.table(gemm_tab), gg.geomean_line(gemm_tab))
 if gana.gemm_ceiling_lines(gm, use, use03):
     print("\n".join(gana.gemm_ceiling_lines(gm, use, use03)))
 if len(gm):
-    cm.show("configs the gluon records ran with:", gana.gemm_configs(gm), P.gemm_bars(gm, gana.GEMM4))
+    cm.show("configs the gluon records ran with:", gana.gemm_configs(gm), gg.gemm_bars(gm, gana.GEMM4))
 
 # %% [markdown]
 # ### GEMM targets

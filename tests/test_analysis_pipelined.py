@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 
 from gluon_lab import plots  # noqa: E402
 from gluon_lab.analysis import common as cm, norm_grids as ng, pipelined as P, timeline as tl  # noqa: E402
+from gluon_lab.analysis import gemm_grid as GG  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "records"
@@ -271,32 +272,32 @@ def test_others_gemm_and_sweeps(ctx, use):
     assert set(others) == {"l2_norm", "add_rms_norm"}
     t = P.other_table(others["l2_norm"])
     assert "gluon-pipelined / best baseline" in t and len(t) == 2
-    gm = P.gemm_records(use)
+    gm = GG.gemm_records(use)
     assert set(gm.run_id) == {GEMM_RUN}  # the newer of the two GEMM grid runs
-    tab = P.gemm_table(gm)
+    tab = GG.gemm_table(gm)
     assert tab.shape == (3, 8) and list(tab.columns[-1:]) == ["gluon-pipelined / triton"]
     sq = {d["variant"]: d["tflops"] for d in rec(raw(), run_id=GEMM_RUN, op="matmul", M=8192, N=8192, K=8192)}
     assert tab.loc[(8192, 8192, 8192), "gluon-ws / cuBLAS"] == round(sq["gluon-ws"] / sq["torch"], 3)
-    assert P.square_ratio(tab, "gluon-ws / cuBLAS") == round(sq["gluon-ws"] / sq["torch"], 3)
-    assert P.geomeans(tab)["triton / cuBLAS"] == pytest.approx(plots.geomean(tab["triton / cuBLAS"]))
-    gt = P.gemm_targets(tab)
+    assert GG.square_ratio(tab, "gluon-ws / cuBLAS") == round(sq["gluon-ws"] / sq["torch"], 3)
+    assert GG.geomeans(tab)["triton / cuBLAS"] == pytest.approx(plots.geomean(tab["triton / cuBLAS"]))
+    gt = GG.gemm_targets(tab)
     assert len(gt) == 6 and gt.iloc[0].measured == f"{sq['gluon-pipelined'] / sq['torch']:.3f}x"
-    fig = P.gemm_bars(gm)
+    fig = GG.gemm_bars(gm)
     assert len(fig.axes[0].patches) == 3 * 3  # triton, gluon-pipelined, gluon-ws at 3 shapes
     fig.canvas.draw()
     assert fig.axes[0].get_legend().get_window_extent().y0 >= fig.axes[0].get_window_extent().y1 - 1  # legend above the bars
-    views = P.gemm_views(gm, tab)
+    views = GG.gemm_views(gm, tab)
     assert views[2] == "configs the gluon records ran with:" and views[3].shape == (3, 3)
-    gs = P.gemm_sweep_records(use)
-    out = P.gemm_sweep_views(gs)
+    gs = GG.gemm_sweep_records(use)
+    out = GG.gemm_sweep_views(gs)
     assert out[-2] == "best per shape:" and out[-1].index.tolist() == ["8192x8192x8192"]
-    ws = P.ws_sweep_records(use)
-    wv = P.ws_sweep_views(ws)
+    ws = GG.ws_sweep_records(use)
+    wv = GG.ws_sweep_views(ws)
     assert wv[-2] == "8 ws-sweep configs were not timed:" and wv[-1].shape == (8, 4)
 
 
 def test_roofline_correctness_and_sanitizer(ctx, use, grids):
-    gm = P.gemm_records(use)
+    gm = GG.gemm_records(use)
     fig, lines = P.roofline_figure(use, grids, gm, ctx.spec, "h200")
     assert f"GEMMs from run: {GEMM_RUN}" in lines[0]
     assert [a.get_title() for a in fig.axes if a.get_title()] == ["rms_norm", "layer_norm", "matmul"]  # a panel per op
@@ -321,10 +322,10 @@ def test_takeaways_are_computed_from_the_tables(ctx, allrec, use, grids, TL):
     targets = ng.target_tables(grids, ctx.spec)
     summary = ng.target_summary(targets)
     stg = P.stages_records(use)
-    gm = P.gemm_records(use)
+    gm = GG.gemm_records(use)
     lines = P.takeaways(grids=grids, targets=targets, summary=summary, TL=TL, tl_stats=s, allrec=allrec,
                         chk=tl.timeline_check(TL, s, use, allrec, ctx.spec), stg=stg, stage_tab=P.stage_table(stg),
-                        gm=gm, gemm_tab=P.gemm_table(gm), use=use, san=P.load_sanitizer(P.sanitizer_path(ctx))[0])
+                        gm=gm, gemm_tab=GG.gemm_table(gm), use=use, san=P.load_sanitizer(P.sanitizer_path(ctx))[0])
     text = "\n".join(lines)
     t = targets["rms_norm"]
     assert f"vs the best baseline geomean {plots.geomean(t['vs best baseline']):.3f}x" in text
@@ -340,10 +341,10 @@ def test_no_records_give_notes_not_errors(ctx, tmp_path):
     empty = cm.load(cm.setup(P.NB, mode="replay", results_dir=tmp_path))
     assert len(empty) == 0
     assert ng.norm_grids(empty) == {} and P.other_grids(empty, ops=("l2_norm", )) == {}
-    for f in (P.stages_records, P.pipe_sweep_records, P.fence_records, P.gemm_records, P.gemm_sweep_records, P.ws_sweep_records):
+    for f in (P.stages_records, P.pipe_sweep_records, P.fence_records, GG.gemm_records, GG.gemm_sweep_records, GG.ws_sweep_records):
         assert len(f(empty)) == 0
     assert P.stage_table(empty).empty and P.pipe_sweep_best(empty).empty and P.fence_table(empty).empty
-    assert P.gemm_table(empty).empty and P.gemm_bars(empty) is None and P.gemm_views(empty, P.EMPTY) == []
+    assert GG.gemm_table(empty).empty and GG.gemm_bars(empty) is None and GG.gemm_views(empty, P.EMPTY) == []
     assert P.roofline_figure(empty, {}, empty, ctx.spec, "h200") == (None, [])
     assert tl.timeline_stats(None).empty and tl.timeline_table(P.EMPTY) is None
     assert cm.about(empty, "x") == [] and cm.table(P.EMPTY) is None

@@ -19,6 +19,7 @@ from gluon_lab.analysis import common as cm, gemm as G, norm_grids as ng, pipeli
 from gluon_lab.analysis import warp_specialized as W  # noqa: E402
 from gluon_lab.analysis import ws_sanitizer as S  # noqa: E402
 from gluon_lab.analysis import ws_timeline as WT  # noqa: E402
+from gluon_lab.analysis import gemm_grid as GG  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "records"
@@ -193,8 +194,8 @@ def test_headline_numbers(ctx, recs, grids, gm):
     b = pd.concat([ng.vs_best_frame(grids[op], "gluon-ws") for op in ("rms_norm", "layer_norm")])["ratio"]
     assert nums["gluon-ws vs best baseline"].startswith(f"{plots.geomean(b):.2f}× geomean over {len(b)} cells")
     t = G.gemm_table(gm)
-    sq = P.square_ratio(t, "gluon-ws / cuBLAS")
-    assert nums["GEMM vs cuBLAS at 8192³"].startswith(f"{sq:.2f}× cuBLAS, {P.square_ratio(t, 'gluon-ws'):.0f} TFLOP/s bf16")
+    sq = GG.square_ratio(t, "gluon-ws / cuBLAS")
+    assert nums["GEMM vs cuBLAS at 8192³"].startswith(f"{sq:.2f}× cuBLAS, {GG.square_ratio(t, 'gluon-ws'):.0f} TFLOP/s bf16")
     e = P.EMPTY
     assert dict(W.headline_numbers({}, e, e)) == {
         "gluon-ws vs best baseline": "missing: no RMSNorm / LayerNorm grid with gluon-ws and a baseline",

@@ -5,7 +5,7 @@ cuBLAS, by shape and by config.
 What it shows, and where each fact comes from:
     the GEMM grid         gemm_candidates / gemm_records / gemm_table / gemm_targets: the matmul records (no
                           study) of 04's file and pattern 3's (the four GEMMs were measured side by side there),
-                          the newest run holding all four (pipelined.gemm_table / gemm_configs)
+                          the newest run holding all four (gemm_grid.gemm_table / gemm_configs)
     ws-sweep              the 'ws-sweep' study (producer_regs x tile) of 04's file and the earlier one of 03's,
                           against ws_plan()'s configs (gemm_fits: whether an unrecorded config fits)
     the shape sweep       the newest 'gemm-shapes' run (SHAPE_STUDY): every schedule x tile beside cuBLAS
@@ -31,7 +31,8 @@ Kernel-facing (the only places this module reaches into kernels / experiments / 
                           (ws_gemm_kernel, _ws_consumer, ws_pingpong_gemm_kernel, _pp_consumer)
     auto_pick()           gluon_lab.selection.candidates(specs.get("matmul"), shape, "bfloat16", device.gpu_slug(gpu))
     wave_table()          gluon_lab.experiments.GEMM_SHAPE_SWEEP, gluon_lab.kernels.hopper.H200_SMS
-    and through pipelined: gemm_config, gemm_table, gemm_configs, sweep_tile, ws_sweep_records, load_timeline
+    and through pipelined: gemm_config; 03's GEMM grid (gemm_table, gemm_configs, sweep_tile,
+    ws_sweep_records, square_ratio) is gemm_grid's
 """
 from __future__ import annotations
 
@@ -45,11 +46,12 @@ import pandas as pd
 from .. import plots
 from . import common as cm
 from . import pipelined as P
+from . import gemm_grid as GG
 from . import timeline as tl
 
 NB = "04-warp-specialization"  # the notebook whose records hold these studies
 NB3 = P.NB  # pattern 3's records: the GEMM comparison
-GEMM4 = P.GEMM_VARIANTS
+GEMM4 = GG.GEMM_VARIANTS
 EMPTY = P.EMPTY
 WS_VS_PIPE = 0.98  # gluon-ws on par with gluon-pipelined: within 2% (the pattern's target; the norms' cells use it too)
 
@@ -104,7 +106,7 @@ def gemm_records(mm):
 def gemm_table(gm):
     if not len(gm):
         return EMPTY
-    return P.gemm_table(gm, GEMM4, pairs=(("gluon-ws", "gluon-pipelined"), ))
+    return GG.gemm_table(gm, GEMM4, pairs=(("gluon-ws", "gluon-pipelined"), ))
 
 
 def older_runs_line(gm, mm) -> str | None:
@@ -133,7 +135,7 @@ def gemm_ceiling_lines(gm, use, use03) -> list:
 def gemm_configs(gm):
     """The config each gluon GEMM record ran with, per shape (tile, stages, warps, GROUP_M; producer
     registers for gluon-ws): pattern 3's gemm_configs."""
-    return P.gemm_configs(gm)
+    return GG.gemm_configs(gm)
 
 
 def gemm_targets(t):
@@ -141,7 +143,7 @@ def gemm_targets(t):
     if not len(t):
         return EMPTY
     r = t["gluon-ws / cuBLAS"]
-    sq = P.square_ratio(t, "gluon-ws / cuBLAS")
+    sq = GG.square_ratio(t, "gluon-ws / cuBLAS")
     rows = [{"target": f"gluon-ws bf16 GEMM at M = N = K = 8192: at least {goal:.2f}× cuBLAS (torch.matmul) in the same run"
                        + (" (the stretch goal)" if name == "moonshot" else ""),
              "measured": f"{sq:.3f}x" if sq is not None else "no 8192^3 record",
@@ -165,8 +167,8 @@ def gemm_targets_view(gt):
 
 # ---- ws-sweep: producer_regs x tile ------------------------------------------------------------
 TILE_KEYS = ("BM", "BN", "BK", "num_warps", "num_stages")
-tile_of = P.sweep_tile
-ws_sweep_records = P.ws_sweep_records
+tile_of = GG.sweep_tile
+ws_sweep_records = GG.ws_sweep_records
 
 
 def sweep_table(ws):
@@ -680,8 +682,8 @@ def gemm_takeaways(*, gm=EMPTY, gemm_tab=EMPTY, gt=EMPTY, ws_ok=EMPTY) -> list[s
     lines = []
     if len(gemm_tab):
         r, rp = gemm_tab["gluon-ws / cuBLAS"], gemm_tab["gluon-ws / gluon-pipelined"]
-        sq = P.square_ratio(gemm_tab, "gluon-ws / cuBLAS")
-        sq_tf = P.square_ratio(gemm_tab, "gluon-ws")
+        sq = GG.square_ratio(gemm_tab, "gluon-ws / cuBLAS")
+        sq_tf = GG.square_ratio(gemm_tab, "gluon-ws")
         lines.append(f"**GEMM: {verdict(plots.geomean(rp))} (vs gluon-pipelined)** (run `{gm.run_id.iloc[0]}`): gluon-ws "
                      + (f"{sq_tf:.0f} TFLOP/s = **{sq:.3f}x cuBLAS at 8192³**, " if sq is not None else "")
                      + f"geomean **{plots.geomean(r):.3f}x** cuBLAS and {plots.geomean(gemm_tab['triton / cuBLAS']):.3f}x "

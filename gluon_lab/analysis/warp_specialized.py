@@ -48,6 +48,7 @@ import pandas as pd
 from .. import plots
 from . import common as cm
 from . import gemm as G
+from . import gemm_grid as GG
 from . import norm_grids as ng
 from . import pipelined as P
 from . import timeline as tl
@@ -418,8 +419,8 @@ def headline_numbers(grids: dict, use=EMPTY, use03=EMPTY) -> list:
         out.append(("gluon-ws vs gluon-pipelined", f"{plots.geomean(r):.3f}× geomean; within 2% or faster in "
                                                    f"{int((r >= WS_VS_PIPE).sum())} of {len(r)} cells"))
     if len(gemm_tab) and "gluon-ws / cuBLAS" in gemm_tab:
-        sq = P.square_ratio(gemm_tab, "gluon-ws / cuBLAS")
-        tf = P.square_ratio(gemm_tab, "gluon-ws")
+        sq = GG.square_ratio(gemm_tab, "gluon-ws / cuBLAS")
+        tf = GG.square_ratio(gemm_tab, "gluon-ws")
         grun = f" (run {cm.run_short(gm.run_id.iloc[0])})" if len(gm) else ""
         out.append(("GEMM vs cuBLAS at 8192³", f"{sq:.2f}× cuBLAS, {tf:.0f} TFLOP/s bf16{grun}" if sq is not None else
                     "not measured: no 8192³ record"))
