@@ -874,7 +874,7 @@ class WarpSpecializedPlan:
     # ... and the padded-copy producer (pad_rows: aligned copies of A and B, then TMA) there: the heuristic's
     # config of both variants with it, and the tiles the gemm probe ran fastest on padded rows (BM, BN,
     # num_warps, num_stages, pingpong): 128x128 8w s5 and ping-pong 128x128 4w s4 (results/h200/gemm-probe.log).
-    # No heuristic picks it: on an H100 (run 20261207T220056Z-18d13d24, ci/pending/evidence) its best config ÷
+    # No heuristic picks it: on an H100 (run 20261207T220359Z-976a50f2, ci/pending/evidence) its best config ÷
     # the best TMA-in-place config was 0.993 (777x5000x1000), 0.812, 0.984 (2500x1736x4104), 0.866: the copies
     # cost more than the aligned rows save. Not measured on the H200 yet.
     shape_pad_configs: tuple = ((128, 128, 8, 5, False), (128, 128, 4, 4, True), (128, 256, 8, 3, False))
