@@ -38,14 +38,14 @@ def parse_where(text: str) -> list[dict]:
             continue
         terms = {}
         for term in (t.strip() for t in clause.split(",")):
-            key, eq, value = term.partition("=")
-            if not eq or not key.strip() or not value.strip():
+            key, eq, value = (x.strip() for x in term.partition("="))
+            if not eq or not key or not value:
                 raise ValueError(f"--where: {term!r} in {clause!r} is not KEY=VALUE (e.g. 'M=5000,K=4104'; "
                                  "clauses joined by ';')")
-            if key.strip() in terms:
-                raise ValueError(f"--where: {key.strip()!r} is given twice in {clause!r} (a case has one value; "
+            if key in terms:
+                raise ValueError(f"--where: {key!r} is given twice in {clause!r} (a case has one value; "
                                  "join alternatives as clauses with ';')")
-            terms[key.strip()] = value.strip()
+            terms[key] = value
         out.append(terms)
     return out
 
@@ -55,8 +55,8 @@ def where_matches(case: dict, where: list[dict]) -> bool:
     against the case's shape, op, variant, dtype or config study)? No clauses: every case matches."""
     if not where:
         return True
-    facts = {**{k: case.get(k) for k in ("op", "variant", "dtype")},
-             "study": (case.get("config") or {}).get("study"), **(case.get("shape") or {})}
+    facts = {k: (case.get("config") or {}).get(k) if k == "study" else case.get(k) for k in WHERE_KEYS}
+    facts.update(case.get("shape") or {})
     return any(all(k in facts and str(facts[k]) == v for k, v in clause.items()) for clause in where)
 
 

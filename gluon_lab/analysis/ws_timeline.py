@@ -22,7 +22,6 @@ from . import common as cm
 from . import pipelined as P
 from . import timeline as tl
 
-NB = "04-warp-specialization"
 NB3 = P.NB  # pattern 3's records and its single-stream timeline
 F4 = ("producer_before_empty_wait", "producer_issued", "consumer_before_full_wait", "consumer_ready", "consumer_stored")
 EMPTY = pd.DataFrame()

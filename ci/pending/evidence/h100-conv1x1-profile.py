@@ -1,12 +1,11 @@
 """Where the time of a short conv goes: per-kernel GPU time (torch.profiler, CUPTI) of one call of each variant,
 next to the same call replayed in a CUDA graph (events, median of 200 replays of 20 calls), on the 1x1 shapes."""
-import statistics, torch
+import os, statistics, torch
 from torch.profiler import profile, ProfilerActivity
-from gluon_lab import registry, specs
+from gluon_lab import registry
 torch.manual_seed(0)
 SHAPES = [dict(B=4, Ci=1280, Co=1280, H=8, W=8, R=1, stride=1, pad=0), dict(B=8, Ci=640, Co=320, H=32, W=32, R=1, stride=1, pad=0),
           dict(B=2, Ci=1280, Co=1280, H=16, W=16, R=3, stride=1, pad=1)]
-spec = specs.get("conv2d") if hasattr(specs, "get") else None
 def inputs(sh):
     x = torch.randn(sh["B"], sh["H"], sh["W"], sh["Ci"], device="cuda", dtype=torch.bfloat16).permute(0, 3, 1, 2)
     w = (torch.randn(sh["Co"], sh["R"], sh["R"], sh["Ci"], device="cuda", dtype=torch.bfloat16) * 0.03).permute(0, 3, 1, 2)
@@ -15,7 +14,6 @@ torch.backends.cudnn.benchmark = True
 for sh in SHAPES:
     x, w = inputs(sh)
     print("==", sh)
-    import os
     if os.environ.get("PROF2"):
         if sh["R"] == 3: continue
         runs = (("torch", None), ("gluon-ws", {}), ("gluon-ws", {"BN": 64, "split_k": 1}), ("gluon-ws", {"BN": 64}),
