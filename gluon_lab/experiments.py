@@ -1285,7 +1285,10 @@ class ConvPlan:
                              {"BN": 128, "split_k": 4},
                              # BN 64 data-parallel (twice BN 128's CTAs, no fixup launch) and its deeper ring: on the
                              # 1x1 shapes an L2-warm profile (H100, 2026-12-07) had them ahead of the split rule
-                             {"BN": 64, "split_k": 1}, {"BN": 64, "split_k": 1, "num_stages": 6})
+                             {"BN": 64, "split_k": 1}, {"BN": 64, "split_k": 1, "num_stages": 6},
+                             # serial split-K (the last slice sums the tile in the kernel: no fixup launch, whose
+                             # 2.2 of 8.8 / 4.0 of 38.7 µs the same profile measured) at the rule's split and at 4 / 8
+                             {"serial": True}, {"split_k": 4, "serial": True}, {"split_k": 8, "serial": True})
     # the warp-specialized wgrad's schedules (split_k slices of the pixels; 1 = persistent data-parallel) and tiles
     # (the heuristic walks split launches slice-major: the tile-major points say so)
     wgrad_schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8}, {"BN": 64},

@@ -464,3 +464,31 @@ def test_short_loop_picks_compile_and_census():
     c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
     assert c["sass"]["UTMALDG"] == 2 and c["sass"]["UTMASTG"] == 1 and c["spill_bytes"] == 0, c["sass"]
     assert "m64n128k16" in c["wgmma_shapes"], c["wgmma_shapes"]
+
+
+@pytest.mark.slow
+def test_gluon_ws_serial_split_census():
+    """Serial split-K (WsConvConfig(serial=True)) on a split launch: CUTLASS's semaphore order in the PTX — the
+    consumer partition's named barrier (bar.sync 0, 128: 4 warps, not the whole CTA with its producer warp), one
+    acq_rel atomic from one thread, the reset exchange — then the last slice's L1-bypassing loads of the partials
+    and a second TMA store (the tile's own); no spill. An unsplit launch compiles the same with or without it."""
+    import dataclasses
+    import re
+    shape = dict(B=4, Ci=1280, Co=1280, H=8, W=8, R=1, stride=1, pad=0)
+    base = conv_ws.WsConvConfig.heuristic(shape, "bfloat16")
+    compile_ = lambda cfg: codegen.compile_sm90(**{k: v for k, v in conv_ws.fprop_ws_codegen(  # noqa: E731
+        shape, "bfloat16", cfg).items() if k != "options"})
+    ser = compile_(dataclasses.replace(base, split_k=4, serial=True))
+    ptx = ser.asm["ptx"]
+    atom = ptx.index("atom.global.gpu.acq_rel.add.u32")
+    before = ptx[:atom]
+    assert before[before.rindex("bar.sync"):].startswith("bar.sync \t0, 128;")  # the partition's barrier, then
+    assert re.search(r"@%p\d+ $", before)  # the atomic from one thread (predicated)
+    assert ptx.count("atom.global.gpu.acq_rel.add") == 1 and ptx.count("atom.global.gpu.relaxed.exch") == 1
+    c = codegen.census(ser)
+    assert c["sass"]["UTMASTG"] == 2 and c["spill_bytes"] == 0, c  # the whole tiles' store and the last slice's
+    assert "ld.global.cg" in ptx and c["ld_global"] > 0, c
+    fix = codegen.census(compile_(dataclasses.replace(base, split_k=4)))
+    assert fix["ld_global"] == 0 and fix["sass"]["UTMASTG"] == 1, fix
+    one = dataclasses.replace(base, split_k=1)
+    assert compile_(one).asm["ptx"] == compile_(dataclasses.replace(one, serial=True)).asm["ptx"]

@@ -278,7 +278,10 @@ SCHED_CASES = [
     dict(B=3, Ci=512, Co=136, H=8, W=8, R=1, stride=1, pad=0),    # 1x1, many channels
 ]
 SCHEDULES = [dict(split_k=1), dict(split_k=2), dict(split_k=3), dict(split_k=8), dict(split_k=0),
-             dict(split_k=2, split_last_wave=True)]
+             dict(split_k=2, split_last_wave=True),
+             # serial split-K: the last slice of each tile sums the partials in the kernel (no fixup launch)
+             dict(split_k=3, serial=True), dict(split_k=8, serial=True), dict(split_k=0, serial=True),
+             dict(split_k=2, split_last_wave=True, serial=True)]
 
 
 @pytest.mark.parametrize("sched", SCHEDULES, ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
@@ -307,3 +310,63 @@ def test_ws_split_keeps_bn_256_on_long_slices():
         inp = bench.make_inputs(op, shape, "bfloat16", seed=7)
         res = bench.check_correctness(op, "gluon-ws", inp, call="api")  # the public call: the heuristic's config
         assert res["passed"], (op, res)
+
+
+@pytest.mark.parametrize("shape", [SCHED_CASES[0], SCHED_CASES[2], SCHED_CASES[3]],
+                         ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_ws_serial_split_has_the_fixups_bits(shape):
+    """Serial split-K sums every tile's partials in slice order from zero, as the fixup kernel does: the same
+    bits, fprop and dgrad (stride 2: parity sub-problems side by side on forked streams, each on its own stream's
+    counters), call after call on one stream (each launch leaves its counters zero for the next: a counter left
+    non-zero would make no slice the last, and the tile would keep the NaN poison), and in a CUDA graph captured
+    on a stream that had run it (its counters exist there) replayed three times."""
+    import dataclasses
+    from gluon_lab.kernels import conv_ws
+    from gluon_lab.kernels.igemm import epilogues
+    for op in ("conv2d", "conv2d_input_grad"):
+        inp = bench.make_inputs(op, shape, "bfloat16", seed=11)
+        base = registry.get_variant(op, "gluon-ws").configure(shape, "bfloat16", {})
+        fix = dataclasses.replace(base, split_k=3)
+        ser = dataclasses.replace(fix, serial=True)
+        fn = registry.get_variant(op, "gluon-ws").fn
+        ref = fn(*inp, config=fix)
+        assert not ref.isnan().any()
+        for _ in range(3):
+            _poison(ref.numel() * 2)
+            got = fn(*inp, config=ser)
+            assert torch.equal(got.view(torch.int16), ref.view(torch.int16)), (op, (got.float() - ref.float()).abs().max())
+        for c in epilogues._TILE_COUNTERS.by_key.values():
+            assert int(c.count_nonzero()) == 0  # every launch left its counters zero
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn(*inp, config=ser)  # the capture stream's counters
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            out = fn(*inp, config=ser)
+        for _ in range(3):
+            out.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out.view(torch.int16), ref.view(torch.int16)), op
+    assert conv_ws.WsConvConfig(serial=True).validate("bfloat16").serial
+
+
+def test_ws_serial_split_capture_on_a_new_stream_takes_the_fixup():
+    """A capture on a stream that has no counters yet cannot allocate them (they would live in the graph's pool,
+    unzeroed until the first replay): the launch then runs the fixup kernel, whose sum has the same bits."""
+    import dataclasses
+    shape = SCHED_CASES[0]
+    inp = bench.make_inputs("conv2d", shape, "bfloat16", seed=5)
+    v = registry.get_variant("conv2d", "gluon-ws")
+    ser = dataclasses.replace(v.configure(shape, "bfloat16", {}), split_k=4, serial=True)
+    ref = v.fn(*inp, config=dataclasses.replace(ser, serial=False))
+    s = torch.cuda.Stream()  # never ran the op: no counters
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        out = v.fn(*inp, config=ser)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int16), ref.view(torch.int16))

@@ -33,7 +33,7 @@ from . import conv
 from .conv import ConvConfig, Launch, _codegen_args, _empty_out, _fprop_view, _shape_of, check, dgrad_check
 from .hopper import H200_SMS, cdiv, desc_type, descriptor, dtype_name, kernel_spec, num_sms
 from .igemm import schedule
-from .igemm.epilogues import REDUCE_BLOCK, patch_fixup_kernel, store_partial
+from .igemm.epilogues import REDUCE_BLOCK, arrive_last, patch_fixup_kernel, store_partial, sum_partials, tile_counters
 from .igemm.producers import filter_box_issue, tap_box_issue
 from .igemm.ring import ws_ring_barriers, ws_ring_invalidate
 from .igemm.schedule import unit, units_of
@@ -118,12 +118,14 @@ def _store_patch(y_desc, c_smem, acc, b, oh0, OPH, ow0, co0):
 
 @gluon.jit
 def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw, n_tiles_m,
-                      OPH, FULL_TILES, t_ptr, TAPS: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                      SPLIT_K: gl.constexpr, num_warps: gl.constexpr, FILTER_KN: gl.constexpr,
-                      INSTRUMENT: gl.constexpr):
+                      OPH, FULL_TILES, t_ptr, cnt_ptr, TAPS: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr, FILTER_KN: gl.constexpr,
+                      INSTRUMENT: gl.constexpr, SERIAL: gl.constexpr):
     """num_warps warps (whole warpgroups on one BM-row tile): wait FULL, async wgmma, release the previous
     step's slot once its MMA retired. A whole tile (sl = 0) goes through smem and one TMA store; a K-slice
-    (SPLIT_K > 1, sl >= 1) of split tile t stores its fp32 partial to workspace block (sl - 1) * split_tiles + t.
+    (SPLIT_K > 1, sl >= 1) of split tile t stores its fp32 partial to workspace block (sl - 1) * split_tiles + t;
+    SERIAL: then arrives on the tile's counter cnt_ptr[t], and the last slice to arrive stores the tile
+    (igemm.epilogues.arrive_last / sum_partials) instead of the fixup kernel.
     INSTRUMENT: every unit's [K-slice + 1, start, last MMA issued, epilogue issued] stamps (igemm.trace)."""
     TH: gl.constexpr = a_bufs.shape[2]
     TW: gl.constexpr = a_bufs.shape[4]
@@ -169,6 +171,11 @@ def _conv_ws_consumer(y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bar
             if sl > 0:  # a K-slice: its fp32 partial straight from registers (store_partial)
                 store_partial(work, acc, (sl - 1) * split_tiles + tile - FULL_TILES + 1, acc_layout, BM, BN, BM, BN,
                               False)
+                if SERIAL:  # serial split-K: the tile's last slice to arrive sums the partials and stores the tile
+                    if arrive_last(cnt_ptr + (tile - FULL_TILES), SPLIT_K):
+                        _store_patch(y_desc, c_smem,
+                                     sum_partials(work, tile - FULL_TILES, split_tiles, acc_layout, BM, BN, SPLIT_K),
+                                     b, oh0, OPH, ow0, co0)
             else:
                 _store_patch(y_desc, c_smem, acc, b, oh0, OPH, ow0, co0)
         else:
@@ -184,9 +191,11 @@ def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, work, Ci, Co, n_th, n_tw, n_til
                          PAD_W: gl.constexpr, NUM_STAGES: gl.constexpr, GROUP_M: gl.constexpr,
                          PRODUCER_REGS: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr,
                          R_FULL: gl.constexpr = 0, TSTEP: gl.constexpr = 1, t_ptr=None,
-                         INSTRUMENT: gl.constexpr = False):
+                         INSTRUMENT: gl.constexpr = False, cnt_ptr=None, SERIAL: gl.constexpr = False):
     """work: the fp32 workspace pointer under SPLIT_K > 1 (None otherwise); tiles FULL_TILES and later are split.
     t_ptr: the int64 trace of an INSTRUMENT build (None otherwise: the stamps compile away).
+    SERIAL (with SPLIT_K > 1): serial split-K, cnt_ptr the int32 per-split-tile arrival counters (zero at launch,
+    left zero: igemm.schedule.tile_counters); no fixup launch follows.
     R_FULL > 0: a dgrad sub-problem whose w_desc is the forward OHWI filter ([BK, 1, BN] boxes, filter_box_issue:
     forward tap (r0 - TSTEP·r, s0 - TSTEP·s) of its tap (r, s)); else the [BN, 1, BK] boxes of a [Co, taps, Ci] filter."""
     TH: gl.constexpr = x_desc.block_type.shape[1]
@@ -204,8 +213,8 @@ def conv_fprop_ws_kernel(x_desc, w_desc, y_desc, work, Ci, Co, n_th, n_tw, n_til
     empty_bars, full_bars = ws_ring_barriers(NUM_STAGES, 1)
     gl.warp_specialize([
         (_conv_ws_consumer, (y_desc, work, a_bufs, b_bufs, c_smem, empty_bars, full_bars, Ci, Co, n_th, n_tw,
-                             n_tiles_m, OPH, FULL_TILES, t_ptr, RH * RW, NUM_STAGES, GROUP_M, SPLIT_K, num_warps,
-                             R_FULL > 0, INSTRUMENT)),
+                             n_tiles_m, OPH, FULL_TILES, t_ptr, cnt_ptr, RH * RW, NUM_STAGES, GROUP_M, SPLIT_K,
+                             num_warps, R_FULL > 0, INSTRUMENT, SERIAL)),
         (_conv_ws_producer, (x_desc, w_desc, a_bufs, b_bufs, empty_bars, full_bars, Ci, n_th, n_tw, n_tiles_m, Co,
                              FULL_TILES, r0, s0, RH, RW, STRIDE, PAD_H, PAD_W, NUM_STAGES, GROUP_M, SPLIT_K, R_FULL,
                              TSTEP)),
@@ -265,10 +274,13 @@ def _split_bn(shape: dict, base: ConvConfig, OH: int, OW: int) -> int:
 class WsConvConfig(ConvConfig):
     """ConvConfig plus the 1-warp producer's setmaxnreg budget (24..256, a multiple of 8; it only computes
     coordinates, pattern 4's default) and the schedule: split_k K-slices (1: persistent data-parallel), of the
-    last wave only with split_last_wave. split_k = 0: split_choice per launch (its tiles and k-steps)."""
+    last wave only with split_last_wave. split_k = 0: split_choice per launch (its tiles and k-steps). serial: a
+    split launch's tiles are summed by their last slice inside the kernel (serial split-K, no fixup launch); the
+    same bits as the fixup. It changes nothing where a launch runs unsplit."""
     producer_regs: int = 40
     split_k: int = 0
     split_last_wave: bool = False
+    serial: bool = False
 
     @classmethod
     def heuristic(cls, shape: dict, dtype: str) -> "WsConvConfig":
@@ -310,17 +322,20 @@ class WsConvConfig(ConvConfig):
         tiles = n_m * cdiv(L.Co, self.BN)
         k_tiles = L.RH * L.RW * cdiv(L.Ci, self.BK)
         split, full, units = self.plan(tiles, k_tiles, sms)
-        work = None
+        work = cnt = None
         if split > 1:
             work = torch.empty(split * (tiles - full) * self.BM * self.BN, dtype=torch.float32, device=L.x.device)
+            if self.serial:  # None under a capture on a stream with no counters yet: the fixup then (same bits)
+                cnt = tile_counters(L.x.device, tiles - full)
         grid = (max(1, min(units, self.ctas_per_sm * sms)), )
         fl = isinstance(L, FilterLaunch)
         conv_fprop_ws_kernel[grid](*descs, work, L.Ci, L.Co, n_th, n_tw, n_m, L.oph, full, L.r0 if fl else 0,
                                    L.s0 if fl else 0, RH=L.RH, RW=L.RW, STRIDE=L.stride, PAD_H=L.pad_h, PAD_W=L.pad_w,
                                    NUM_STAGES=self.num_stages, GROUP_M=self.group_m, PRODUCER_REGS=self.producer_regs,
                                    SPLIT_K=split, num_warps=self.num_warps, R_FULL=L.R_full if fl else 0,
-                                   TSTEP=L.tstep if fl else 1, t_ptr=trace, INSTRUMENT=trace is not None)
-        if split > 1:
+                                   TSTEP=L.tstep if fl else 1, t_ptr=trace, INSTRUMENT=trace is not None,
+                                   cnt_ptr=cnt, SERIAL=cnt is not None)
+        if split > 1 and cnt is None:
             y, _ = L.y_view()
             s3 = L.P * L.Co  # the element strides of the y descriptor's [B, OH', P, OW', P·Co] view (Launch.descriptors)
             s2 = L.OW * s3
@@ -399,13 +414,14 @@ def _ws_spec(shape: dict, dtype: str, cfg: WsConvConfig, RH: int, RW: int, OH: i
              pad_w: int, stride: int, view: dict, R_full: int = 0, tstep: int = 1, instrument: bool = False):
     tiles = shape["B"] * cdiv(OH, cfg.TH) * cdiv(OW, cfg.TW) * cdiv(view["Co"], cfg.BN)
     split, _, _ = cfg.plan(tiles, RH * RW * cdiv(view["Ci"], cfg.BK), H200_SMS)
+    serial = cfg.serial and split > 1
     args = {**_codegen_args(view, dtype, cfg, OH, OW), "work": "*fp32" if split > 1 else None, "FULL_TILES": "i32",
-            "r0": "i32", "s0": "i32", "t_ptr": "*i64" if instrument else None}
+            "r0": "i32", "s0": "i32", "t_ptr": "*i64" if instrument else None, "cnt_ptr": "*i32" if serial else None}
     if R_full:
         args["w_desc"] = desc_type(dtype, [cfg.BK, 1, cfg.BN], conv._layouts(cfg, dtype)[1])
     ce = dict(RH=RH, RW=RW, STRIDE=stride, PAD_H=pad_h, PAD_W=pad_w, NUM_STAGES=cfg.num_stages,
               GROUP_M=cfg.group_m, PRODUCER_REGS=cfg.producer_regs, SPLIT_K=split, num_warps=cfg.num_warps,
-              R_FULL=R_full, TSTEP=tstep, INSTRUMENT=instrument)
+              R_FULL=R_full, TSTEP=tstep, INSTRUMENT=instrument, SERIAL=serial)
     return kernel_spec(conv_fprop_ws_kernel, args, ce, num_warps=cfg.num_warps)
 
 
@@ -470,7 +486,8 @@ def dgrad_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None
                     R_full=R if cfg.BN >= 64 else 0, tstep=st)
 
 
-KNOBS = {**conv.KNOBS, "producer_regs": (24, 40, 56), "split_k": (0, 1, 2, 3, 4, 6, 8), "split_last_wave": (False, True)}
+KNOBS = {**conv.KNOBS, "producer_regs": (24, 40, 56), "split_k": (0, 1, 2, 3, 4, 6, 8), "split_last_wave": (False, True),
+         "serial": (False, True)}
 
 
 def _register():
@@ -481,7 +498,7 @@ def _register():
 
     register("conv2d", "gluon-ws", pattern="warp-specialized", needs_hopper=True, check=ws_check,
              configure=ws_configure, codegen=fprop_ws_codegen, knobs=KNOBS,
-             roots=(conv_fprop_ws_kernel, patch_fixup_kernel, REDUCE_BLOCK, WsConvConfig, ConvConfig, Launch, fprop_ws,
+             roots=(conv_fprop_ws_kernel, patch_fixup_kernel, REDUCE_BLOCK, tile_counters, WsConvConfig, ConvConfig, Launch, fprop_ws,
                     conv.fprop_launch, ws_check, check, conv.a_path, conv._layouts, conv.weight_ohwi, split_choice),
              description="warp-specialized implicit GEMM on the template: a 1-warp TMA producer (setmaxnreg) for the "
                          "shifted x boxes and weight boxes, consumer warpgroups on wgmma, empty/full ring; data-parallel "
@@ -492,7 +509,7 @@ def _register():
 
     register("conv2d_input_grad", "gluon-ws", pattern="warp-specialized", needs_hopper=True, check=dgrad_ws_check,
              configure=dgrad_ws_configure, codegen=dgrad_ws_codegen, knobs=KNOBS,
-             roots=(conv_fprop_ws_kernel, patch_fixup_kernel, REDUCE_BLOCK, WsConvConfig, ConvConfig, Launch,
+             roots=(conv_fprop_ws_kernel, patch_fixup_kernel, REDUCE_BLOCK, tile_counters, WsConvConfig, ConvConfig, Launch,
                     conv.ParityLaunch, FilterLaunch, filter_launches, dgrad_ws, dgrad_ws_check, dgrad_check, conv.dgrad_launches,
                     conv.run_concurrently, conv.dgrad_subproblems, conv._dgrad_filters, conv._taps, _fprop_view,
                     conv._layouts, split_choice),

@@ -6,9 +6,15 @@
 * splitk_reduce_kernel / streamk_reduce_kernel: the fixup that sums a split tile's slices (in slice
   order) or pieces (in CTA order) — deterministic, no atomics — and stores C, in REDUCE_BLOCK blocks;
 * patch_fixup_kernel: the split-K fixup of conv's tiles (rows = a TH x TW patch of output pixels), stored
-  through the output's NHWC strides and clipped at the image edge.
+  through the output's NHWC strides and clipped at the image edge;
+* arrive_last / sum_partials: serial split-K (CUTLASS's "serial" reduction, its semaphore): each slice stores
+  its partial, then arrives on its tile's counter; the LAST slice to arrive sums every partial in slice order
+  (the fixup's order: the same bits) and stores the tile itself, so no fixup launch runs. Nobody waits for
+  anybody (no spin), so it needs no co-residency of the slices' CTAs.
 """
 from __future__ import annotations
+
+import types
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -46,6 +52,37 @@ def store_partial(work, acc, sl, acc_layout: gl.constexpr, BM: gl.constexpr, BN:
     else:
         off = i * BN + j
     gl.store(work + (sl - 1).to(gl.int64) * (BM * BN) + off, acc)
+
+
+@gluon.jit
+def arrive_last(cnt_ptr, SPLIT_K: gl.constexpr):
+    """Serial split-K's arrival, after this slice's store_partial: True in the CTA (its consumer partition) whose
+    slice is the last of the tile to arrive. CUTLASS's semaphore order: a partition-scoped barrier (every thread's
+    partial stores happen before it), then one acq_rel atomic (Triton issues a scalar atomic from one thread and
+    broadcasts its result through shared memory behind another barrier): the release publishes this CTA's
+    partial; the last arrival's acquire makes every other slice's partial visible to the loads that follow. The
+    last arrival resets the counter to 0 for the next launch (stream order: it starts after this one ends)."""
+    gl.thread_barrier()
+    prev = gl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu")
+    last = prev == SPLIT_K - 1
+    if last:
+        gl.atomic_xchg(cnt_ptr, 0, sem="relaxed")
+    return last
+
+
+@gluon.jit
+def sum_partials(work, t, split_tiles, acc_layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                 SPLIT_K: gl.constexpr):
+    """Split tile t's SPLIT_K fp32 partials (store_partial's blocks s * split_tiles + t, row-major [BM, BN]) summed
+    in slice order from zero, in the accumulator's own layout: the fixup kernels' exact order, so the sum has
+    their bits. The loads bypass L1 (.cg): the partials were written by other SMs during this launch."""
+    i = gl.expand_dims(gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout)), 1)
+    j = gl.expand_dims(gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout)), 0)
+    off = i * BN + j
+    total = gl.zeros([BM, BN], gl.float32, acc_layout)
+    for s in gl.static_range(SPLIT_K):
+        total += gl.load(work + (s * split_tiles + t).to(gl.int64) * (BM * BN) + off, cache_modifier=".cg")
+    return total
 
 
 REDUCE_BLOCK = {"BR": 8, "BC": 128, "num_warps": 8}  # [8, 128] blocks of a split tile: 4 fp32 per thread per slice
@@ -152,3 +189,43 @@ def patch_fixup_kernel(w_ptr, y_ptr, n_th, n_tw, n_tiles_m, Co, OH, OW, ys0, ys1
         acc += gl.load(w_ptr + (wrow + s * split_tiles.to(gl.int64) * BM) * BN + wcol, mask=mask, other=0.0)
     pix = img.to(gl.int64) * ys0 + oh.to(gl.int64) * ys1 + ow.to(gl.int64) * ys3 + y_off
     gl.store(y_ptr + gl.expand_dims(pix, 1) + gl.expand_dims(co, 0), acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# ---- host side: serial split-K's arrival counters ---------------------------------------------------------
+
+TILE_COUNTERS = 1024  # int32 counters per (device, stream) to start with (4 KB); a launch with more split tiles grows them
+
+
+def tile_counters(device, n: int):
+    """Serial split-K's per-split-tile arrival counters (arrive_last) for the current stream of device: at least n
+    int32s, zero, left zero by every launch (each tile's last arrival resets its counter), so one buffer serves
+    every launch on the stream (launches on one stream are ordered). Pinned for the fast path, which resolves them
+    per replay (the counters of the stream then current), like pipelined.block_counter. None while a CUDA graph is
+    being captured on a stream that has no counters (or too few) yet: an allocation there would live in the graph's
+    pool, unzeroed until the graph first replays. The caller then runs the fixup kernel, whose sum has the same
+    bits (sum_partials' order)."""
+    import torch
+    from ... import fastpath
+    key = (torch.device(device).index, torch.cuda.current_stream(device).cuda_stream)
+    c = _TILE_COUNTERS.by_key.get(key)
+    if c is None or c.numel() < n:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        c = torch.zeros(max(TILE_COUNTERS, n), dtype=torch.int32, device=torch.device("cuda", key[0]))
+        _TILE_COUNTERS.by_key[key] = c
+        fastpath.pin(c, resolve=lambda: _replay_counters(c.device, c.numel()))
+    return c
+
+
+def _replay_counters(device, n: int):
+    """The fast path's per-replay counters: a recorded launch cannot fall back to the fixup kernel."""
+    c = tile_counters(device, n)
+    if c is None:
+        raise RuntimeError("serial split-K needs its tile counters for this stream before a CUDA-graph capture (a "
+                           "counter allocated inside the capture would live in the graph's pool, unzeroed until the "
+                           "graph first replays): call the op once on the capture stream first")
+    return c
+
+
+# by (device index, raw stream), kept for the process: a stdlib namespace, which the code hash does not read
+_TILE_COUNTERS = types.SimpleNamespace(by_key={})
