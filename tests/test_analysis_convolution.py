@@ -170,3 +170,13 @@ def test_ws_timeline_in_the_gemm_view():
     assert C.ws_timeline_figure(WT) is not None and C.ws_timeline_figure(None) is None
     assert C.ws_timeline_stats(None).empty
     assert "r1" in C.ws_timeline_note(WT) and "--parts ws-timeline" in C.ws_timeline_note(None)
+
+
+def test_schedule_label_names_the_reduction():
+    """A schedule-study column says how a split tile is summed: serial (in the kernel) or the fixup launch (no
+    suffix); data-parallel has nothing to sum, so a serial knob there leaves its label alone."""
+    tile = {"TH": 8, "TW": 8, "BN": 128}
+    assert ana._schedule_label({**tile, "split_k": 4}) == "8x8x128 split-K 4"
+    assert ana._schedule_label({**tile, "split_k": 4, "serial": True}) == "8x8x128 split-K 4 serial"
+    assert ana._schedule_label({**tile, "split_k": 0, "serial": True}) == "8x8x128 split-K auto serial"
+    assert ana._schedule_label({**tile, "split_k": 1, "serial": True}) == "8x8x128 data-parallel"
