@@ -1288,7 +1288,11 @@ class ConvPlan:
                              {"BN": 64, "split_k": 1}, {"BN": 64, "split_k": 1, "num_stages": 6},
                              # serial split-K (the last slice sums the tile in the kernel: no fixup launch, whose
                              # 2.2 of 8.8 / 4.0 of 38.7 µs the same profile measured) at the rule's split and at 4 / 8
-                             {"serial": True}, {"split_k": 4, "serial": True}, {"split_k": 8, "serial": True})
+                             {"serial": True}, {"split_k": 4, "serial": True}, {"split_k": 8, "serial": True},
+                             # 1x1 only: the flat view (B·H·W pixels as the GEMM's rows, 128-pixel tiles across
+                             # images: 4x1280ch 8x8 runs 2 row tiles instead of 4 half-empty 8x8 patches)
+                             {"flat": True}, {"flat": True, "serial": True}, {"flat": True, "split_k": 1},
+                             {"flat": True, "BN": 64, "split_k": 1})
     # the warp-specialized wgrad's schedules (split_k slices of the pixels; 1 = persistent data-parallel) and tiles
     # (the heuristic walks split launches slice-major: the tile-major points say so)
     wgrad_schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8}, {"BN": 64},

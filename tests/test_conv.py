@@ -492,3 +492,35 @@ def test_gluon_ws_serial_split_census():
     assert fix["ld_global"] == 0 and fix["sass"]["UTMASTG"] == 1, fix
     one = dataclasses.replace(base, split_k=1)
     assert compile_(one).asm["ptx"] == compile_(dataclasses.replace(one, serial=True)).asm["ptx"]
+
+
+def test_gluon_ws_flat_view_is_fprops_and_1x1_stride1_only():
+    """WsConvConfig(flat=True) asks for a 1x1 stride-1 unpadded conv (then its pixels are the GEMM's rows): anything
+    else, and dgrad (whose sub-problems take patches), is refused naming the rule; flat takes a 1 x 128 row tile
+    unless TH / TW are given, and a flat config with TH > 1 is refused."""
+    from gluon_lab import registry
+    v = registry.get_variant("conv2d", "gluon-ws")
+    one = dict(B=4, Ci=1280, Co=1280, H=8, W=8, R=1, stride=1, pad=0)
+    cfg = v.resolve(one, "bfloat16", {"flat": True})
+    assert (cfg.TH, cfg.TW, cfg.flat) == (1, conv_ws.FLAT_BM, True)
+    assert conv_ws.flat_view(one) == {**one, "B": 1, "H": 1, "W": 256}
+    for bad in (dict(one, R=3, pad=1), dict(one, stride=2), dict(one, pad=1)):
+        with pytest.raises(ValueError, match="1x1, stride-1, unpadded"):
+            v.resolve(bad, "bfloat16", {"flat": True})
+    with pytest.raises(ValueError, match="TH must be 1"):
+        v.resolve(one, "bfloat16", {"flat": True, "TH": 2, "TW": 64})
+    with pytest.raises(ValueError, match="fprop's"):
+        registry.get_variant("conv2d_input_grad", "gluon-ws").resolve(one, "bfloat16", {"flat": True})
+
+
+@pytest.mark.slow
+def test_gluon_ws_flat_census():
+    """The flat view compiles the same kernel with a [1, 1, 1, 128, BK] x box and store box: 2 row tiles on
+    4x1280ch 8x8 (256 pixels) where the patch heuristic runs 4 8x8 patches."""
+    one = dict(B=4, Ci=1280, Co=1280, H=8, W=8, R=1, stride=1, pad=0)
+    from gluon_lab import registry
+    cfg = registry.get_variant("conv2d", "gluon-ws").resolve(one, "bfloat16", {"flat": True, "split_k": 1})
+    spec = conv_ws.fprop_ws_codegen(one, "bfloat16", cfg)
+    c = codegen.census(codegen.compile_sm90(**{k: v for k, v in spec.items() if k != "options"}))
+    assert [1, 1, 1, 128, 64] in [b["block_size"] for b in c["tma_boxes"]], c["tma_boxes"]
+    assert c["sass"]["UTMALDG"] == 2 and c["sass"]["UTMASTG"] == 1 and c["spill_bytes"] == 0, c

@@ -370,3 +370,24 @@ def test_ws_serial_split_capture_on_a_new_stream_takes_the_fixup():
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out.view(torch.int16), ref.view(torch.int16))
+
+
+FLAT_CASES = [dict(B=3, Ci=512, Co=136, H=8, W=8, R=1, stride=1, pad=0),   # 192 pixels: one whole 128-row tile + a tail
+              dict(B=3, Ci=136, Co=200, H=7, W=9, R=1, stride=1, pad=0),   # 189 pixels across ragged rows, Ci / Co tails
+              dict(B=4, Ci=1280, Co=1280, H=8, W=8, R=1, stride=1, pad=0)]  # the SM-idle 1x1 the flat view is for
+
+
+@pytest.mark.parametrize("sched", [dict(split_k=1), dict(split_k=3), dict(split_k=0), dict(split_k=0, serial=True),
+                                   dict(BN=64, split_k=1)], ids=lambda d: "-".join(f"{k}{v}" for k, v in d.items()))
+@pytest.mark.parametrize("shape", FLAT_CASES, ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_ws_flat_1x1_matches_float64(shape, sched):
+    """WsConvConfig(flat=True): a 1x1 stride-1 conv as one row of B·H·W pixels (tiles run across rows and images),
+    every schedule, bf16 and fp16, against float64 on NaN-poisoned outputs (a pixel past an image's last row that
+    the flat tile misses stays NaN)."""
+    v = registry.get_variant("conv2d", "gluon-ws")
+    for dtype in ("bfloat16", "float16"):
+        cfg = v.resolve(shape, dtype, {"flat": True, **sched})
+        assert cfg.flat and cfg.TH == 1, cfg
+        inp = bench.make_inputs("conv2d", shape, dtype, seed=shape["B"] + shape["Ci"])
+        res = bench.check_correctness("conv2d", "gluon-ws", inp, config=cfg)
+        assert res["passed"], (dtype, sched, res)

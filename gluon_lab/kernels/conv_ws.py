@@ -276,11 +276,14 @@ class WsConvConfig(ConvConfig):
     coordinates, pattern 4's default) and the schedule: split_k K-slices (1: persistent data-parallel), of the
     last wave only with split_last_wave. split_k = 0: split_choice per launch (its tiles and k-steps). serial: a
     split launch's tiles are summed by their last slice inside the kernel (serial split-K, no fixup launch); the
-    same bits as the fixup. It changes nothing where a launch runs unsplit."""
+    same bits as the fixup. It changes nothing where a launch runs unsplit. flat: a 1x1, stride-1, unpadded fprop
+    as the GEMM it is — x and y viewed as one row of B·H·W pixels (flat_view), so a tile is TW = BM consecutive
+    pixels across rows and images (the GEMM's tiled [BM, BK] box; TH must be 1), not a patch of one image."""
     producer_regs: int = 40
     split_k: int = 0
     split_last_wave: bool = False
     serial: bool = False
+    flat: bool = False
 
     @classmethod
     def heuristic(cls, shape: dict, dtype: str) -> "WsConvConfig":
@@ -299,6 +302,8 @@ class WsConvConfig(ConvConfig):
             raise ValueError(f"producer_regs must be a multiple of 8 in 24..256 (setmaxnreg); got {self.producer_regs}")
         if not 0 <= self.split_k <= 16:
             raise ValueError(f"WsConvConfig.split_k must be in 0..16 (0: chosen per launch); got {self.split_k}")
+        if self.flat and self.TH != 1:
+            raise ValueError(f"WsConvConfig(flat=True) tiles one row of pixels: TH must be 1 (TW = BM); got TH={self.TH}")
         return self
 
     def plan(self, tiles: int, k_tiles: int, sms: int) -> tuple[int, int, int]:
@@ -386,10 +391,28 @@ def filter_launches(grad_output, weight, dx, stride: int, padding: int) -> list[
     return sorted(out, key=lambda L: -L.RH * L.RW)
 
 
+FLAT_BM = 128  # flat=True without a TH / TW of its own: a 128-pixel row tile (the GEMM's BM)
+
+
+def flat_check(shape: dict) -> None:
+    if (shape["R"], shape["stride"], shape["pad"]) != (1, 1, 0):
+        raise ValueError(f"WsConvConfig(flat=True) needs a 1x1, stride-1, unpadded conv (its pixels are then the GEMM's "
+                         f"rows); got R={shape['R']}, stride={shape['stride']}, padding={shape['pad']}")
+
+
+def flat_view(shape: dict) -> dict:
+    """The flat geometry of a 1x1 stride-1 unpadded conv: one image, one row of B·H·W pixels."""
+    return {**shape, "B": 1, "H": 1, "W": shape["B"] * shape["H"] * shape["W"]}
+
+
 def ws_configure(shape: dict, dtype: str, overrides: dict) -> WsConvConfig:
     known = {f.name for f in dataclasses.fields(WsConvConfig)}
-    return dataclasses.replace(WsConvConfig.heuristic(shape, dtype),
-                               **{k: v for k, v in overrides.items() if k in known}).validate(dtype)
+    over = {k: v for k, v in overrides.items() if k in known}
+    if over.get("flat"):
+        flat_check(shape)
+        if "TH" not in over and "TW" not in over:
+            over = {"TH": 1, "TW": FLAT_BM, **over}
+    return dataclasses.replace(WsConvConfig.heuristic(shape, dtype), **over).validate(dtype)
 
 
 def ws_check(x, weight, stride=1, padding=0):
@@ -406,7 +429,12 @@ def fprop_ws(x, weight, stride=1, padding=0, config: WsConvConfig | None = None,
     cfg = (config or WsConvConfig.heuristic(_shape_of(x, weight, stride, padding), dtype)).validate(dtype)
     R = weight.shape[2]
     y = _empty_out(x, weight.shape[0], out_size(x.shape[2], R, stride, padding), out_size(x.shape[3], R, stride, padding))
-    conv.fprop_launch(x, weight, stride, padding, y).run(cfg, dtype, trace)
+    L = conv.fprop_launch(x, weight, stride, padding, y)
+    if cfg.flat:  # one row of B·H·W pixels: the same NHWC memory (dense channels-last, ws_check), a flat view
+        flat_check(_shape_of(x, weight, stride, padding))
+        n = L.B * L.H * L.W
+        L = dataclasses.replace(L, B=1, H=1, W=n, OH=1, OW=n)
+    L.run(cfg, dtype, trace)
     return y
 
 
@@ -428,6 +456,9 @@ def _ws_spec(shape: dict, dtype: str, cfg: WsConvConfig, RH: int, RW: int, OH: i
 def fprop_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None, instrument: bool = False):
     """The kernel fprop_ws launches for shape on the H200 (its schedule included); instrument: its timeline build."""
     cfg = (config or WsConvConfig.heuristic(shape, dtype)).validate(dtype)
+    if cfg.flat:
+        flat_check(shape)
+        shape = flat_view(shape)
     OH = out_size(shape["H"], shape["R"], shape["stride"], shape["pad"])
     OW = out_size(shape["W"], shape["R"], shape["stride"], shape["pad"])
     return _ws_spec(shape, dtype, cfg, shape["R"], shape["R"], OH, OW, shape["pad"], shape["pad"], shape["stride"],
@@ -452,6 +483,9 @@ def dgrad_ws_check(grad_output, weight, input_h, input_w, stride=1, padding=0):
 
 def dgrad_ws_configure(shape: dict, dtype: str, overrides: dict) -> WsConvConfig:
     """Each sub-problem (Ci <-> Co swapped) takes gluon-ws fprop's heuristic; split_k 0 picks per sub-problem."""
+    if overrides.get("flat"):
+        raise ValueError("WsConvConfig(flat=True) is fprop's (conv2d) geometry; conv2d_input_grad's sub-problems "
+                         "read the forward filter in place and take patches")
     return ws_configure(_fprop_view(shape), dtype, overrides)
 
 
@@ -461,6 +495,9 @@ def dgrad_ws(grad_output, weight, input_h, input_w, stride=1, padding=0, config:
     shape = dgrad_ws_check(grad_output, weight, input_h, input_w, stride, padding)
     dtype = dtype_name(grad_output)
     cfg = (config or WsConvConfig.heuristic(_fprop_view(shape), dtype)).validate(dtype)
+    if cfg.flat:
+        raise ValueError("WsConvConfig(flat=True) is fprop's (conv2d) geometry; conv2d_input_grad's sub-problems read "
+                         "the forward filter in place and take patches")
     Ci, R = weight.shape[1], weight.shape[2]
     dx = torch.empty((grad_output.shape[0], Ci, input_h, input_w), dtype=grad_output.dtype,
                      device=grad_output.device, memory_format=torch.channels_last)
@@ -487,7 +524,7 @@ def dgrad_ws_codegen(shape: dict, dtype: str, config: WsConvConfig | None = None
 
 
 KNOBS = {**conv.KNOBS, "producer_regs": (24, 40, 56), "split_k": (0, 1, 2, 3, 4, 6, 8), "split_last_wave": (False, True),
-         "serial": (False, True)}
+         "serial": (False, True), "flat": (False, True)}
 
 
 def _register():
@@ -499,7 +536,7 @@ def _register():
     register("conv2d", "gluon-ws", pattern="warp-specialized", needs_hopper=True, check=ws_check,
              configure=ws_configure, codegen=fprop_ws_codegen, knobs=KNOBS,
              roots=(conv_fprop_ws_kernel, patch_fixup_kernel, REDUCE_BLOCK, tile_counters, WsConvConfig, ConvConfig, Launch, fprop_ws,
-                    conv.fprop_launch, ws_check, check, conv.a_path, conv._layouts, conv.weight_ohwi, split_choice),
+                    flat_check, flat_view, FLAT_BM, ws_configure, conv.fprop_launch, ws_check, check, conv.a_path, conv._layouts, conv.weight_ohwi, split_choice),
              description="warp-specialized implicit GEMM on the template: a 1-warp TMA producer (setmaxnreg) for the "
                          "shifted x boxes and weight boxes, consumer warpgroups on wgmma, empty/full ring; data-parallel "
                          "or split-K schedule with a deterministic NHWC fixup")(ws_fn)
