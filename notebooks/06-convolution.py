@@ -222,7 +222,12 @@ cm.show(ana.wave_map(op=ana.WGRAD))
 # %% [markdown]
 # The schedule study (every schedule side by side, one run): split-K wins where the data-parallel grid fills
 # under half the SMs, and loses everywhere else (the partials and the fixup are pure overhead); the last-wave
-# split lost on every shape measured. `split_choice` and its thresholds cite these cells.
+# split lost on every shape measured. `split_choice` and its thresholds cite these cells. Two columns change how
+# a split tile is summed or what a tile is, not who runs it: **serial** split-K (CUTLASS's serial reduction: each
+# slice stores its partial and arrives on its tile's counter, and the last to arrive sums the partials in slice
+# order — the fixup's bits — and stores the tile itself, so no fixup launch runs); and on 1 × 1 shapes the **flat**
+# view (the B·H·W pixels as the GEMM's rows, 128-pixel tiles across images instead of one image's patches). A
+# point of the plan that no run has measured yet has no column (`python -m gluon_lab refresh --dry-run` lists it).
 
 # %%
 cm.show(ana.schedule_table(allrec))
