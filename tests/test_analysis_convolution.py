@@ -180,3 +180,5 @@ def test_schedule_label_names_the_reduction():
     assert ana._schedule_label({**tile, "split_k": 4, "serial": True}) == "8x8x128 split-K 4 serial"
     assert ana._schedule_label({**tile, "split_k": 0, "serial": True}) == "8x8x128 split-K auto serial"
     assert ana._schedule_label({**tile, "split_k": 1, "serial": True}) == "8x8x128 data-parallel"
+    assert ana._schedule_label({"TH": 1, "TW": 128, "BN": 128, "split_k": 1, "flat": True}) == \
+        "1x128x128 data-parallel flat"

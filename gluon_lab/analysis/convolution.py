@@ -254,14 +254,16 @@ SCHEDULED = "gluon-ws"  # the template instance that takes the schedules (kernel
 def _schedule_label(c: dict) -> str:
     """A schedule-study column: the tile (fprop / dgrad: patch TH x TW x BN; wgrad: patch, BM x BN and the
     consumer warps) and the schedule (serial: the split tiles summed by their last slice in the kernel, no fixup
-    launch), so two tiles under one schedule are two columns."""
+    launch; flat: a 1x1's tile is a row of TW pixels across images), so two tiles under one schedule are two
+    columns."""
     sk = c.get("split_k", 0)
     sched = "split-K auto" if not sk else ("data-parallel" if sk == 1 else f"split-K {sk}")
     tile = (f"{c['TH']}x{c['TW']} {c['BM']}x{c['BN']} {c['num_warps']}w" if "BM" in c
             else f"{c['TH']}x{c['TW']}x{c['BN']}")
     return (f"{tile} {sched}" + (" (last wave)" if c.get("split_last_wave") else "")
             + (" slice-major" if c.get("slice_major") and sk != 1 else "")  # data-parallel has no slices
-            + (" serial" if c.get("serial") and sk != 1 else ""))  # ... and nothing to reduce
+            + (" serial" if c.get("serial") and sk != 1 else "")  # ... and nothing to reduce
+            + (" flat" if c.get("flat") else ""))  # 1x1: a row of pixels across images, not a patch
 
 
 def schedule_table(df, op: str = OP):
