@@ -1286,16 +1286,13 @@ class ConvPlan:
                              # BN 64 data-parallel (twice BN 128's CTAs, no fixup launch) and its deeper ring: on the
                              # 1x1 shapes an L2-warm profile (H100, 2026-12-07) had them ahead of the split rule
                              {"BN": 64, "split_k": 1}, {"BN": 64, "split_k": 1, "num_stages": 6},
-                             # serial split-K (the last slice sums the tile in the kernel: no fixup launch, whose
-                             # 2.2 of 8.8 / 4.0 of 38.7 µs the same profile measured) at the rule's split and at 4 / 8
-                             {"serial": True}, {"split_k": 4, "serial": True}, {"split_k": 8, "serial": True},
-                             # 1x1 only: the flat view (B·H·W pixels as the GEMM's rows, 128-pixel tiles across
-                             # images: 4x1280ch 8x8 runs 2 row tiles instead of 4 half-empty 8x8 patches)
-                             {"flat": True}, {"flat": True, "serial": True}, {"flat": True, "split_k": 1},
-                             {"flat": True, "BN": 64, "split_k": 1},
-                             # ... and 64-pixel row tiles: SD's 1x1 (8192 pixels x 320 channels) as 384 tiles, 2.9
-                             # waves of 132 (97% full) where 128-pixel tiles make 192, 1.45 waves (73%)
-                             {"flat": True, "TH": 1, "TW": 64, "split_k": 1}, {"flat": True, "TH": 1, "TW": 64})
+                             # serial split-K (the last slice sums the tile in the kernel: no fixup launch) at the
+                             # rule's split, and on 1x1 shapes the flat view (B·H·W pixels as the GEMM's rows). Both
+                             # lost or tied on the H100 (run 20261207T233628Z-aafa7b00: serial 18-80% slower at the
+                             # rule's split, 4.5x at split 8; flat at best tied the patch tiles: 4x1280ch 8x8 1x1 9.5
+                             # vs 9.5 at 64-pixel rows, 10.6 at 128; SD's 1x1 12.8 vs 13.0), so the heuristic picks
+                             # neither: these points stay in the study
+                             {"serial": True}, {"flat": True}, {"flat": True, "split_k": 1})
     # the warp-specialized wgrad's schedules (split_k slices of the pixels; 1 = persistent data-parallel) and tiles
     # (the heuristic walks split launches slice-major: the tile-major points say so)
     wgrad_schedule_knobs: tuple = ({"split_k": 1}, {"split_k": 2}, {"split_k": 4}, {"split_k": 8}, {"BN": 64},
