@@ -110,7 +110,8 @@ def test_schedule_table_and_wave_map_from_the_committed_records():
     rec = [r for r in raw if r["run_id"] == run and r["op"] == "conv2d" and r["variant"] == "gluon-ws"
            and r["config"].get("study") == "schedule" and r["config"].get("split_k") == 8
            and r["shape"]["H"] == 8 and r["shape"]["Ci"] == 1280 and r["shape"]["R"] == 3]
-    col = f"8x8x{rec[-1]['config']['BN']} split-K 8"  # the tile is part of the column: BN 128 and 256 apart
+    c8 = rec[-1]["config"]  # the tile is part of the column: BN 128 and 256 apart, and the ring depth
+    col = f"8x8x{c8['BN']} s{c8['num_stages']} w{c8['num_warps']} split-K 8"
     assert col in t.columns and any(c.endswith("data-parallel") for c in t.columns), list(t.columns)
     assert t.loc["2x1280→1280 8x8 3x3 s1", col] == round(1000 * rec[-1]["ms_median"], 1)
     w = ana.wave_map()  # BN 128 under split-K where it fills more SMs (conv_ws._split_bn): 20 tiles x 6 slices
@@ -174,11 +175,15 @@ def test_ws_timeline_in_the_gemm_view():
 
 def test_schedule_label_names_the_reduction():
     """A schedule-study column says how a split tile is summed: serial (in the kernel) or the fixup launch (no
-    suffix); data-parallel has nothing to sum, so a serial knob there leaves its label alone."""
-    tile = {"TH": 8, "TW": 8, "BN": 128}
-    assert ana._schedule_label({**tile, "split_k": 4}) == "8x8x128 split-K 4"
-    assert ana._schedule_label({**tile, "split_k": 4, "serial": True}) == "8x8x128 split-K 4 serial"
-    assert ana._schedule_label({**tile, "split_k": 0, "serial": True}) == "8x8x128 split-K auto serial"
-    assert ana._schedule_label({**tile, "split_k": 1, "serial": True}) == "8x8x128 data-parallel"
-    assert ana._schedule_label({"TH": 1, "TW": 128, "BN": 128, "split_k": 1, "flat": True}) == \
-        "1x128x128 data-parallel flat"
+    suffix); data-parallel has nothing to sum, so a serial knob there leaves its label alone. The ring depth and
+    warps are in the tile, so BN 64 data-parallel at 3 and at 6 stages are two columns (not one averaged cell)."""
+    tile = {"TH": 8, "TW": 8, "BN": 128, "num_stages": 3, "num_warps": 4}
+    assert ana._schedule_label({**tile, "split_k": 4}) == "8x8x128 s3 w4 split-K 4"
+    assert ana._schedule_label({**tile, "split_k": 4, "serial": True}) == "8x8x128 s3 w4 split-K 4 serial"
+    assert ana._schedule_label({**tile, "split_k": 0, "serial": True}) == "8x8x128 s3 w4 split-K auto serial"
+    assert ana._schedule_label({**tile, "split_k": 1, "serial": True}) == "8x8x128 s3 w4 data-parallel"
+    assert ana._schedule_label({**tile, "TH": 1, "TW": 128, "split_k": 1, "flat": True}) == \
+        "1x128x128 s3 w4 data-parallel flat"
+    assert ana._schedule_label({**tile, "BN": 64, "split_k": 1}) != \
+        ana._schedule_label({**tile, "BN": 64, "split_k": 1, "num_stages": 6})
+    assert ana._schedule_label({"TH": 8, "TW": 8, "BN": 128, "split_k": 2}) == "8x8x128 split-K 2"  # no ring known

@@ -255,11 +255,13 @@ def _schedule_label(c: dict) -> str:
     """A schedule-study column: the tile (fprop / dgrad: patch TH x TW x BN; wgrad: patch, BM x BN and the
     consumer warps) and the schedule (serial: the split tiles summed by their last slice in the kernel, no fixup
     launch; flat: a 1x1's tile is a row of TW pixels across images), so two tiles under one schedule are two
-    columns."""
+    columns; the ring depth and consumer warps are part of the tile (s3 w4), so two points differing only there are
+    two columns, not one averaged cell."""
     sk = c.get("split_k", 0)
     sched = "split-K auto" if not sk else ("data-parallel" if sk == 1 else f"split-K {sk}")
-    tile = (f"{c['TH']}x{c['TW']} {c['BM']}x{c['BN']} {c['num_warps']}w" if "BM" in c
-            else f"{c['TH']}x{c['TW']}x{c['BN']}")
+    ring = f"s{c['num_stages']} w{c['num_warps']}" if "num_stages" in c and "num_warps" in c else ""
+    tile = (f"{c['TH']}x{c['TW']} {c['BM']}x{c['BN']} {ring}" if "BM" in c
+            else f"{c['TH']}x{c['TW']}x{c['BN']} {ring}").rstrip()
     return (f"{tile} {sched}" + (" (last wave)" if c.get("split_last_wave") else "")
             + (" slice-major" if c.get("slice_major") and sk != 1 else "")  # data-parallel has no slices
             + (" serial" if c.get("serial") and sk != 1 else "")  # ... and nothing to reduce
